@@ -1,0 +1,135 @@
+"""GPU and model specifications as validated data.
+
+A :class:`GPUSpec` holds spec-sheet numbers (bytes, bytes/s, FLOP/s) and the
+efficiency factors of the roofline cost model; a :class:`ModelSpec` holds a
+decoder-only transformer's architecture, from which the parameter count and the
+per-token sizes are derived.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from des.config import Strict
+
+Dtype = Literal["bf16", "fp16", "fp8", "int8"]
+
+
+class Efficiency(Strict):
+    """Fractions of the peaks a real serving engine reaches, and its per-step CPU time.
+
+    ``mfu_prefill`` / ``mfu_decode``: achieved fraction of peak tensor FLOP/s for
+    prefill-sized and decode-sized matrix products; ``mbu``: achieved fraction of peak
+    memory bandwidth; ``step_overhead``: seconds of scheduling and launch per step.
+    """
+
+    mfu_prefill: float = Field(gt=0, le=1)
+    mfu_decode: float = Field(gt=0, le=1)
+    mbu: float = Field(gt=0, le=1)
+    step_overhead: float = Field(ge=0)
+    source: str = ""
+
+
+class GPUSpec(Strict):
+    """One accelerator. Units: bytes, bytes/s, FLOP/s."""
+
+    name: str = "custom"
+    description: str = ""
+    memory_bytes: PositiveInt
+    memory_bandwidth: PositiveFloat
+    flops: dict[Dtype, PositiveFloat]
+    interconnect_bandwidth: PositiveFloat = 25.0e9
+    interconnect_latency: float = Field(20e-6, ge=0)
+    l2_bytes: int = Field(0, ge=0)
+    runtime_reserve_bytes: int = Field(1 << 30, ge=0)
+    source: str = ""
+    efficiency: Efficiency
+
+    @model_validator(mode="after")
+    def _needs_bf16(self) -> GPUSpec:
+        if "bf16" not in self.flops:
+            raise ValueError("flops: needs a 'bf16' entry (FLOP/s)")
+        return self
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense tensor FLOP/s for ``dtype``, falling back to bf16 when not listed."""
+        return self.flops.get(dtype, self.flops["bf16"])  # type: ignore[call-overload]
+
+
+class ModelSpec(Strict):
+    """A decoder-only transformer with grouped-query attention and a gated MLP."""
+
+    name: str = "custom"
+    description: str = ""
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    intermediate_size: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt
+    head_dim: PositiveInt | None = None
+    vocab_size: PositiveInt
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    max_model_len: PositiveInt = 4096
+    published_params: PositiveFloat | None = None
+    source: str = ""
+
+    model_config = Strict.model_config | {"ignored_types": (cached_property,)}
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelSpec:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_key_value_heads: {self.num_key_value_heads} does not divide "
+                f"num_attention_heads {self.num_attention_heads}"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError("head_dim: required when hidden_size is not a multiple of num_attention_heads")
+        return self
+
+    @property
+    def d_head(self) -> int:
+        """Dimension of one attention head."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_attention_heads * self.d_head
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_key_value_heads * self.d_head
+
+    @property
+    def layer_linear_params(self) -> int:
+        """Weights of one layer's matrix products (q, k, v, o, gate, up, down), biases excluded."""
+        h = self.hidden_size
+        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + 3 * h * self.intermediate_size
+
+    @property
+    def layer_params(self) -> int:
+        """All parameters of one layer: matrices, attention biases and the two RMSNorms."""
+        bias = (self.q_dim + 2 * self.kv_dim) if self.attention_bias else 0
+        return self.layer_linear_params + bias + 2 * self.hidden_size
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        """LM-head weights; shared with the embedding when tied (counted once in ``num_params``)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        """Total parameter count: embedding, layers, final norm and an untied LM head."""
+        head = 0 if self.tie_word_embeddings else self.lm_head_params
+        return self.embedding_params + self.num_layers * self.layer_params + self.hidden_size + head
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: float = 2) -> int:
+        """Bytes of K and V cache one token occupies across all layers."""
+        return int(2 * self.num_layers * self.kv_dim * kv_dtype_bytes)

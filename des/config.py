@@ -1,0 +1,27 @@
+"""Base class for validated configuration data.
+
+Configuration objects are frozen pydantic models that reject unknown keys. They hold
+data only: no file I/O happens in their validators except reading a file the user
+named (traces, empirical length tables), and only to check it once at load time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo
+
+
+class Strict(BaseModel):
+    """A frozen pydantic model that forbids unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+def resolve_path(path: Path, info: ValidationInfo) -> Path:
+    """``path`` made absolute against the validation context's ``base_dir`` (the
+    directory of the scenario file), so relative paths mean the same from any CWD."""
+    base = (info.context or {}).get("base_dir") if info is not None else None
+    if path.is_absolute() or base is None:
+        return path
+    return Path(base) / path

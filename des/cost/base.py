@@ -1,0 +1,59 @@
+"""The step-time interface: a batch's aggregates in, seconds out.
+
+Schedulers describe each GPU step by a :class:`BatchShape` of aggregates (token
+counts and sums of contexts), never by the list of its sequences, so the cost of a
+step is O(1) whatever the batch size, and a later span engine can cost many steps
+from running sums. Cost models are pure functions of the shape and the specs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(slots=True)
+class BatchShape:
+    """Aggregates of one GPU step. Sizes in tokens.
+
+    ``num_seqs``: sequences the GPU computes (for static batching the padded width);
+    ``prefill_tokens``: new tokens of prefill chunks (padding included);
+    ``prefill_pairs``: Σ over chunks of ``chunk × (prior + (chunk + 1) / 2)``, the
+    query-key pairs causal attention evaluates; ``prefill_context``: Σ over chunks of
+    ``prior + chunk``, the KV a chunk reads; ``decode_tokens``: sequences decoding one
+    token; ``decode_context``: Σ of their contexts (KV read, tokens);
+    ``num_emitting``: sequences that emit a token (rows through the LM head).
+    """
+
+    num_seqs: int = 0
+    prefill_tokens: int = 0
+    prefill_pairs: float = 0.0
+    prefill_context: int = 0
+    decode_tokens: int = 0
+    decode_context: int = 0
+    num_emitting: int = 0
+
+    @property
+    def new_tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens
+
+    def add_chunk(self, prior: int, chunk: int, emits: bool) -> None:
+        """Add one prefill chunk of ``chunk`` tokens after ``prior`` computed tokens."""
+        self.num_seqs += 1
+        self.prefill_tokens += chunk
+        self.prefill_pairs += chunk * (prior + (chunk + 1) / 2)
+        self.prefill_context += prior + chunk
+        self.num_emitting += emits
+
+    def add_decode(self, context: int) -> None:
+        """Add one decoding sequence whose KV holds ``context`` tokens before this step."""
+        self.num_seqs += 1
+        self.decode_tokens += 1
+        self.decode_context += context + 1
+        self.num_emitting += 1
+
+
+class CostModel(Protocol):
+    """Seconds one GPU step takes for a batch of the given shape."""
+
+    def step_time(self, shape: BatchShape) -> float: ...

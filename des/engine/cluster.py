@@ -1,0 +1,50 @@
+"""A cluster: instances behind a router, and the ledger of every request that arrived.
+
+``submit`` creates each request (ids from this cluster's own counter), rejects it
+with a reason when it can never be served, and otherwise routes it. Released
+requests are marked completed; whatever is neither completed nor rejected when the
+simulation stops stays ``unfinished``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import simpy
+
+from des.cost.base import CostModel
+from des.engine.instance import Instance
+from des.engine.request import COMPLETED, REJECTED, Request
+from des.engine.router import Router
+from des.engine.schedulers.base import Scheduler
+from des.engine.steplog import StepLog
+
+
+class Cluster:
+    """Identical instances (one per scheduler given) behind ``router``."""
+
+    def __init__(self, env: simpy.Environment, schedulers: Sequence[Scheduler], cost: CostModel, router: Router):
+        self.env = env
+        self.requests: list[Request] = []
+        self.log = StepLog()
+        self.router = router
+        self.instances = [Instance(env, i, s, cost, self.log, self._release) for i, s in enumerate(schedulers)]
+
+    def submit(self, prompt_tokens: int, output_tokens: int, notify: bool = False):
+        """A request arrives now; returns an event fired when it leaves if ``notify``."""
+        env = self.env
+        req = Request(len(self.requests), env.now, prompt_tokens, output_tokens)
+        self.requests.append(req)
+        reason = self.instances[0].scheduler.rejection(req)
+        if reason is not None:
+            req.status, req.reason = REJECTED, reason
+            return env.event().succeed(req) if notify else None
+        if notify:
+            req.done = env.event()
+        self.instances[self.router.pick(self.instances)].submit(req)
+        return req.done
+
+    def _release(self, req: Request) -> None:
+        req.status = COMPLETED
+        if req.done is not None:
+            req.done.succeed(req)

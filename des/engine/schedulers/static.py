@@ -1,0 +1,155 @@
+"""Static batching: take a batch, run it until its longest member is done, repeat.
+
+An idle instance takes up to ``max_batch_size`` waiting requests in FIFO order,
+waiting at most ``max_wait`` seconds after the oldest one arrived for the batch to
+fill. The batch is padded: its prompts to the longest prompt (one prefill step of
+``width × longest prompt`` tokens) and its rows kept until the longest output is done,
+so every step costs the full width. The KV cache is contiguous: each row reserves
+``longest prompt + longest output - 1`` tokens for the whole batch, and a request
+joins the batch only while the reservation fits. Results are released at the end of
+the batch (``release_on: batch_end``, as a non-streaming server returns them) or at
+each request's own last token (``release_on: finish``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat
+
+from des.config import Strict
+from des.cost.base import BatchShape
+from des.engine.kvcache import BlockManager
+from des.engine.request import Request
+from des.engine.schedulers.base import Step, length_rejection
+
+
+class StaticConfig(Strict):
+    """Static batching. ``max_wait`` in seconds."""
+
+    kind: Literal["static"] = "static"
+    max_batch_size: int = Field(8, ge=1)
+    max_wait: NonNegativeFloat = 0.0
+    release_on: Literal["batch_end", "finish"] = "batch_end"
+    block_size: int = Field(16, ge=1)
+    gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=1)
+
+    def build(self, kv: BlockManager, max_model_len: int) -> StaticScheduler:
+        return StaticScheduler(self, kv, self.max_model_len or max_model_len)
+
+
+class _Batch:
+    __slots__ = ("members", "width", "prompt", "length", "reserved", "steps_done", "held")
+
+    def __init__(self, members: list[Request], prompt: int, length: int, reserved: int):
+        self.members = members  # requests still generating, in FIFO order
+        self.width = len(members)
+        self.prompt = prompt  # padded prompt length, tokens
+        self.length = length  # steps the batch runs: its longest output
+        self.reserved = reserved  # KV blocks
+        self.steps_done = 0
+        self.held: list[Request] = []  # done, waiting for the batch end
+
+
+class StaticScheduler:
+    """FIFO static batches with padding and a contiguous KV reservation."""
+
+    def __init__(self, cfg: StaticConfig, kv: BlockManager, max_model_len: int):
+        self.kv = kv
+        self.max_batch = cfg.max_batch_size
+        self.max_wait = cfg.max_wait
+        self.release_at_end = cfg.release_on == "batch_end"
+        self.max_model_len = max_model_len
+        self.waiting: deque[Request] = deque()
+        self.batch: _Batch | None = None
+
+    def rejection(self, req: Request) -> str | None:
+        return length_rejection(req, self.max_model_len, self.kv)
+
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or self.batch is not None
+
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def wakeup_time(self) -> float | None:
+        if self.batch is None and self.waiting and len(self.waiting) < self.max_batch:
+            return self.waiting[0].arrival_time + self.max_wait
+        return None
+
+    def _form(self, now: float) -> _Batch | None:
+        waiting = self.waiting
+        if not waiting:
+            return None
+        if len(waiting) < self.max_batch and now < waiting[0].arrival_time + self.max_wait:
+            return None
+        members: list[Request] = []
+        prompt = length = 0
+        per_row = 0
+        for req in waiting:
+            if len(members) == self.max_batch:
+                break
+            p, n = max(prompt, req.prompt_tokens), max(length, req.output_tokens)
+            row = self.kv.blocks_for(p + n - 1)
+            if (len(members) + 1) * row > self.kv.free:
+                break
+            members.append(req)
+            prompt, length, per_row = p, n, row
+        for _ in members:
+            waiting.popleft()
+        reserved = per_row * len(members)
+        self.kv.take(reserved)
+        for req in members:
+            req.scheduled_time = now
+        return _Batch(members, prompt, length, reserved)
+
+    def schedule(self, now: float) -> Step | None:
+        batch = self.batch
+        if batch is None:
+            batch = self.batch = self._form(now)
+            if batch is None:
+                return None
+        w = batch.width
+        shape = BatchShape(num_seqs=w, num_emitting=w)
+        if batch.steps_done == 0:
+            p = batch.prompt
+            shape.prefill_tokens = w * p
+            shape.prefill_pairs = w * p * (p + 1) / 2
+            shape.prefill_context = w * p
+        else:
+            shape.decode_tokens = w
+            shape.decode_context = w * (batch.prompt + batch.steps_done)
+        active = len(batch.members)
+        return Step(shape, batch.members, active, w, 0, active)
+
+    def finish_step(self, step: Step, now: float) -> list[Request]:
+        batch = self.batch
+        assert batch is not None
+        batch.steps_done += 1
+        released: list[Request] = []
+        still: list[Request] = []
+        for req in batch.members:
+            req.generated += 1
+            if req.generated == 1:
+                req.first_token_time = now
+            if req.generated == req.output_tokens:
+                if self.release_at_end:
+                    batch.held.append(req)
+                else:
+                    req.finish_time = now
+                    released.append(req)
+            else:
+                still.append(req)
+        batch.members = still
+        if batch.steps_done == batch.length:
+            for req in batch.held:
+                req.finish_time = now
+            released.extend(batch.held)
+            self.kv.give(batch.reserved)
+            self.batch = None
+        return released

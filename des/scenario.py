@@ -1,0 +1,316 @@
+"""The scenario file: validated, frozen, with every error naming its dotted field path.
+
+``load_scenario(path_or_dict, overrides)`` reads YAML (or takes a mapping), applies
+``dotted.key=value`` overrides, validates everything — catalog names, distributions,
+trace files, whether the model fits the GPU — and returns a :class:`Scenario`. Any
+problem raises :class:`~des.errors.ScenarioError` with one ``(path, message)`` per
+problem. See DESIGN.md for the contract; unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Union
+
+import yaml
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
+
+from des import catalog
+from des.catalog.memory import MemoryPlan, Precision, plan_memory
+from des.catalog.specs import GPUSpec, ModelSpec
+from des.config import Strict
+from des.cost import COST_MODELS, RooflineConfig
+from des.engine.router import ROUTERS
+from des.engine.schedulers import SCHEDULERS, ContinuousConfig
+from des.errors import ScenarioError
+from des.workload.arrivals import ArrivalConfig, Closed, Trace
+from des.workload.lengths import LengthConfig
+
+# The registries are plain dicts; the tagged unions validating their configs are
+# built from them, so registering a kind is all it takes to make it loadable.
+SchedulerConfig = Annotated[Union[tuple(SCHEDULERS.values())], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
+CostConfig = Annotated[Union[tuple(COST_MODELS.values())], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
+
+
+class Horizon(Strict):
+    """When arrivals stop: after ``duration`` seconds and/or ``num_requests`` requests.
+
+    ``drain``: run on after the horizon until every admitted request is done (true),
+    or stop at the horizon and count what is left as ``unfinished`` (false).
+    """
+
+    duration: PositiveFloat | None = None
+    num_requests: PositiveInt | None = None
+    drain: bool = True
+
+
+class Workload(Strict):
+    """How requests arrive and how long their prompts and outputs are (tokens)."""
+
+    arrival: ArrivalConfig
+    prompt_tokens: LengthConfig | None = None
+    output_tokens: LengthConfig | None = None
+
+    @model_validator(mode="after")
+    def _lengths_needed(self) -> Workload:
+        if not isinstance(self.arrival, Trace):
+            for key in ("prompt_tokens", "output_tokens"):
+                if getattr(self, key) is None:
+                    raise ValueError(f"{key}: required (a length distribution) unless the arrivals replay a trace")
+        return self
+
+
+class ClusterConfig(Strict):
+    """``replicas`` identical instances of ``tp`` GPUs each, behind ``router``."""
+
+    replicas: PositiveInt = 1
+    router: str = "round_robin"
+    tp: PositiveInt = 1
+
+    @field_validator("router")
+    @classmethod
+    def _known_router(cls, v: str) -> str:
+        if v not in ROUTERS:
+            raise ValueError(f"unknown router {v!r}; valid: {', '.join(ROUTERS)}")
+        return v
+
+
+class Scenario(Strict):
+    """One simulation: hardware, model, workload, engine and horizon. Times in seconds."""
+
+    name: str = "scenario"
+    seed: int = Field(0, ge=0)
+    gpu: GPUSpec = Field(default_factory=lambda: catalog.gpu("rtx4090"))
+    model: ModelSpec = Field(default_factory=lambda: catalog.model("qwen2.5-7b"))
+    precision: Precision = Precision()
+    horizon: Horizon = Horizon()
+    warmup: NonNegativeFloat = 0.0
+    workload: Workload
+    cost_model: CostConfig = RooflineConfig()
+    scheduler: SchedulerConfig = ContinuousConfig()
+    cluster: ClusterConfig = ClusterConfig()
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _gpu_by_name(cls, v: Any) -> Any:
+        return catalog.resolve("gpus", v)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_by_name(cls, v: Any) -> Any:
+        return catalog.resolve("models", v)
+
+    @model_validator(mode="after")
+    def _horizon_needed(self) -> Scenario:
+        h = self.horizon
+        if h.duration is None and h.num_requests is None and not isinstance(self.workload.arrival, Trace):
+            raise ValueError("horizon: needs duration (seconds) and/or num_requests")
+        if h.duration is not None and self.warmup >= h.duration:
+            raise ValueError(f"warmup: {self.warmup} s is not shorter than horizon.duration {h.duration} s")
+        return self
+
+    @property
+    def is_closed(self) -> bool:
+        return isinstance(self.workload.arrival, Closed)
+
+    def memory_plan(self) -> MemoryPlan:
+        """KV capacity of one instance; raises ScenarioError if the model does not fit."""
+        s = self.scheduler
+        return plan_memory(
+            self.gpu,
+            self.model,
+            precision=self.precision,
+            gpu_memory_utilization=s.gpu_memory_utilization,
+            block_size=s.block_size,
+            max_num_batched_tokens=getattr(s, "max_num_batched_tokens", 2048),
+            max_num_seqs=getattr(s, "max_num_seqs", getattr(s, "max_batch_size", 128)),
+            tp=self.cluster.tp,
+        )
+
+    def resolved(self) -> dict[str, Any]:
+        """The scenario with every default filled in, as plain data (for provenance)."""
+        return self.model_dump(mode="json")
+
+
+# -- loading ------------------------------------------------------------------------
+
+_TAGS = set(SCHEDULERS) | set(COST_MODELS) | {
+    "poisson", "gamma", "mmpp", "onoff", "closed", "trace",
+    "fixed", "uniform", "geometric", "lognormal", "empirical",
+}  # fmt: skip
+_FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
+
+
+def _problems(exc: ValidationError) -> list[tuple[str, str]]:
+    """pydantic errors as (dotted path, message) pairs, worded for a user."""
+    out: list[tuple[str, str]] = []
+    for err in exc.errors(include_url=False):
+        loc = [str(x) for x in err["loc"] if not (isinstance(x, str) and (x in _TAGS or "[" in x))]
+        typ, msg, ctx = err["type"], err["msg"], err.get("ctx") or {}
+        value = err.get("input")
+        if typ == "extra_forbidden":
+            msg = "unknown key"
+            value = None
+        elif typ == "missing":
+            msg = "required"
+            value = None
+        elif typ == "union_tag_invalid":
+            loc.append(ctx.get("discriminator", "kind").strip("'"))
+            msg = f"unknown value {ctx.get('tag')!r}; valid: {ctx.get('expected_tags', '').replace(chr(39), '')}"
+            value = None
+        elif typ == "union_tag_not_found":
+            loc.append(ctx.get("discriminator", "kind").strip("'"))
+            msg = "required"
+            value = None
+        elif typ in ("value_error", "assertion_error"):
+            msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+            m = _FIELD_PREFIX.match(msg)
+            if m:
+                loc.append(m.group(1))
+                msg = m.group(2)
+            value = None
+        else:
+            msg = _reword(msg)
+        if value is not None and not isinstance(value, dict | list):
+            msg = f"{msg} (got {value!r})"
+        out.append((".".join(loc) or "scenario", msg))
+    return out
+
+
+_REWORD = (
+    ("Input should be greater than or equal to", "must be >="),
+    ("Input should be greater than", "must be >"),
+    ("Input should be less than or equal to", "must be <="),
+    ("Input should be less than", "must be <"),
+    ("Input should be a valid", "must be a valid"),
+    ("Input should be", "must be"),
+)
+
+
+def _reword(msg: str) -> str:
+    for old, new in _REWORD:
+        if msg.startswith(old):
+            return new + msg[len(old):]
+    return msg[0].lower() + msg[1:]
+
+
+def _set(data: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for i, key in enumerate(keys[:-1]):
+        nxt = node.get(key)
+        if nxt is None:
+            nxt = node[key] = {}
+        elif isinstance(nxt, str) and i == 0 and key in ("gpu", "model"):
+            nxt = node[key] = {"base": nxt}  # override fields of a catalog entry
+        elif not isinstance(nxt, dict):
+            raise ScenarioError((".".join(keys[: i + 1]), f"is {nxt!r}, not a mapping, so {dotted} cannot be set"))
+        node = nxt
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"a.b=value"`` as ``("a.b", value)``, the value parsed as a YAML scalar or list."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*", key):
+        raise ScenarioError(("--set", f"expected dotted.key=value, got {text!r}"))
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping from ``path``; problems as ScenarioError naming the file."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(("scenario", f"cannot read {str(path)!r}: {exc.strerror or exc}")) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(("scenario", f"{str(path)!r}{where}: not valid YAML ({getattr(exc, 'problem', exc)})")) from None
+    if not isinstance(data, dict):
+        raise ScenarioError(("scenario", f"{str(path)!r} does not hold a mapping of keys"))
+    return data
+
+
+def default_scenario_path() -> Path:
+    """The embedded default scenario: RTX 4090 + Qwen2.5-7B under Poisson traffic."""
+    return Path(str(resources.files("des.scenarios").joinpath("default.yaml")))
+
+
+def load_scenario(
+    source: str | Path | Mapping[str, Any] | Scenario | None = None,
+    overrides: Iterable[str | tuple[str, Any]] = (),
+) -> Scenario:
+    """Validate a scenario file (or mapping) with ``dotted.key=value`` overrides.
+
+    ``None`` loads the embedded default. Relative paths inside the file (traces,
+    empirical lengths) are resolved against the file's directory.
+    """
+    if isinstance(source, Scenario):
+        source = source.resolved()
+    if source is None:
+        source = default_scenario_path()
+    if isinstance(source, Mapping):
+        data, base_dir = _deep_copy(source), Path.cwd()
+    else:
+        path = Path(source)
+        data, base_dir = read_yaml(path), path.resolve().parent
+    for item in overrides:
+        key, value = parse_override(item) if isinstance(item, str) else item
+        _set(data, key, value)
+    try:
+        scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise ScenarioError(_problems(exc)) from None
+    except ScenarioError:
+        raise
+    scenario.memory_plan()  # fail now, not mid-run, if the model does not fit
+    return scenario
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, Mapping):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data
+
+
+def scenario_warnings(scenario: Scenario) -> list[str]:
+    """Things worth a user's attention that are not errors (e.g. truncation moving a mean)."""
+    notes = []
+    w = scenario.workload
+    for key in ("prompt_tokens", "output_tokens"):
+        dist = getattr(w, key)
+        stated = getattr(dist, "mean", None)
+        if dist is None or stated is None:
+            continue
+        mean, _ = dist.moments()
+        if abs(mean - stated) > 0.01 * stated:
+            notes.append(
+                f"workload.{key}: the lengths sampled have mean {mean:.2f}, not {stated:g}, "
+                f"because they are truncated to [{dist.min or 1}, {dist.max or 'inf'}]"
+            )
+    return notes
+
+
+__all__ = [
+    "Scenario",
+    "Horizon",
+    "Workload",
+    "ClusterConfig",
+    "load_scenario",
+    "parse_override",
+    "scenario_warnings",
+    "default_scenario_path",
+]

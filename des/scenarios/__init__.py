@@ -1,0 +1,1 @@
+"""Scenarios embedded in the package (``default.yaml`` is what ``des run`` runs)."""

@@ -1,0 +1,240 @@
+"""Arrival processes: the times at which requests reach the cluster.
+
+Open processes produce inter-arrival gaps (seconds) from their own generator:
+
+- ``poisson{rate}``: exponential gaps of mean ``1 / rate``.
+- ``gamma{rate, cv}``: a renewal process with gamma gaps of mean ``1 / rate`` and
+  coefficient of variation ``cv`` (shape ``1 / cv²``); ``cv > 1`` is burstier than
+  Poisson, ``cv = 1`` is Poisson, ``cv < 1`` is smoother.
+- ``mmpp{rates, mean_sojourn, transitions}``: a Markov-modulated Poisson process; in
+  state ``i`` requests arrive at ``rates[i]`` per second, the state lasts an exponential
+  time of mean ``mean_sojourn[i]`` seconds, then jumps to ``j`` with probability
+  ``transitions[i][j]`` (default: uniformly to another state). The process starts in
+  its stationary state distribution, so it is stationary from t = 0.
+- ``onoff{on_rate, off_rate, mean_on, mean_off}``: the two-state MMPP of bursts
+  (``on_rate``) and lulls (``off_rate``, default 0).
+
+Closed and trace processes are described here too; their SimPy processes live in
+:mod:`des.workload.source`. Every open process states its exact long-run ``rate``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from des.config import Strict, resolve_path
+from des.workload.trace import read_trace
+
+CHUNK = 1024
+
+
+class _Chunked:
+    """Serves pre-drawn gaps one by one; refills ``CHUNK`` at a time."""
+
+    __slots__ = ("_draw", "_buf", "_i")
+
+    def __init__(self, draw):
+        self._draw = draw
+        self._buf: list[float] = []
+        self._i = 0
+
+    def __call__(self) -> float:
+        if self._i >= len(self._buf):
+            self._buf = self._draw(CHUNK).tolist()
+            self._i = 0
+        v = self._buf[self._i]
+        self._i += 1
+        return v
+
+
+class Poisson(Strict):
+    process: Literal["poisson"] = "poisson"
+    rate: PositiveFloat
+
+    def gaps(self, rng: np.random.Generator):
+        """A callable returning successive gaps, seconds."""
+        scale = 1.0 / self.rate
+        return _Chunked(lambda n: rng.exponential(scale, n))
+
+    def gap_moments(self) -> tuple[float, float]:
+        """Mean and variance of a gap, seconds and seconds²."""
+        return 1 / self.rate, 1 / self.rate**2
+
+
+class Gamma(Strict):
+    process: Literal["gamma"] = "gamma"
+    rate: PositiveFloat
+    cv: PositiveFloat = 1.0
+
+    def gaps(self, rng: np.random.Generator):
+        shape = 1.0 / self.cv**2
+        scale = 1.0 / (self.rate * shape)
+        return _Chunked(lambda n: rng.gamma(shape, scale, n))
+
+    def gap_moments(self) -> tuple[float, float]:
+        return 1 / self.rate, (self.cv / self.rate) ** 2
+
+
+class MMPP(Strict):
+    process: Literal["mmpp"] = "mmpp"
+    rates: list[NonNegativeFloat] = Field(min_length=2)
+    mean_sojourn: list[PositiveFloat] = Field(min_length=2)
+    transitions: list[list[NonNegativeFloat]] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> MMPP:
+        k = len(self.rates)
+        if len(self.mean_sojourn) != k:
+            raise ValueError(f"mean_sojourn: needs {k} entries, one per rate (got {len(self.mean_sojourn)})")
+        if not any(self.rates):
+            raise ValueError("rates: at least one state must have a positive rate")
+        if self.transitions is not None:
+            m = self.transitions
+            if len(m) != k or any(len(row) != k for row in m):
+                raise ValueError(f"transitions: must be a {k}x{k} matrix")
+            for i, row in enumerate(m):
+                if row[i] != 0:
+                    raise ValueError(f"transitions: row {i} must have 0 on the diagonal")
+                if abs(sum(row) - 1) > 1e-9:
+                    raise ValueError(f"transitions: row {i} sums to {sum(row)}, not 1")
+        return self
+
+    @property
+    def jump_matrix(self) -> np.ndarray:
+        k = len(self.rates)
+        if self.transitions is not None:
+            return np.array(self.transitions, dtype=float)
+        m = np.full((k, k), 1.0 / (k - 1))
+        np.fill_diagonal(m, 0.0)
+        return m
+
+    def state_probabilities(self) -> np.ndarray:
+        """Long-run fraction of time spent in each state."""
+        p = self.jump_matrix
+        k = len(self.rates)
+        # stationary law of the embedded jump chain: pi P = pi, sum pi = 1
+        a = np.vstack([p.T - np.eye(k), np.ones(k)])
+        b = np.zeros(k + 1)
+        b[-1] = 1.0
+        pi = np.linalg.lstsq(a, b, rcond=None)[0]
+        w = pi * np.array(self.mean_sojourn)
+        return w / w.sum()
+
+    @property
+    def rate(self) -> float:
+        """Long-run arrival rate, requests per second."""
+        return float(np.dot(self.state_probabilities(), self.rates))
+
+    def gaps(self, rng: np.random.Generator):
+        return _MMPPGaps(np.array(self.rates), np.array(self.mean_sojourn), self.jump_matrix,
+                         self.state_probabilities(), rng)
+
+
+class OnOff(Strict):
+    process: Literal["onoff"] = "onoff"
+    on_rate: PositiveFloat
+    off_rate: NonNegativeFloat = 0.0
+    mean_on: PositiveFloat
+    mean_off: PositiveFloat
+
+    def as_mmpp(self) -> MMPP:
+        return MMPP(rates=[self.on_rate, self.off_rate], mean_sojourn=[self.mean_on, self.mean_off])
+
+    @property
+    def rate(self) -> float:
+        return (self.on_rate * self.mean_on + self.off_rate * self.mean_off) / (self.mean_on + self.mean_off)
+
+    def gaps(self, rng: np.random.Generator):
+        return self.as_mmpp().gaps(rng)
+
+
+class _MMPPGaps:
+    """Gaps of an MMPP, drawn exactly by racing the next arrival against the state's end."""
+
+    def __init__(self, rates, sojourn, jumps, start, rng: np.random.Generator):
+        self.rates, self.sojourn, self.jumps, self.rng = rates, sojourn, jumps, rng
+        self.cum_jumps = np.cumsum(jumps, axis=1)
+        self.state = int(rng.choice(len(rates), p=start))
+        self.left = rng.exponential(sojourn[self.state])  # time left in the current state
+        self._u = _Chunked(lambda n: rng.exponential(1.0, n))
+
+    def __call__(self) -> float:
+        gap = 0.0
+        while True:
+            r = self.rates[self.state]
+            t = self._u() / r if r > 0 else math.inf
+            if t <= self.left:
+                self.left -= t
+                return gap + t
+            gap += self.left
+            row = self.cum_jumps[self.state]
+            self.state = int(min(np.searchsorted(row, self.rng.random(), side="right"), len(row) - 1))
+            self.left = self.rng.exponential(self.sojourn[self.state])
+
+
+class Closed(Strict):
+    """``concurrency`` users, each sending a request, waiting for it, then thinking."""
+
+    process: Literal["closed"] = "closed"
+    concurrency: PositiveInt
+    think_time: NonNegativeFloat = 0.0
+    think_dist: Literal["fixed", "exponential"] = "exponential"
+    retry_delay: PositiveFloat = 1.0
+
+    def think(self, rng: np.random.Generator):
+        if self.think_time == 0:
+            return lambda: 0.0
+        if self.think_dist == "fixed":
+            return lambda: self.think_time
+        return _Chunked(lambda n: rng.exponential(self.think_time, n))
+
+
+class Trace(Strict):
+    """Replay of a CSV or JSONL file with columns arrival_time, prompt_tokens, output_tokens.
+
+    ``time_scale`` multiplies the recorded arrival times (0.5 replays twice as fast).
+    """
+
+    process: Literal["trace"] = "trace"
+    path: Path
+    time_scale: PositiveFloat = 1.0
+    _table: pd.DataFrame = PrivateAttr()
+
+    @field_validator("path", mode="after")
+    @classmethod
+    def _resolve(cls, path: Path, info: ValidationInfo) -> Path:
+        return resolve_path(path, info)
+
+    @model_validator(mode="after")
+    def _read(self) -> Trace:
+        try:
+            self._table = read_trace(self.path)
+        except ValueError as exc:
+            raise ValueError(f"path: {exc}") from None
+        return self
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """The trace's rows sorted by arrival; times already multiplied by ``time_scale``."""
+        t = self._table.copy()
+        t["arrival_time"] = t["arrival_time"] * self.time_scale
+        return t
+
+
+ArrivalConfig = Annotated[Poisson | Gamma | MMPP | OnOff | Closed | Trace, Field(discriminator="process")]
+

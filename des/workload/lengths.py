@@ -1,0 +1,296 @@
+"""Token-length distributions: positive integers with exactly the moments they state.
+
+Every distribution is a law on the integers ``n >= 1`` given by its CDF ``F`` and
+inverse CDF; optional ``min`` / ``max`` *truncate* it (condition on
+``min <= n <= max``), never clip it. Sampling is by inversion of the truncated CDF,
+``n = F⁻¹(U)`` with ``U ~ Uniform(F(min - 1), F(max))``, so truncation costs no
+rejection loop. :meth:`LengthDist.moments` gives the exact mean and variance of what is
+sampled (closed forms where they exist, otherwise sums over the pmf), and the tests
+check the samplers against them.
+
+- ``fixed{value}``: always ``value``.
+- ``uniform{low, high}``: each integer of ``[low, high]`` with equal probability.
+- ``geometric{mean}``: ``P(n) = p (1 - p)^(n - 1)``, ``p = 1 / mean``.
+- ``lognormal{mean, sigma}``: ``n = round(X)``, ``X`` lognormal with mean ``mean`` and
+  log-standard-deviation ``sigma`` (so ``mu = ln(mean) - sigma² / 2``); values that
+  round to 0 are excluded by the implicit ``min: 1``.
+- ``empirical{path, column}``: the lengths listed in a file, each equally likely.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationInfo, field_validator, model_validator
+from scipy import special
+
+from des.config import Strict, resolve_path
+
+#: Draws are generated in chunks of this many for speed (a fixed size, so runs repeat).
+CHUNK = 1024
+
+
+class LengthDist(Strict):
+    """Base of the length laws: truncation, inverse-CDF sampling and exact moments."""
+
+    min: PositiveInt | None = None
+    max: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> LengthDist:
+        self._prepare()
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"max: min ({self.min}) is greater than max ({self.max})")
+        lo, hi = self._bounds()
+        if self._cdf(np.array([hi]))[0] - self._cdf(np.array([lo - 1]))[0] <= 0:
+            raise ValueError(f"min/max [{lo}, {hi}] leave no probability mass")
+        return self
+
+    # -- the law, untruncated, on n >= 1 (subclasses) ------------------------------
+    def _prepare(self) -> None:
+        """Load whatever the law needs (files) before it is checked."""
+
+    def _cdf(self, n: np.ndarray) -> np.ndarray:
+        """P(N <= n) for integer arrays ``n`` (0 for n < 1)."""
+        raise NotImplementedError
+
+    def _ppf(self, u: np.ndarray) -> np.ndarray:
+        """Smallest integer ``n`` with ``P(N <= n) >= u``."""
+        raise NotImplementedError
+
+    def _sf(self, n: np.ndarray) -> np.ndarray:
+        """P(N > n), accurate in the upper tail where ``1 - cdf`` is not."""
+        return 1.0 - self._cdf(n)
+
+    def _upper(self) -> int:
+        """An integer beyond which the untruncated law has mass < 1e-15, for sums."""
+        return int(self._ppf(np.array([1 - 1e-15]))[0])
+
+    # -- derived ---------------------------------------------------------------------
+    def _bounds(self) -> tuple[int, float]:
+        lo = self.min or 1
+        hi = self.max if self.max is not None else math.inf
+        return lo, hi
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``size`` independent lengths (int64) drawn with ``rng``."""
+        lo, hi = self._bounds()
+        a = self._cdf(np.array([lo - 1]))[0]
+        b = self._cdf(np.array([hi]))[0] if math.isfinite(hi) else 1.0
+        u = a + (b - a) * rng.random(size)
+        n = self._ppf(u)
+        # U == a has probability ~0 but maps to lo - 1 under floating point: guard it.
+        return np.clip(n, lo, hi if math.isfinite(hi) else None).astype(np.int64)
+
+    def pmf_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """Support and probabilities of the truncated law (up to a 1e-17 tail)."""
+        lo, hi = self._bounds()
+        top = int(min(hi, max(self._upper(), lo)))
+        n = np.arange(lo - 1, top + 1)
+        cdf, sf = self._cdf(n), self._sf(n)
+        # differences of the CDF below the median and of the survival function above it
+        p = np.where(cdf[1:] < 0.5, np.diff(cdf), -np.diff(sf))
+        return n[1:], p / p.sum()
+
+    def moments(self) -> tuple[float, float]:
+        """Exact mean and variance of the sampled lengths."""
+        n, p = self.pmf_table()
+        mean = float(np.dot(n, p))
+        var = float(np.dot((n - mean) ** 2, p))
+        return mean, var
+
+
+class Fixed(LengthDist):
+    dist: Literal["fixed"] = "fixed"
+    value: PositiveInt
+
+    def _cdf(self, n):
+        return (np.asarray(n) >= self.value).astype(float)
+
+    def _ppf(self, u):
+        return np.full(np.shape(u), self.value, dtype=np.int64)
+
+    def _upper(self) -> int:
+        return self.value
+
+
+class Uniform(LengthDist):
+    dist: Literal["uniform"] = "uniform"
+    low: PositiveInt
+    high: PositiveInt
+
+    @model_validator(mode="before")
+    @classmethod
+    def _order(cls, data):
+        if isinstance(data, dict) and isinstance(data.get("low"), int) and isinstance(data.get("high"), int):
+            if data["low"] > data["high"]:
+                raise ValueError(f"high: low ({data['low']}) is greater than high ({data['high']})")
+        return data
+
+    def _cdf(self, n):
+        k = self.high - self.low + 1
+        return np.clip((np.asarray(n, dtype=float) - self.low + 1) / k, 0.0, 1.0)
+
+    def _ppf(self, u):
+        k = self.high - self.low + 1
+        return (self.low - 1 + np.ceil(np.asarray(u) * k)).astype(np.int64)
+
+    def _upper(self) -> int:
+        return self.high
+
+
+class Geometric(LengthDist):
+    dist: Literal["geometric"] = "geometric"
+    mean: float = Field(ge=1)
+
+    @property
+    def p(self) -> float:
+        return 1.0 / self.mean
+
+    def _cdf(self, n):
+        n = np.maximum(np.asarray(n, dtype=float), 0.0)
+        return -np.expm1(n * math.log1p(-self.p)) if self.p < 1 else (n >= 1).astype(float)
+
+    def _sf(self, n):
+        n = np.maximum(np.asarray(n, dtype=float), 0.0)
+        return np.exp(n * math.log1p(-self.p)) if self.p < 1 else (n < 1).astype(float)
+
+    def _ppf(self, u):
+        if self.p >= 1:
+            return np.ones(np.shape(u), dtype=np.int64)
+        n = np.ceil(np.log1p(-np.asarray(u)) / math.log1p(-self.p))
+        return np.maximum(n, 1).astype(np.int64)
+
+    def moments(self) -> tuple[float, float]:
+        if self.min is None and self.max is None:
+            return self.mean, (1 - self.p) / self.p**2
+        return super().moments()
+
+
+class LogNormal(LengthDist):
+    dist: Literal["lognormal"] = "lognormal"
+    mean: PositiveFloat
+    sigma: PositiveFloat
+
+    @property
+    def mu(self) -> float:
+        return math.log(self.mean) - self.sigma**2 / 2
+
+    def _cdf(self, n):
+        x = np.asarray(n, dtype=float) + 0.5
+        with np.errstate(divide="ignore"):
+            z = (np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma
+        return special.ndtr(z)
+
+    def _sf(self, n):
+        x = np.asarray(n, dtype=float) + 0.5
+        with np.errstate(divide="ignore"):
+            z = (np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma
+        return special.ndtr(-z)
+
+    def _ppf(self, u):
+        x = np.exp(self.mu + self.sigma * special.ndtri(np.asarray(u)))
+        return np.ceil(x - 0.5).astype(np.int64)
+
+    def _upper(self) -> int:
+        z = special.ndtri(1 - 1e-15)  # the 1e-15 upper quantile, computed without inversion loss
+        return int(math.ceil(math.exp(self.mu + self.sigma * z)))
+
+
+class Empirical(LengthDist):
+    """Lengths read from a file: one integer per line, or the column ``column`` of a CSV."""
+
+    dist: Literal["empirical"] = "empirical"
+    path: Path
+    column: str | None = None
+    _values: np.ndarray = PrivateAttr()
+    _cum: np.ndarray = PrivateAttr()
+
+    @field_validator("path", mode="after")
+    @classmethod
+    def _resolve(cls, path: Path, info: ValidationInfo) -> Path:
+        return resolve_path(path, info)
+
+    def _prepare(self) -> None:
+        try:
+            vals = read_lengths(self.path, self.column)
+        except ValueError as exc:
+            raise ValueError(f"path: {exc}") from None
+        values, counts = np.unique(vals, return_counts=True)
+        self._values = values
+        self._cum = np.cumsum(counts) / counts.sum()
+
+    def _cdf(self, n):
+        idx = np.searchsorted(self._values, np.asarray(n), side="right")
+        return np.concatenate([[0.0], self._cum])[idx]
+
+    def _ppf(self, u):
+        idx = np.searchsorted(self._cum, np.asarray(u), side="left")
+        return self._values[np.minimum(idx, len(self._values) - 1)]
+
+    def _upper(self) -> int:
+        return int(self._values[-1])
+
+
+def read_lengths(path: Path, column: str | None) -> np.ndarray:
+    """Positive integer lengths from ``path``; raises ValueError naming the problem."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise ValueError(f"cannot read {str(path)!r}: no such file")
+    try:
+        if column is None:
+            frame = pd.read_csv(path, header=None, comment="#")
+            if frame.shape[1] != 1:
+                raise ValueError(f"{str(path)!r} has {frame.shape[1]} columns; name one with 'column'")
+            series = frame.iloc[:, 0]
+            if series.size and not _is_number(series.iloc[0]):
+                series = series.iloc[1:]  # a header line
+        else:
+            frame = pd.read_csv(path, comment="#")
+            if column not in frame.columns:
+                raise ValueError(f"{str(path)!r} has no column {column!r}; columns: {', '.join(map(str, frame.columns))}")
+            series = frame[column]
+        values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ValueError(f"cannot read {str(path)!r}: {exc}") from None
+    if values.size == 0:
+        raise ValueError(f"{str(path)!r} holds no lengths")
+    bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{str(path)!r} value #{i + 1} ({series.iloc[i]!r}) is not a positive integer")
+    return values.astype(np.int64)
+
+
+def _is_number(x) -> bool:
+    try:
+        float(x)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+LengthConfig = Annotated[Fixed | Uniform | Geometric | LogNormal | Empirical, Field(discriminator="dist")]
+
+
+class LengthStream:
+    """Draws lengths one at a time from a chunked buffer (fast and reproducible)."""
+
+    __slots__ = ("_dist", "_rng", "_buf", "_i")
+
+    def __init__(self, dist: LengthDist, rng: np.random.Generator):
+        self._dist, self._rng = dist, rng
+        self._buf: list[int] = []
+        self._i = 0
+
+    def __call__(self) -> int:
+        if self._i >= len(self._buf):
+            self._buf = self._dist.sample(self._rng, CHUNK).tolist()
+            self._i = 0
+        v = self._buf[self._i]
+        self._i += 1
+        return v
