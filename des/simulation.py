@@ -34,8 +34,12 @@ def _generators(seed: int) -> dict[str, np.random.Generator]:
     return {name: np.random.default_rng(s) for name, s in zip(STREAMS, children, strict=True)}
 
 
-def build(scenario: Scenario) -> tuple[simpy.Environment, Cluster, list[simpy.Process]]:
-    """The environment, the cluster and the arrival processes of ``scenario``."""
+def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environment, Cluster, list[simpy.Process]]:
+    """The environment, the cluster and the arrival processes of ``scenario``.
+
+    ``fast_forward=False`` runs every GPU step through SimPy one by one: the reference
+    the fast-forwarded engine must match exactly.
+    """
     env = simpy.Environment()
     rng = _generators(scenario.seed)
     plan = scenario.memory_plan()
@@ -46,7 +50,7 @@ def build(scenario: Scenario) -> tuple[simpy.Environment, Cluster, list[simpy.Pr
         scenario.scheduler.build(BlockManager(plan.num_blocks, plan.block_size), scenario.model.max_model_len)
         for _ in range(scenario.cluster.replicas)
     ]
-    cluster = Cluster(env, schedulers, cost, ROUTERS[scenario.cluster.router](rng["router"]))
+    cluster = Cluster(env, schedulers, cost, ROUTERS[scenario.cluster.router](rng["router"]), fast_forward)
 
     h, w = scenario.horizon, scenario.workload
     duration = h.duration if h.duration is not None else math.inf
@@ -73,7 +77,9 @@ def build(scenario: Scenario) -> tuple[simpy.Environment, Cluster, list[simpy.Pr
     return env, cluster, procs
 
 
-def simulate(scenario: Scenario, progress: Progress | None = None, ticks: int = 100) -> Result:
+def simulate(
+    scenario: Scenario, progress: Progress | None = None, ticks: int = 100, fast_forward: bool = True
+) -> Result:
     """Run ``scenario`` to its end and return its request and step tables and summary.
 
     Arrivals stop at the horizon; with ``horizon.drain`` the run goes on until every
@@ -81,7 +87,7 @@ def simulate(scenario: Scenario, progress: Progress | None = None, ticks: int = 
     last arrival when only ``num_requests`` is set). ``progress`` is called about
     ``ticks`` times along the way.
     """
-    env, cluster, procs = build(scenario)
+    env, cluster, procs = build(scenario, fast_forward)
     h = scenario.horizon
     arrivals_done = env.all_of(procs)
     horizon = h.duration if h.duration is not None else None

@@ -23,12 +23,21 @@ from des.engine.steplog import StepLog
 class Cluster:
     """Identical instances (one per scheduler given) behind ``router``."""
 
-    def __init__(self, env: simpy.Environment, schedulers: Sequence[Scheduler], cost: CostModel, router: Router):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        schedulers: Sequence[Scheduler],
+        cost: CostModel,
+        router: Router,
+        fast_forward: bool = True,
+    ):
         self.env = env
         self.requests: list[Request] = []
         self.log = StepLog()
         self.router = router
-        self.instances = [Instance(env, i, s, cost, self.log, self._release) for i, s in enumerate(schedulers)]
+        self.instances = [
+            Instance(env, i, s, cost, self.log, self._release, fast_forward) for i, s in enumerate(schedulers)
+        ]
 
     def submit(self, prompt_tokens: int, output_tokens: int, notify: bool = False):
         """A request arrives now; returns an event fired when it leaves if ``notify``."""

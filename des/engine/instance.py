@@ -4,22 +4,32 @@ It sleeps while it has no work; otherwise it loops: ask the scheduler for a batc
 cost it, hold the GPU for that long, apply the step, release finished requests.
 Batches are formed after every other event at the same instant (a late-priority
 barrier), so requests arriving at time ``t`` can join the batch formed at ``t``.
+
+Fast-forward: when the scheduler says the next ``j`` steps are pure decodes of the
+same members that release nobody, the instance costs them one by one (each step's
+decode context grows by its batch size), keeps those that end strictly before the
+next event anywhere in the simulation, logs them, applies them at once and sleeps
+until the last one ends. Nothing else can happen in between, so the result is the
+one the per-step path (``fast_forward=False``, the reference) gives, to the bit.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 
 import simpy
 from simpy.events import Event, EventPriority
 
-from des.cost.base import CostModel
+from des.cost.base import BatchShape, CostModel
 from des.engine.request import Request
-from des.engine.schedulers.base import Scheduler
+from des.engine.schedulers.base import Scheduler, Step
 from des.engine.steplog import StepLog
 
 #: Priority of the batch-formation barrier: after SimPy's URGENT (0) and NORMAL (1).
 LATE = EventPriority(2)
+#: Longest run of steps applied at once (bounds the per-span arrays).
+MAX_SPAN = 4096
 
 
 class _Barrier(Event):
@@ -43,6 +53,7 @@ class Instance:
         cost: CostModel,
         log: StepLog,
         on_release: Callable[[Request], None],
+        fast_forward: bool = True,
     ):
         self.env = env
         self.index = index
@@ -50,6 +61,7 @@ class Instance:
         self.cost = cost
         self.log = log
         self.on_release = on_release
+        self.fast_forward = fast_forward
         self.outstanding = 0  # requests routed here and not yet released
         self._wake: Event | None = None
         self.process = env.process(self._run())
@@ -81,6 +93,12 @@ class Instance:
                 continue
             start = env.now
             duration = cost.step_time(step.shape)
+            if self.fast_forward and start + duration < env.peek():
+                j = sched.steady_steps(step, MAX_SPAN)
+                if j > 1:
+                    end = yield from self._span(step, j, duration)
+                    if end is not None:
+                        continue
             kv_used, waiting = sched.kv.used, sched.num_waiting()
             yield env.timeout(duration)
             released = sched.finish_step(step, env.now)
@@ -93,3 +111,43 @@ class Instance:
                 self.outstanding -= 1
                 release(req)
 
+
+    def _span(self, step: Step, j: int, first: float) -> Generator:
+        """Apply up to ``j`` steady steps that end before the next event; None if < 2."""
+        env = self.env
+        limit = env.peek()
+        shape = step.shape
+        grow = shape.decode_tokens
+        probe = BatchShape(shape.num_seqs, 0, 0.0, 0, shape.decode_tokens, shape.decode_context, shape.num_emitting)
+        starts, durations = [], []
+        t, d = env.now, first
+        for _ in range(j):
+            end = t + d
+            if not end < limit:
+                break
+            starts.append(t)
+            durations.append(d)
+            t = end
+            probe.decode_context += grow
+            d = self.cost.step_time(probe)
+        m = len(starts)
+        if m < 2:
+            return None
+        waiting = self.scheduler.num_waiting()
+        kv = self.scheduler.advance(step, m)
+        self.log.record_span(
+            self.index, starts, durations, step.batch_size, step.width, shape.decode_tokens, step.emitted,
+            kv.tolist(), waiting,
+        )
+        yield env.timeout(_delay_to(env.now, t))
+        return t
+
+
+def _delay_to(now: float, target: float) -> float:
+    """A delay ``d`` with ``now + d == target`` exactly in floating point."""
+    d = target - now
+    while now + d < target:
+        d = math.nextafter(d, math.inf)
+    while now + d > target:
+        d = math.nextafter(d, -math.inf)
+    return d

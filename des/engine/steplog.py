@@ -33,5 +33,22 @@ class StepLog:
         for append, v in zip(self._appends, values, strict=True):
             append(v)
 
+    def record_span(self, instance, starts, durations, batch_size, width, decode_tokens, emitted, kv_blocks,
+                    waiting) -> None:
+        """Append ``len(starts)`` steady decode steps (no prefill, no preemption) at once."""
+        j = len(starts)
+        c = self.columns
+        c["instance"].extend([instance] * j)
+        c["start"].extend(starts)
+        c["duration"].extend(durations)
+        c["batch_size"].extend([batch_size] * j)
+        c["batch_width"].extend([width] * j)
+        c["prefill_tokens"].extend([0] * j)
+        c["decode_tokens"].extend([decode_tokens] * j)
+        c["tokens_emitted"].extend([emitted] * j)
+        c["kv_blocks"].extend(kv_blocks)
+        c["num_waiting"].extend([waiting] * j)
+        c["preempted"].extend([0] * j)
+
     def __len__(self) -> int:
         return len(self.columns["start"])

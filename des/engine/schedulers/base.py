@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager
 from des.engine.request import Request
@@ -33,6 +35,7 @@ class Step:
     width: int = 0
     preempted: int = 0
     emitted: int = 0
+    decoding: bool = False  # every member decodes one token
 
 
 class Scheduler(Protocol):
@@ -56,6 +59,14 @@ class Scheduler(Protocol):
 
     def finish_step(self, step: Step, now: float) -> list[Request]:
         """Apply the step's progress at its end time ``now``; return the requests released."""
+
+    def steady_steps(self, step: Step, limit: int) -> int:
+        """How many steps, from ``step`` on and at most ``limit``, are pure decodes of the
+        same members that release nobody (so many can be applied at once); at least 1."""
+
+    def advance(self, step: Step, j: int) -> np.ndarray:
+        """Apply ``j`` such steady steps at once (instead of ``finish_step``); return the
+        KV blocks in use during each."""
 
 
 def length_rejection(req: Request, max_model_len: int, kv: BlockManager, width: int = 1) -> str | None:

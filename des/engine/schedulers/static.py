@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Literal
 
+import numpy as np
 from pydantic import Field, NonNegativeFloat
 
 from des.config import Strict
@@ -126,6 +127,23 @@ class StaticScheduler:
             shape.decode_context = w * (batch.prompt + batch.steps_done)
         active = len(batch.members)
         return Step(shape, batch.members, active, w, 0, active)
+
+    def steady_steps(self, step: Step, limit: int) -> int:
+        """Steps from ``step`` on (at most ``limit``) that are decodes releasing nobody."""
+        batch = self.batch
+        if batch is None or batch.steps_done == 0 or not batch.members:
+            return 1
+        left = min(r.output_tokens - r.generated for r in batch.members)
+        return max(min(left - 1, limit), 1)
+
+    def advance(self, step: Step, j: int) -> np.ndarray:
+        """Apply ``j`` steady decode steps at once; returns the KV blocks in use at each."""
+        batch = self.batch
+        assert batch is not None
+        batch.steps_done += j
+        for req in batch.members:
+            req.generated += j
+        return np.full(j, self.kv.used, np.int64)
 
     def finish_step(self, step: Step, now: float) -> list[Request]:
         batch = self.batch
