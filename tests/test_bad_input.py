@@ -17,6 +17,7 @@ a real results folder).
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import shutil
 import subprocess
@@ -664,81 +665,87 @@ def des_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "des.cli", "run", *args]
 
 
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` (relative name -> bytes), hidden temp files included."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (relative name -> SHA-256 of its bytes), hidden temp files included."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @dataclass
 class CliCase:
     id: str
     args: Callable[[Path], list[str]]  # given a scratch folder, the arguments before --out
-    paths: list[str]  # each must start an `error: <path>: ` line
+    paths: list[str]  # each must start an `error: <path>: ` line, and nothing else is printed
+    fresh: bool = False  # --out names a folder that does not exist yet (and must not be created)
 
 
 def _yaml_in(work: Path, text: str, name: str = "s.yaml") -> Path:
     return write(work / name, text)
 
 
+def _trace_scenario_file(work: Path) -> Path:
+    trace = write(work / "t.csv", TRACE_HEADER + "0,1,5\n-1,2,3\n")
+    return _yaml_in(
+        work,
+        f"workload:\n  arrival: {{process: trace, path: {trace}}}\ncost_model: {{kind: constant, step_time: 1.0}}\n",
+    )
+
+
+def _ragged_empirical_override(work: Path) -> str:
+    lengths = write(work / "l.txt", "10\n20,30\n")
+    return f"workload.prompt_tokens={{dist: empirical, path: {lengths}}}"
+
+
 CLI_CASES = [
-    CliCase("unknown-scheduler", lambda w: [str(LESSON_STATIC), "--set", "scheduler.kind=fancy"], ["scheduler.kind"]),
-    CliCase("bad-set-syntax", lambda w: [str(LESSON_STATIC), "--set", "noequals"], ["--set"]),
-    CliCase("model-does-not-fit", lambda w: ["--set", "gpu.memory_bytes=1000000000"], ["model"]),
-    CliCase("warmup-not-shorter", lambda w: ["--set", "warmup=600"], ["warmup"]),
     CliCase(
         "several-problems",
-        lambda w: ["--set", "workload.arrival.rate=-1", "--set", "cluster.router=nope", "--set", "colour=red"],
-        ["workload.arrival.rate", "cluster.router", "colour"],
-    ),
-    CliCase("negative-seed", lambda w: [str(LESSON_STATIC), "--seed", "-1"], ["--seed"]),
-    CliCase("missing-scenario", lambda w: [str(w / "nope.yaml")], ["scenario"]),
-    CliCase("malformed-yaml", lambda w: [str(_yaml_in(w, "name: x\nworkload: {arrival: [\n"))], ["scenario"]),
-    CliCase(
-        "bad-trace",
         lambda w: [
-            str(
-                _yaml_in(
-                    w,
-                    f"workload:\n  arrival: {{process: trace, path: {write(w / 't.csv', TRACE_HEADER + '0,1,5\n-1,2,3\n')}}}\n"
-                    "cost_model: {kind: constant, step_time: 1.0}\n",
-                )
-            )
+            "--set", "workload.arrival.rate=-1", "--set", "cluster.router=nope",
+            "--set", "colour=red", "--set", "scheduler.kind=fancy",
         ],
-        ["workload.arrival.path"],
+        ["workload.arrival.rate", "cluster.router", "colour", "scheduler.kind"],
     ),
+    CliCase("bad-set-syntax", lambda w: [str(LESSON_STATIC), "--set", "noequals"], ["--set"]),
+    CliCase("model-does-not-fit", lambda w: ["--set", "gpu.memory_bytes=1000000000"], ["model"], fresh=True),
+    CliCase("negative-seed", lambda w: [str(LESSON_STATIC), "--seed", "-1"], ["--seed"]),
+    CliCase("malformed-yaml", lambda w: [str(_yaml_in(w, "name: x\nworkload: {arrival: [\n"))], ["scenario"]),
+    CliCase("bad-trace", lambda w: [str(_trace_scenario_file(w))], ["workload.arrival.path"]),
     # Known library bugs at the time of writing (see the report): a traceback or a blank line.
     CliCase("non-utf8-scenario", lambda w: [str(write(w / "bin.yaml", b"\xff\xfe\x00name: x\n"))], ["scenario"]),
-    CliCase(
-        "ragged-empirical",
-        lambda w: [
-            "--set", f"workload.prompt_tokens={{dist: empirical, path: {write(w / 'l.txt', '10\n20,30\n')}}}"
-        ],
-        ["workload.prompt_tokens.path"],
-    ),
+    CliCase("ragged-empirical", lambda w: ["--set", _ragged_empirical_override(w)], ["workload.prompt_tokens.path"]),
     CliCase("infinite-step-time", lambda w: [str(LESSON_STATIC), "--set", "cost_model.step_time=.inf"],
             ["cost_model.step_time"]),
 ]
 
 
 @pytest.fixture(scope="module")
-def cli_runs(tmp_path_factory):
-    """One real results folder, then every failing case run concurrently into a copy of it."""
-    root = tmp_path_factory.mktemp("cli")
-    original = root / "original"
+def original_results(tmp_path_factory) -> Path:
+    """A real results folder written by a successful ``des run``."""
+    root = tmp_path_factory.mktemp("original")
+    out = root / "results"
     done = subprocess.run(
-        des_cmd(str(LESSON_STATIC), "--out", str(original), "--quiet"),
+        des_cmd(str(LESSON_STATIC), "--out", str(out), "--quiet"),
         cwd=root, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    before = snapshot(original)
-    assert set(before) == RESULT_FILES
+    assert set(snapshot(out)) == RESULT_FILES
+    return out
 
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory, original_results):
+    """Every failing case run concurrently, each into its own copy of the results folder."""
+    root = tmp_path_factory.mktemp("cli")
     procs = {}
     for case in CLI_CASES:
         work = root / case.id
         work.mkdir()
         out = work / "results"
-        shutil.copytree(original, out)
+        if not case.fresh:
+            shutil.copytree(original_results, out)
         cmd = des_cmd(*case.args(work), "--out", str(out))
         procs[case.id] = (subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out)
     runs = {}
@@ -750,13 +757,12 @@ def cli_runs(tmp_path_factory):
             stdout, stderr = proc.communicate()
             stderr += "\n<timed out>"
         runs[case_id] = (proc.returncode, stdout, stderr, out)
-    return before, runs
+    return runs
 
 
 @pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
-def test_cli_reports_bad_input(cli_runs, case: CliCase):
-    before, runs = cli_runs
-    returncode, stdout, stderr, out = runs[case.id]
+def test_cli_reports_bad_input(cli_runs, original_results, case: CliCase):
+    returncode, stdout, stderr, out = cli_runs[case.id]
     assert "Traceback" not in stderr, stderr
     assert returncode == 2, stderr
     lines = stderr.splitlines()
@@ -766,38 +772,26 @@ def test_cli_reports_bad_input(cli_runs, case: CliCase):
         assert any(line.startswith(f"error: {path}: ") for line in lines), (path, stderr)
     assert len(lines) == len(case.paths), stderr
     assert stdout.strip() == "", stdout
-    assert snapshot(out) == before, "the existing results folder changed"
+    if case.fresh:
+        assert not out.exists(), "a failing run created its results folder"
+    else:
+        assert snapshot(out) == snapshot(original_results), "the existing results folder changed"
 
 
-def test_cli_failing_run_creates_no_folder(tmp_path):
-    out = tmp_path / "fresh"
-    done = subprocess.run(
-        des_cmd(str(LESSON_STATIC), "--set", "scheduler.max_batch_size=0", "--out", str(out)),
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("error: scheduler.max_batch_size: "), done.stderr
-    assert not out.exists()
-
-
-def test_cli_write_failure_leaves_earlier_results_untouched(tmp_path):
+def test_cli_write_failure_leaves_earlier_results_untouched(tmp_path, original_results):
     """A run that fails while writing (here: summary.json is in the way as a folder)
     must not leave a mix of new and old files in the existing results folder."""
     out = tmp_path / "results"
-    first = subprocess.run(
-        des_cmd(str(LESSON_STATIC), "--out", str(out), "--quiet"),
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )
-    assert first.returncode == 0, first.stderr
+    shutil.copytree(original_results, out)
     (out / "summary.json").unlink()
     (out / "summary.json" / "blocker").mkdir(parents=True)
     before = snapshot(out)
     # a different scenario, so rewritten files would differ from the old ones
-    second = subprocess.run(
+    done = subprocess.run(
         des_cmd(str(LESSON_CONTINUOUS), "--out", str(out), "--quiet"),
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
-    assert "Traceback" not in second.stderr, second.stderr
-    assert second.returncode == 2, second.stderr
-    assert second.stderr.startswith("error: --out: "), second.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: --out: "), done.stderr
     assert snapshot(out) == before, "files of the earlier run were replaced by a failing run"

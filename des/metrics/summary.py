@@ -4,7 +4,9 @@ Measurement window: ``[warmup, end]`` where ``end`` is ``horizon.duration`` when
 otherwise the time the run ended. Latency statistics cover completed requests that
 arrived inside the window; throughput counts completions and emitted tokens inside
 it; ``gpu_busy_fraction`` and ``mean_batch_size`` (time-weighted over busy time) use
-the part of each step inside it. Counts (``num_*``, ``preemptions``) cover the whole
+the part of each step inside it; ``mean_in_system`` and ``mean_queue_length`` are
+time averages over it of the requests present (arrived, not finished) and waiting
+(arrived, not yet scheduled). Counts (``num_*``, ``preemptions``) cover the whole
 run, so that ``num_completed + num_rejected + num_unfinished == num_requests``.
 """
 
@@ -24,6 +26,16 @@ PERCENTILES = (50, 90, 95, 99)
 
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+def _time_average(begin: np.ndarray, finish: np.ndarray, start: float, end: float) -> float | None:
+    """Time-average over ``[start, end]`` of how many intervals ``[begin, finish)`` cover
+    the instant (NaN ``finish``: still open at the end), by summing their overlaps."""
+    if not end > start:
+        return None
+    stop = np.where(np.isnan(finish), end, finish)
+    overlap = np.clip(np.minimum(stop, end) - np.maximum(begin, start), 0.0, None)
+    return _finite(overlap.sum() / (end - start))
 
 
 def summarize(
@@ -76,6 +88,9 @@ def summarize(
     out["num_steps"] = int(len(steps))
     out["makespan"] = _finite(float(np.nanmax(finish)) if completed.any() else 0.0)
     admitted = (status != "rejected").to_numpy()
+    sched = requests["scheduled_time"].to_numpy()
+    out["mean_in_system"] = _time_average(arrival[admitted], finish[admitted], warmup, end)
+    out["mean_queue_length"] = _time_average(arrival[admitted], sched[admitted], warmup, end)
     growth = backlog_growth(arrival[admitted], finish[admitted], warmup, end)
     out["backlog_growth"] = growth
     out["stable"] = bool(is_stable(growth))

@@ -50,6 +50,11 @@ class ContinuousConfig(Strict):
         return ContinuousScheduler(self, kv, self.max_model_len or max_model_len)
 
 
+#: Batches up to this size get their shape from a Python loop, which beats numpy's
+#: per-call overhead on a handful of sequences.
+SCALAR_SHAPE = 24
+
+
 def _ceil_div(a, b: int):
     return -(-a // b)
 
@@ -230,7 +235,20 @@ class ContinuousScheduler:
         return ks, budget
 
     def _shape(self, k: np.ndarray) -> BatchShape:
+        """The step's aggregates when it holds prefill chunks (see BatchShape)."""
         m = k.size
+        if m <= SCALAR_SHAPE:
+            shape = BatchShape()
+            for ki, c, g, p in zip(k.tolist(), self.comp[:m].tolist(), self.gen[:m].tolist(),
+                                   self.prompt[:m].tolist(), strict=True):
+                if ki == 0:
+                    continue
+                need = p + g - c
+                if g and need == 1:
+                    shape.add_decode(c)
+                else:
+                    shape.add_chunk(c, ki, ki == need)
+            return shape
         comp = self.comp[:m]
         need = self.prompt[:m] + self.gen[:m] - comp
         decode = (need == 1) & (self.gen[:m] > 0) & (k == 1)
