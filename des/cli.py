@@ -61,7 +61,7 @@ def main() -> None:
 @click.option("--quiet", is_flag=True, help="Print nothing but errors.")
 def run(scenario: Path | None, out_dir: Path | None, seed: int | None, overrides: tuple[str, ...], quiet: bool) -> None:
     """Simulate SCENARIO (default: the embedded RTX 4090 + Qwen2.5-7B scenario)."""
-    from des.output import write_result
+    from des.output import check_writable, write_result
     from des.scenario import load_scenario, scenario_warnings
     from des.simulation import simulate
 
@@ -77,8 +77,10 @@ def run(scenario: Path | None, out_dir: Path | None, seed: int | None, overrides
     for note in scenario_warnings(sc):
         err_console.print(f"[yellow]warning:[/] {note}", highlight=False)
     out_dir = out_dir or Path("results") / sc.name
-    if out_dir.exists() and not out_dir.is_dir():
-        _fail(ScenarioError(("--out", f"{str(out_dir)!r} exists and is not a folder")))
+    try:
+        check_writable(out_dir)
+    except OSError as exc:
+        _fail(ScenarioError(("--out", f"cannot write to {str(out_dir)!r}: {exc}")))
 
     t0 = time.perf_counter()
     progress_cb, progress_ctx = _progress(quiet)

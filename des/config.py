@@ -13,9 +13,9 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo
 
 
 class Strict(BaseModel):
-    """A frozen pydantic model that forbids unknown keys."""
+    """A frozen pydantic model that forbids unknown keys and non-finite numbers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
 def resolve_path(path: Path, info: ValidationInfo) -> Path:

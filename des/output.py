@@ -27,22 +27,41 @@ def _umask() -> int:
     return mask
 
 
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+class _Staged:
+    """Files written under temporary names in one folder, moved into place together.
+
+    Everything is written before anything is replaced, so a failure (disk full, a
+    serialisation error) leaves the folder's earlier files as they were.
+    """
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.moves: list[tuple[Path, Path]] = []
+
+    def write(self, name: str, write) -> None:
+        target = self.folder / name
+        if target.exists() and not target.is_file():
+            raise OSError(f"{str(target)!r} exists and is not a file")
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{name}.", suffix=".tmp")
+        os.close(fd)
+        self.moves.append((Path(tmp), target))
         write(Path(tmp))
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def commit(self) -> list[Path]:
+        for tmp, target in self.moves:
+            os.replace(tmp, target)
+        return [t for _, t in self.moves]
+
+    def discard(self) -> None:
+        for tmp, _ in self.moves:
+            tmp.unlink(missing_ok=True)
 
 
-def write_parquet(frame, path: Path) -> None:
-    """A DataFrame as Parquet without the pandas index or creation metadata that varies."""
+def parquet_writer(frame):
+    """A writer of ``frame`` as Parquet (no pandas index; zstd)."""
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    _atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    return lambda tmp: pq.write_table(table, tmp, compression="zstd")
 
 
 def json_ready(summary: dict[str, Any]) -> dict[str, Any]:
@@ -57,18 +76,32 @@ def json_ready(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write_json(data: dict[str, Any], path: Path) -> None:
-    text = json.dumps(json_ready(data), indent=2, allow_nan=False) + "\n"
-    _atomic_write(path, lambda tmp: tmp.write_text(text))
+def json_text(data: dict[str, Any]) -> str:
+    return json.dumps(json_ready(data), indent=2, allow_nan=False) + "\n"
+
+
+def check_writable(out_dir: Path) -> None:
+    """Raise OSError now if ``out_dir`` cannot be created or written (before a long run)."""
+    probe = out_dir
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OSError(f"{str(probe)!r} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OSError(f"{str(probe)!r} is not writable")
 
 
 def write_result(result: Result, out_dir: Path) -> list[Path]:
     """Write the four files of ``result`` into ``out_dir`` (created if missing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / n for n in ("requests.parquet", "steps.parquet", "summary.json", "scenario.yaml")]
-    write_parquet(result.requests, paths[0])
-    write_parquet(result.steps, paths[1])
-    write_json(result.summary, paths[2])
-    text = yaml.safe_dump(result.scenario.resolved(), sort_keys=False)
-    _atomic_write(paths[3], lambda tmp: tmp.write_text(text))
-    return paths
+    staged = _Staged(out_dir)
+    scenario_text = yaml.safe_dump(result.scenario.resolved(), sort_keys=False)
+    try:
+        staged.write("requests.parquet", parquet_writer(result.requests))
+        staged.write("steps.parquet", parquet_writer(result.steps))
+        staged.write("summary.json", lambda tmp: tmp.write_text(json_text(result.summary)))
+        staged.write("scenario.yaml", lambda tmp: tmp.write_text(scenario_text))
+    except BaseException:
+        staged.discard()
+        raise
+    return staged.commit()

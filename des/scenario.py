@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Annotated, Any, Union
 
 import yaml
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from des import catalog
 from des.catalog.memory import MemoryPlan, Precision, plan_memory
@@ -128,6 +136,7 @@ class Scenario(Strict):
             max_num_batched_tokens=getattr(s, "max_num_batched_tokens", 2048),
             max_num_seqs=getattr(s, "max_num_seqs", getattr(s, "max_batch_size", 128)),
             tp=self.cluster.tp,
+            num_blocks_override=s.num_gpu_blocks_override,
         )
 
     def resolved(self) -> dict[str, Any]:
@@ -228,9 +237,11 @@ def parse_override(text: str) -> tuple[str, Any]:
 def read_yaml(path: Path) -> dict[str, Any]:
     """A YAML mapping from ``path``; problems as ScenarioError naming the file."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(("scenario", f"cannot read {str(path)!r}: {exc.strerror or exc}")) from None
+    except UnicodeDecodeError:
+        raise ScenarioError(("scenario", f"{str(path)!r} is not UTF-8 text")) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

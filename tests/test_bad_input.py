@@ -220,36 +220,36 @@ def test_non_string_catalog_base_is_an_error(bad):
 
 
 BAD_VALUES = [
-    # (override key, bad value, text that must appear in the message)
-    ("workload.arrival.rate", -1, "-1"),
+    # (override key, bad value, text that must appear in the message). Values are chosen
+    # so the echo cannot be mistaken for the bound in the message ("must be > 0").
+    ("workload.arrival.rate", -1.25, "-1.25"),
     ("workload.arrival.rate", 0, "0"),
     ("workload.arrival.rate", "fast", "fast"),
     ("workload.arrival.rate", math.nan, "nan"),
-    ("seed", -1, "-1"),
+    ("seed", -7, "-7"),
     ("seed", 1.5, "1.5"),
-    ("warmup", -1, "-1"),
+    ("warmup", -3.5, "-3.5"),
     ("horizon.duration", -5, "-5"),
-    ("horizon.duration", 0, "0"),
-    ("horizon.num_requests", 0, "0"),
+    ("horizon.num_requests", -9, "-9"),
     ("horizon.num_requests", 2.5, "2.5"),
     ("horizon.drain", "perhaps", "perhaps"),
-    ("cluster.replicas", 0, "0"),
+    ("cluster.replicas", -2, "-2"),
     ("cluster.replicas", 1.5, "1.5"),
-    ("cluster.tp", 0, "0"),
-    ("scheduler.max_num_seqs", 0, "0"),
+    ("cluster.tp", -4, "-4"),
+    ("scheduler.max_num_seqs", -6, "-6"),
     ("scheduler.max_num_seqs", "lots", "lots"),
     ("scheduler.max_num_batched_tokens", -3, "-3"),
-    ("scheduler.block_size", 0, "0"),
+    ("scheduler.block_size", -16, "-16"),
     ("scheduler.gpu_memory_utilization", 1.5, "1.5"),
-    ("scheduler.gpu_memory_utilization", 0, "0"),
+    ("scheduler.gpu_memory_utilization", -0.25, "-0.25"),
     ("scheduler.enable_chunked_prefill", "maybe", "maybe"),
     ("workload.prompt_tokens.mean", -512, "-512"),
-    ("workload.prompt_tokens.sigma", 0, "0"),
+    ("workload.prompt_tokens.sigma", -0.75, "-0.75"),
     ("workload.output_tokens.mean", 0.5, "0.5"),
-    ("workload.output_tokens.min", 0, "0"),
+    ("workload.output_tokens.min", -8, "-8"),
     ("gpu.memory_bytes", -1, "-1"),
-    ("gpu.memory_bandwidth", 0, "0"),
-    ("model.num_layers", 0, "0"),
+    ("gpu.memory_bandwidth", -2e12, "-2"),
+    ("model.num_layers", -28, "-28"),
     ("model.num_key_value_heads", 5, "5"),
 ]
 
@@ -306,7 +306,9 @@ BAD_SECTIONS = [
     Case("static-batch-zero", base(scheduler={"kind": "static", "max_batch_size": 0}), "scheduler.max_batch_size", ["0"]),
     Case("static-wait-negative", base(scheduler={"kind": "static", "max_wait": -1}), "scheduler.max_wait", ["-1"]),
     Case("gpu-not-mapping", base(gpu=5), "gpu", ["5"]),
-    Case("gpu-no-bf16", base(gpu={"base": "rtx4090", "flops": {"fp8": 1e15}}), "gpu.flops", ["bf16"]),
+    Case("gpu-no-bf16", base(gpu={"memory_bytes": 2.5e10, "memory_bandwidth": 1e12, "flops": {"fp8": 1e15},
+                                  "efficiency": {"mfu_prefill": 0.5, "mfu_decode": 0.5, "mbu": 0.8,
+                                                 "step_overhead": 0.003}}), "gpu.flops", ["bf16"]),
 ]
 
 
@@ -587,8 +589,8 @@ def test_relative_trace_path_is_reported_against_the_scenario_folder(tmp_path):
 
 def test_trace_other_fields(tmp_path):
     path = write(tmp_path / "t.csv", TRACE_HEADER + "0,1,5\n")
-    got_path, message = one_problem(trace_scenario(path, time_scale=0))
-    assert (got_path, "0" in message) == ("workload.arrival.time_scale", True)
+    got_path, message = one_problem(trace_scenario(path, time_scale=-0.5))
+    assert got_path == "workload.arrival.time_scale" and "-0.5" in message
     got_path, message = one_problem(trace_scenario(path, speed=2))
     assert got_path == "workload.arrival.speed" and "unknown" in message
 

@@ -38,7 +38,7 @@ def resolve(kind: str, value: Any) -> dict[str, Any]:
     """Turn a catalog name (``kind`` is "gpus" or "models") into its field mapping.
 
     Mappings pass through unchanged (inline specs); a mapping with a ``base`` key takes
-    the named entry and overrides the listed fields.
+    the named entry and overrides the fields it lists (nested mappings merged key by key).
     """
     table = _table(kind)
     if isinstance(value, str):
@@ -46,9 +46,17 @@ def resolve(kind: str, value: Any) -> dict[str, Any]:
             raise ValueError(f"unknown {kind[:-1]} {value!r}; valid: {', '.join(sorted(table))}")
         return {"name": value, **table[value]}
     if isinstance(value, dict) and "base" in value:
-        base = resolve(kind, value["base"])
-        return {**base, **{k: v for k, v in value.items() if k != "base"}}
+        if not isinstance(value["base"], str):
+            raise ValueError(f"base: must be a catalog name, one of {', '.join(sorted(table))} (got {value['base']!r})")
+        return _merge(resolve(kind, value["base"]), {k: v for k, v in value.items() if k != "base"})
     return value
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def _load(kind: str, cls: type, name: str):

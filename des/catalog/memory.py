@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import Field
-
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.errors import ScenarioError
@@ -90,13 +88,6 @@ def activation_bytes(model: ModelSpec, num_tokens: int, num_seqs: int) -> int:
     return num_tokens * per_token + num_seqs * model.vocab_size * 4
 
 
-class MemoryConfig(Strict):
-    """How much of the GPU the engine may use and how the KV cache is paged."""
-
-    gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
-    block_size: int = Field(16, ge=1)
-
-
 @dataclass(frozen=True, slots=True)
 class MemoryPlan:
     """Where the memory of one instance (``tp`` GPUs) goes. All sizes in bytes."""
@@ -129,8 +120,13 @@ def plan_memory(
     max_num_batched_tokens: int = 2048,
     max_num_seqs: int = 128,
     tp: int = 1,
+    num_blocks_override: int | None = None,
 ) -> MemoryPlan:
-    """KV-cache capacity of one instance of ``tp`` GPUs; raises if nothing is left for KV."""
+    """KV-cache capacity of one instance of ``tp`` GPUs; raises if nothing is left for KV.
+
+    ``num_blocks_override`` fixes the number of blocks (vLLM's ``num_gpu_blocks_override``)
+    once the model is known to fit.
+    """
     precision = precision or Precision()
     budget = int(gpu.memory_bytes * gpu_memory_utilization) * tp
     weights = weight_bytes(model, precision)
@@ -150,6 +146,8 @@ def plan_memory(
                 f"(gpu_memory_utilization {gpu_memory_utilization})",
             )
         )
+    if num_blocks_override is not None:
+        blocks = num_blocks_override
     return MemoryPlan(tp, budget, weights, acts, reserve, kv_per_token, block_size, int(blocks))
 
 
@@ -160,7 +158,6 @@ def blocks_for(tokens: int, block_size: int) -> int:
 
 __all__ = [
     "Precision",
-    "MemoryConfig",
     "MemoryPlan",
     "plan_memory",
     "weight_bytes",

@@ -3,7 +3,15 @@ processes that turn them into requests. Each component draws from its own seeded
 ``numpy.random.Generator``; nothing here touches global random state."""
 
 from des.workload.arrivals import MMPP, ArrivalConfig, Closed, Gamma, OnOff, Poisson, Trace
-from des.workload.lengths import Empirical, Fixed, Geometric, LengthConfig, LengthDist, LogNormal, Uniform
+from des.workload.lengths import (
+    Empirical,
+    Fixed,
+    Geometric,
+    LengthConfig,
+    LengthDist,
+    LogNormal,
+    Uniform,
+)
 
 __all__ = [
     "ArrivalConfig",

@@ -24,10 +24,19 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from scipy import special
 
 from des.config import Strict, resolve_path
+from des.workload.trace import MAX_TOKENS, first_line, show
 
 #: Draws are generated in chunks of this many for speed (a fixed size, so runs repeat).
 CHUNK = 1024
@@ -122,13 +131,9 @@ class Uniform(LengthDist):
     low: PositiveInt
     high: PositiveInt
 
-    @model_validator(mode="before")
-    @classmethod
-    def _order(cls, data):
-        if isinstance(data, dict) and isinstance(data.get("low"), int) and isinstance(data.get("high"), int):
-            if data["low"] > data["high"]:
-                raise ValueError(f"high: low ({data['low']}) is greater than high ({data['high']})")
-        return data
+    def _prepare(self) -> None:
+        if self.low > self.high:
+            raise ValueError(f"high: low ({self.low}) is greater than high ({self.high})")
 
     def _cdf(self, n):
         k = self.high - self.low + 1
@@ -239,8 +244,10 @@ def read_lengths(path: Path, column: str | None) -> np.ndarray:
     """Positive integer lengths from ``path``; raises ValueError naming the problem."""
     import pandas as pd
 
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"cannot read {str(path)!r}: no such file")
+    if not path.is_file():
+        raise ValueError(f"cannot read {str(path)!r}: not a file")
     try:
         if column is None:
             frame = pd.read_csv(path, header=None, comment="#")
@@ -256,13 +263,15 @@ def read_lengths(path: Path, column: str | None) -> np.ndarray:
             series = frame[column]
         values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise ValueError(f"cannot read {str(path)!r}: {exc}") from None
+        raise ValueError(f"cannot read {str(path)!r}: {first_line(exc)}") from None
     if values.size == 0:
         raise ValueError(f"{str(path)!r} holds no lengths")
-    bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values))
+    bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values)) | (values > MAX_TOKENS)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{str(path)!r} value #{i + 1} ({series.iloc[i]!r}) is not a positive integer")
+        raise ValueError(
+            f"{str(path)!r} value #{i + 1} ({show(series.iloc[i])}) is not a positive integer up to {MAX_TOKENS:,}"
+        )
     return values.astype(np.int64)
 
 

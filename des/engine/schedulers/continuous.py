@@ -45,6 +45,7 @@ class ContinuousConfig(Strict):
     block_size: int = Field(16, ge=1)
     gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
     max_model_len: int | None = Field(None, ge=1)
+    num_gpu_blocks_override: int | None = Field(None, ge=1)
 
     def build(self, kv: BlockManager, max_model_len: int) -> ContinuousScheduler:
         return ContinuousScheduler(self, kv, self.max_model_len or max_model_len)

@@ -36,6 +36,7 @@ class StaticConfig(Strict):
     block_size: int = Field(16, ge=1)
     gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
     max_model_len: int | None = Field(None, ge=1)
+    num_gpu_blocks_override: int | None = Field(None, ge=1)
 
     def build(self, kv: BlockManager, max_model_len: int) -> StaticScheduler:
         return StaticScheduler(self, kv, self.max_model_len or max_model_len)

@@ -1,0 +1,215 @@
+"""Exact timelines of the engine on small hand-computed cases (constant 1 s steps)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import des
+
+
+def trace_scenario(tmp_path, rows, scheduler, cost=None, **extra):
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_time,prompt_tokens,output_tokens\n" + "".join(f"{a},{p},{o}\n" for a, p, o in rows))
+    data = {
+        "name": "t",
+        "workload": {"arrival": {"process": "trace", "path": str(path)}},
+        "cost_model": cost or {"kind": "constant", "step_time": 1.0},
+        "scheduler": scheduler,
+        **extra,
+    }
+    return des.load_scenario(data)
+
+
+def by_id(result):
+    return result.requests.set_index("request_id")
+
+
+def test_preemption_of_the_newest_request_and_its_recompute(tmp_path):
+    # 4 blocks of 4 tokens. A and B (prompt 4, output 6) each peak at 9 tokens = 3 blocks.
+    # Steps 1-5 fit (2 blocks each); at t = 5 both need a third block: B, the newest, is
+    # preempted, A finishes at 6, then B recomputes its 4 + 5 tokens in one step.
+    sc = trace_scenario(tmp_path, [(0, 4, 6), (0, 4, 6)],
+                        {"kind": "continuous", "block_size": 4, "num_gpu_blocks_override": 4})
+    r = des.simulate(sc)
+    req, steps = by_id(r), r.steps
+    assert req.loc[0, "finish_time"] == 6.0 and req.loc[0, "preemptions"] == 0
+    assert req.loc[1, "finish_time"] == 7.0 and req.loc[1, "preemptions"] == 1
+    assert req.loc[1, "first_token_time"] == 1.0  # the first token came before the preemption
+    assert steps["preempted"].tolist() == [0, 0, 0, 0, 0, 1, 0]
+    assert steps["batch_size"].tolist() == [2, 2, 2, 2, 2, 1, 1]
+    assert steps["prefill_tokens"].tolist() == [8, 0, 0, 0, 0, 0, 9]
+    assert steps["kv_blocks"].tolist() == [2, 4, 4, 4, 4, 3, 3]
+    assert r.summary["preemptions"] == 1
+    assert (steps["kv_blocks"] <= 4).all()
+
+
+def test_chunked_prefill_timeline(tmp_path):
+    # budget 8: A's 20-token prompt takes chunks 8, 8, 4; B (prompt 2) joins the third
+    # step with the 4 tokens left; both emit their first token at t = 3.
+    sc = trace_scenario(tmp_path, [(0, 20, 3), (0, 2, 2)],
+                        {"kind": "continuous", "max_num_batched_tokens": 8})
+    r = des.simulate(sc)
+    req, steps = by_id(r), r.steps
+    assert steps["prefill_tokens"].tolist() == [8, 8, 6, 0, 0]
+    assert steps["decode_tokens"].tolist() == [0, 0, 0, 2, 1]
+    assert steps["tokens_emitted"].tolist() == [0, 0, 2, 2, 1]
+    assert req["scheduled_time"].tolist() == [0.0, 2.0]
+    assert req["first_token_time"].tolist() == [3.0, 3.0]
+    assert req["finish_time"].tolist() == [5.0, 4.0]
+    assert req.loc[0, "tpot"] == 1.0
+
+
+def test_without_chunked_prefill_a_prompt_over_the_budget_is_rejected(tmp_path):
+    sc = trace_scenario(tmp_path, [(0, 20, 3), (0, 2, 2)],
+                        {"kind": "continuous", "max_num_batched_tokens": 8, "enable_chunked_prefill": False})
+    req = by_id(des.simulate(sc))
+    assert req.loc[0, "status"] == "rejected" and req.loc[0, "reason"] == "exceeds_token_budget"
+    assert req.loc[1, "status"] == "completed" and req.loc[1, "finish_time"] == 2.0
+
+
+def test_a_request_that_can_never_fit_is_rejected_and_the_others_run_on(tmp_path):
+    sc = trace_scenario(tmp_path, [(0, 100, 10), (0.5, 500, 10), (1, 100, 10)],
+                        {"kind": "continuous", "num_gpu_blocks_override": 10})
+    r = des.simulate(sc)
+    req = by_id(r)
+    assert req["status"].tolist() == ["completed", "rejected", "completed"]
+    assert req.loc[1, "reason"] == "exceeds_kv_capacity"
+    assert np.isnan(req.loc[1, "ttft"])
+    s = r.summary
+    assert (s["num_completed"], s["num_rejected"], s["num_unfinished"]) == (2, 1, 0)
+
+
+def test_context_limit_rejection(tmp_path):
+    sc = trace_scenario(tmp_path, [(0, 30000, 3000), (0, 10, 2)], {"kind": "static"})
+    req = by_id(des.simulate(sc))
+    assert req.loc[0, "reason"] == "exceeds_max_model_len"
+    assert req.loc[1, "status"] == "completed"
+
+
+@pytest.mark.parametrize("max_batch, formed", [(4, 0.5), (2, 0.3)])
+def test_static_max_wait(tmp_path, max_batch, formed):
+    # A at 0 and B at 0.3 wait for the batch to fill until 0.5 (or go at 0.3 when two
+    # fill it); C arrives at 2.0, during that batch, and goes at 2.5: when the batch has
+    # ended and C has waited its 0.5 s for company.
+    sc = trace_scenario(tmp_path, [(0, 5, 2), (0.3, 5, 2), (2.0, 5, 2)],
+                        {"kind": "static", "max_batch_size": max_batch, "max_wait": 0.5})
+    req = by_id(des.simulate(sc))
+    assert req["scheduled_time"].tolist() == [formed, formed, 2.5]
+    assert req["finish_time"].tolist() == [formed + 2, formed + 2, 4.5]
+
+
+def test_static_padding_cost(tmp_path):
+    # linear cost: 1 s + 0.01 s per prefill token + 0.1 s per decode token. Prompts 10 and
+    # 50 are padded to 50: prefill costs 1 + 0.01 * 100; outputs 1 and 3: two decode steps
+    # of width 2 even though one row is done.
+    cost = {"kind": "linear", "base": 1.0, "per_prefill_token": 0.01, "per_decode_token": 0.1}
+    sc = trace_scenario(tmp_path, [(0, 10, 1), (0, 50, 3)], {"kind": "static", "max_batch_size": 2}, cost)
+    r = des.simulate(sc)
+    assert r.steps["duration"].tolist() == pytest.approx([2.0, 1.2, 1.2])
+    assert r.steps["batch_width"].tolist() == [2, 2, 2]
+    assert r.steps["batch_size"].tolist() == [2, 1, 1]
+    assert r.requests["finish_time"].tolist() == pytest.approx([4.4, 4.4])  # batch_end release
+
+
+def test_trace_replay_times_and_scale(tmp_path):
+    rows = [(0.0, 5, 1), (1.5, 6, 2), (1.5, 7, 3), (4.0, 8, 1)]
+    sc = trace_scenario(tmp_path, rows, {"kind": "continuous"})
+    sc = des.load_scenario(sc, ["workload.arrival.time_scale=2.0", "cost_model.step_time=0.1"])
+    r = des.simulate(sc)
+    assert r.requests["arrival_time"].tolist() == [0.0, 3.0, 3.0, 8.0]
+    assert r.requests["prompt_tokens"].tolist() == [5, 6, 7, 8]
+    assert r.requests["output_tokens"].tolist() == [1, 2, 3, 1]
+    # simultaneous arrivals join the same batch
+    assert r.requests["scheduled_time"].tolist()[1:3] == [3.0, 3.0]
+
+
+def test_drain_false_leaves_requests_unfinished_at_the_horizon():
+    sc = des.load_scenario(None, ["horizon.duration=30", "warmup=5", "horizon.drain=false",
+                                  "workload.arrival.rate=40"])
+    r = des.simulate(sc)
+    s = r.summary
+    assert s["num_unfinished"] > 0
+    assert s["num_completed"] + s["num_rejected"] + s["num_unfinished"] == s["num_requests"]
+    assert (r.steps["start"] + r.steps["duration"]).max() <= 30.0
+    assert not s["stable"]
+    unfinished = r.requests[r.requests["status"] == "unfinished"]
+    assert unfinished["finish_time"].isna().all()
+
+
+def test_overload_ends_and_is_marked_unstable():
+    # ~5x the capacity of one 4090: arrivals stop at the horizon and the backlog drains
+    sc = des.load_scenario(None, ["horizon.duration=60", "warmup=10", "workload.arrival.rate=60"])
+    r = des.simulate(sc)
+    s = r.summary
+    assert s["num_completed"] == s["num_requests"]
+    assert not s["stable"] and s["backlog_growth"] > 0.5
+    assert s["throughput_rps"] < 0.4 * s["offered_rps"]
+
+
+def test_underload_is_stable():
+    s = des.simulate(des.load_scenario(None, ["horizon.duration=300"])).summary
+    assert s["stable"] and abs(s["backlog_growth"]) < 0.02
+
+
+def test_closed_loop_keeps_at_most_n_users_in_flight_and_obeys_littles_law():
+    n, think = 8, 1.0
+    sc = des.load_scenario({
+        "seed": 4, "horizon": {"duration": 3000}, "warmup": 100,
+        "workload": {"arrival": {"process": "closed", "concurrency": n, "think_time": think},
+                     "prompt_tokens": {"dist": "fixed", "value": 10},
+                     "output_tokens": {"dist": "geometric", "mean": 20}},
+        "cost_model": {"kind": "constant", "step_time": 0.02},
+        "scheduler": {"kind": "continuous", "max_num_seqs": 4},
+    })
+    r = des.simulate(sc)
+    req = r.requests
+    events = np.concatenate([np.c_[req["arrival_time"], np.ones(len(req))],
+                             np.c_[req["finish_time"], -np.ones(len(req))]])
+    events = events[np.lexsort((events[:, 1], events[:, 0]))]  # departures first at ties
+    assert np.cumsum(events[:, 1]).max() <= n
+    s = r.summary
+    # users are either waiting for an answer or thinking: N = X (R + Z)
+    x, resp = s["throughput_rps"], s["mean_in_system"] / s["throughput_rps"]
+    assert s["mean_in_system"] == pytest.approx(x * s["e2e_mean"], rel=0.02)
+    assert n == pytest.approx(x * (resp + think), rel=0.03)
+    assert s["stable"]
+
+
+def test_closed_loop_with_every_request_rejected_still_ends(tmp_path):
+    sc = des.load_scenario({
+        "horizon": {"duration": 20},
+        "workload": {"arrival": {"process": "closed", "concurrency": 3},
+                     "prompt_tokens": {"dist": "fixed", "value": 500},
+                     "output_tokens": {"dist": "fixed", "value": 10}},
+        "scheduler": {"kind": "continuous", "num_gpu_blocks_override": 2},
+    })
+    s = des.simulate(sc).summary
+    assert s["num_rejected"] == s["num_requests"] == 3 * 20  # one try per user per retry_delay (1 s)
+
+
+@pytest.mark.parametrize("process", [
+    {"process": "gamma", "rate": 4.0, "cv": 3.0},
+    {"process": "onoff", "on_rate": 16.0, "mean_on": 5.0, "mean_off": 15.0},
+    {"process": "mmpp", "rates": [1.0, 8.0], "mean_sojourn": [20.0, 5.0]},
+])
+def test_bursty_processes_run_on_the_default_gpu(process):
+    sc = des.load_scenario(None, ["horizon.duration=300"])
+    sc = des.load_scenario({**sc.resolved(), "workload": {**sc.resolved()["workload"], "arrival": process}})
+    s = des.simulate(sc).summary
+    assert s["num_requests"] > 500 and s["num_completed"] == s["num_requests"]
+
+
+@pytest.mark.parametrize("scheduler, rate", [
+    ({"kind": "continuous"}, 4.0),
+    ({"kind": "continuous"}, 9.0),
+    ({"kind": "continuous", "max_num_seqs": 16, "num_gpu_blocks_override": 300}, 6.0),
+    ({"kind": "static", "max_batch_size": 8}, 1.5),
+])
+def test_fast_forward_matches_the_per_step_reference(scheduler, rate):
+    base = des.load_scenario(None).resolved()
+    sc = des.load_scenario({**base, "horizon": {"duration": 200}, "scheduler": scheduler},
+                           [f"workload.arrival.rate={rate}"])
+    a, b = des.simulate(sc), des.simulate(sc, fast_forward=False)
+    assert a.requests.equals(b.requests) and a.steps.equals(b.steps) and a.summary == b.summary
+    assert a.summary["num_completed"] > 100
