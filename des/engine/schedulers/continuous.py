@@ -139,30 +139,34 @@ class ContinuousScheduler:
         kv, bs, n = self.kv, self.bs, self.n
         budget = self.max_tokens
         preempted = 0
+        tokens = 0  # tokens scheduled this step
         decoding = False  # every member decodes one token (the common, cheap case)
         if n:
             comp, gen = self.comp[:n], self.gen[:n]
             need = self.prompt[:n] + gen - comp
             total = int(need.sum())
             if total <= budget:
-                k = need
+                k, tokens = need, total
                 decoding = total == n and int(gen.min()) > 0
-            elif self.chunked:
-                k = np.diff(np.minimum(np.cumsum(need), budget), prepend=0)
             else:
-                fits = np.cumsum(need) <= budget
-                k = need * fits
-                if not fits.all():  # FCFS: nobody after the first request that does not fit
-                    k[int(np.argmin(fits)):] = 0
+                if self.chunked:
+                    k = np.diff(np.minimum(np.cumsum(need), budget), prepend=0)
+                else:
+                    fits = np.cumsum(need) <= budget
+                    k = need * fits
+                    if not fits.all():  # FCFS: nobody after the first request that does not fit
+                        k[int(np.argmin(fits)):] = 0
+                tokens = int(k.sum())
             # blocks held cover ``comp`` tokens exactly, so the extra ones are never negative
             extra = (comp + k + (bs - 1)) // bs - self.blk[:n]
             blocks = int(extra.sum())
             if blocks <= kv.free:
                 self.blk[:n] += extra
                 kv.free -= blocks
-                budget -= int(k.sum())
+                budget -= tokens
             else:
                 k, budget, preempted = self._schedule_under_pressure(k, budget)
+                tokens = self.max_tokens - budget
                 decoding = False
         else:
             k = np.zeros(0, np.int64)
@@ -170,11 +174,12 @@ class ContinuousScheduler:
             admitted, budget = self._admit(now, budget)
             if admitted:
                 k = np.concatenate([k, np.array(admitted, np.int64)])
+                tokens += sum(admitted)
                 decoding = False
-        if k.size == 0 or not k.any():
+        if tokens == 0:
             return None
         if decoding:
-            shape = BatchShape(n, 0, 0.0, 0, n, int(self.comp[:n].sum()) + n, n)
+            shape = BatchShape(n, 0, 0.0, 0, n, int(comp.sum()) + n, n)
         else:
             shape = self._shape(k)
         step = Step(shape, k, shape.num_seqs, shape.num_seqs, preempted, shape.num_emitting)
