@@ -95,6 +95,75 @@ def run(scenario: Path | None, out_dir: Path | None, seed: int | None, overrides
         _print_summary(sc, result.summary, wall, out_dir)
 
 
+@main.command()
+@click.option("--gpu", "gpu_name", default="rtx4090", show_default=True, help="Catalog GPU.")
+@click.option("--model", "model_name", default="qwen2.5-7b", show_default=True, help="Catalog model.")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel GPUs.")
+@click.option("--weights", default="bf16", show_default=True, help="Weight format (bf16, fp8, int8, int4-awq, int4-gptq).")
+@click.option("--kv-cache-dtype", default="bf16", show_default=True, help="KV cache format (bf16, fp8).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Draw step time vs batch size on a roofline into this PNG.")
+def costmodel(gpu_name: str, model_name: str, tp: int, weights: str, kv_cache_dtype: str, plot_path: Path | None) -> None:
+    """Tabulate the roofline step-time model of a GPU and model."""
+    from pydantic import ValidationError
+
+    from des import catalog
+    from des.catalog.memory import Precision
+    from des.costmodel import CostReport
+
+    try:
+        gpu, model = catalog.gpu(gpu_name), catalog.model(model_name)
+    except ScenarioError as exc:
+        _fail(ScenarioError([(f"--{p}", m) for p, m in exc.problems]))
+    try:
+        precision = Precision(weights=weights, kv_cache_dtype=kv_cache_dtype)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = "--weights" if err["loc"][0] == "weights" else "--kv-cache-dtype"
+        _fail(ScenarioError((flag, f"{err['msg'].lower()} (got {err['input']!r})")))
+    try:
+        rep = CostReport.build(gpu, model, precision, tp)
+        facts = rep.facts()
+    except ScenarioError as exc:
+        _fail(exc)
+    console = Console()
+    gib = 1 << 30
+    head = Table.grid(padding=(0, 2))
+    head.add_row("model", f"{model.name}: {facts['params'] / 1e9:.2f} B parameters, {precision.weights} weights "
+                 f"{facts['weight_bytes'] / gib:.2f} GiB, KV {facts['kv_bytes_per_token']:,} bytes/token ({precision.kv_cache_dtype})")
+    head.add_row("gpu", f"{tp} x {gpu.name}: {gpu.peak_flops(precision.compute_dtype) / 1e12:.1f} TFLOP/s "
+                 f"{precision.compute_dtype}, {gpu.memory_bandwidth / 1e9:.0f} GB/s, {gpu.memory_bytes / gib:.1f} GiB; "
+                 f"mfu {gpu.efficiency.mfu_prefill}/{gpu.efficiency.mfu_decode}, mbu {gpu.efficiency.mbu}, "
+                 f"overhead {gpu.efficiency.step_overhead * 1e3:.1f} ms/step")
+    head.add_row("ridge", f"{facts['ridge_tokens']:.0f} tokens per step (compute overtakes weight reads)")
+    head.add_row("kv", f"{facts['kv_tokens_0.90']:,} tokens at gpu_memory_utilization 0.90, "
+                 f"{facts['kv_tokens_0.92']:,} at 0.92")
+    console.print(head)
+    dec = Table(title="decode step (ms) and output tokens/s, by batch size and context", title_justify="left")
+    dec.add_column("batch", justify="right")
+    for c in (512, 2048, 8192):
+        dec.add_column(f"ms @{c}", justify="right")
+        dec.add_column(f"tok/s @{c}", justify="right")
+    for row in rep.decode_table():
+        cells = [str(row["batch"])]
+        for c in (512, 2048, 8192):
+            cells += [f"{row[f'ms@{c}']:.2f}", f"{row[f'tok/s@{c}']:,.0f}"]
+        dec.add_row(*cells)
+    console.print(dec)
+    pre = Table(title="prefill of one prompt in one step", title_justify="left")
+    for col in ("prompt tokens", "ms", "tok/s"):
+        pre.add_column(col, justify="right")
+    for row in rep.prefill_table():
+        pre.add_row(f"{row['prompt']:,}", f"{row['ms']:.1f}", f"{row['tok/s']:,.0f}")
+    console.print(pre)
+    if plot_path is not None:
+        try:
+            rep.plot(plot_path)
+        except OSError as exc:
+            _fail(ScenarioError(("--plot", f"cannot write {str(plot_path)!r}: {exc.strerror or exc}")))
+        console.print(f"wrote {plot_path}", highlight=False)
+
+
 def _progress(quiet: bool):
     from contextlib import nullcontext
 

@@ -33,6 +33,16 @@ class Efficiency(Strict):
     source: str = ""
 
 
+class Measurement(Strict):
+    """A measurement the efficiency factors were calibrated on (see reports/calibration.md)."""
+
+    quantity: str
+    value: float
+    unit: str
+    setting: str = ""
+    source: str = ""
+
+
 class GPUSpec(Strict):
     """One accelerator. Units: bytes, bytes/s, FLOP/s."""
 
@@ -47,6 +57,7 @@ class GPUSpec(Strict):
     runtime_reserve_bytes: int = Field(1 << 30, ge=0)
     source: str = ""
     efficiency: Efficiency
+    calibration: list[Measurement] = []
 
     @model_validator(mode="after")
     def _needs_bf16(self) -> GPUSpec:

@@ -50,6 +50,29 @@ class Roofline:
     allreduce_fixed_s: float
     overhead: float
 
+    @property
+    def ridge_tokens(self) -> float:
+        """Tokens per step at which the linear layers' compute time overtakes their weight reads."""
+        return self.lin_weight_s / self.lin_s_per_decode_token
+
+    def breakdown(self, shape: BatchShape) -> dict[str, tuple[float, float]]:
+        """Per group of work, its (compute seconds, memory seconds); the step takes the
+        larger of each pair, summed, plus ``overhead`` and ``allreduce``."""
+        t = shape.prefill_tokens + shape.decode_tokens
+        comm = self.allreduce_fixed_s + self.allreduce_s_per_token * t if self.allreduce_fixed_s else 0.0
+        return {
+            "linear": (self.lin_s_per_prefill_token * shape.prefill_tokens
+                       + self.lin_s_per_decode_token * shape.decode_tokens, self.lin_weight_s),
+            "attention_prefill": (self.attn_s_per_pair_prefill * shape.prefill_pairs,
+                                  self.kv_read_s_per_token * shape.prefill_context),
+            "attention_decode": (self.attn_s_per_pair_decode * shape.decode_context,
+                                 self.kv_read_s_per_token * shape.decode_context),
+            "lm_head": (self.head_s_per_row * shape.num_emitting, self.head_weight_s if shape.num_emitting else 0.0),
+            "kv_write": (0.0, self.kv_write_s_per_token * t),
+            "allreduce": (0.0, comm),
+            "overhead": (0.0, self.overhead),
+        }
+
     def step_time(self, shape: BatchShape) -> float:
         t = shape.prefill_tokens + shape.decode_tokens
         linear = max(
