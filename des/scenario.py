@@ -71,6 +71,17 @@ class Workload(Strict):
         return self
 
 
+class SLO(Strict):
+    """Per-request latency objectives in seconds; a request meets them all or not."""
+
+    ttft: PositiveFloat | None = None
+    tpot: PositiveFloat | None = None
+    e2e: PositiveFloat | None = None
+
+    def limits(self) -> dict[str, float]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class ClusterConfig(Strict):
     """``replicas`` identical instances of ``tp`` GPUs each, behind ``router``."""
 
@@ -100,6 +111,7 @@ class Scenario(Strict):
     cost_model: CostConfig = RooflineConfig()
     scheduler: SchedulerConfig = ContinuousConfig()
     cluster: ClusterConfig = ClusterConfig()
+    slo: SLO | None = None
 
     @field_validator("gpu", mode="before")
     @classmethod

@@ -8,6 +8,11 @@ the part of each step inside it; ``mean_in_system`` and ``mean_queue_length`` ar
 time averages over it of the requests present (arrived, not finished) and waiting
 (arrived, not yet scheduled). Counts (``num_*``, ``preemptions``) cover the whole
 run, so that ``num_completed + num_rejected + num_unfinished == num_requests``.
+
+With per-request SLOs (``slo: {ttft, tpot, e2e}``, seconds), ``slo_attainment`` is the
+share of measured completed requests meeting all of them and ``goodput_rps`` the rate
+of those completions. ``mser_truncation`` and ``drifting`` come from MSER-5 on the
+measured requests' end-to-end latencies (see :mod:`des.metrics.steady`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from des.metrics.stability import backlog_growth, is_stable
+from des.metrics.steady import drift
 
 LATENCIES = ("ttft", "tpot", "e2e", "queue_delay")
 PERCENTILES = (50, 90, 95, 99)
@@ -47,6 +53,7 @@ def summarize(
     replicas: int,
     kv_capacity_tokens: int,
     max_batch: int,
+    slo: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Summary metrics; seconds, requests/s, tokens/s. NaN metrics become None (JSON null)."""
     status = requests["status"]
@@ -79,6 +86,15 @@ def summarize(
         qs = np.percentile(values, PERCENTILES) if values.size else [math.nan] * len(PERCENTILES)
         for p, q in zip(PERCENTILES, qs, strict=True):
             out[f"{name}_p{p}"] = _finite(q)
+    if slo:
+        ok = np.ones(len(sel), bool)
+        for name, limit in slo.items():
+            ok &= ~(sel[name].to_numpy() > limit)  # NaN (tpot of one-token outputs) passes
+        out["slo_attainment"] = _finite(ok.mean()) if len(sel) else None
+        met = sel.loc[ok, "finish_time"].to_numpy()
+        out["goodput_rps"] = _finite(((met >= warmup) & (met <= end)).sum() / window) if window > 0 else None
+    else:
+        out["slo_attainment"] = out["goodput_rps"] = None
     busy = overlap.sum()
     out["gpu_busy_fraction"] = _finite(busy / (window * replicas)) if window > 0 else None
     out["mean_batch_size"] = _finite((steps["batch_size"].to_numpy() * overlap).sum() / busy) if busy > 0 else None
@@ -94,4 +110,8 @@ def summarize(
     growth = backlog_growth(arrival[admitted], finish[admitted], warmup, end)
     out["backlog_growth"] = growth
     out["stable"] = bool(is_stable(growth))
+    e2e_in_order = sel.sort_values("arrival_time")["e2e"].to_numpy()
+    dropped, drifting = drift(e2e_in_order)
+    out["mser_truncation"] = int(dropped)
+    out["drifting"] = bool(drifting)
     return out
