@@ -13,6 +13,7 @@ writes the report with its figures:
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -21,6 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from des import catalog  # noqa: E402
 from des.catalog.memory import Precision, weight_bytes  # noqa: E402
@@ -60,10 +63,10 @@ def derive(gpu) -> dict:
     return d
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> Path:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("reports"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     gpu, qwen, llama2 = catalog.gpu("rtx4090"), catalog.model("qwen2.5-7b"), catalog.model("llama-2-7b")
     d = derive(gpu)
@@ -167,7 +170,7 @@ def main() -> None:
                      f"{f['ridge_tokens']:.0f} | {f['kv_tokens_0.92']:,} |")
     lines += ["", "![decode and prefill across the catalog](calibration_gpus.png)", ""]
     (args.out / "calibration.md").write_text("\n".join(lines))
-    print(f"wrote {args.out / 'calibration.md'}")
+    return args.out / "calibration.md"
 
 
 def draw_gpus(path: Path) -> None:
@@ -192,4 +195,4 @@ def draw_gpus(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    print(main())

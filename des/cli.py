@@ -21,6 +21,12 @@ from des.errors import ScenarioError
 err_console = Console(stderr=True)
 
 
+def _console() -> Console:
+    """stdout console; wide enough for the tables when not a terminal (pipes, logs)."""
+    c = Console()
+    return c if c.is_terminal else Console(width=150)
+
+
 def _fail(exc: ScenarioError) -> None:
     for line in exc.lines():
         click.echo(line, err=True)
@@ -126,7 +132,7 @@ def costmodel(gpu_name: str, model_name: str, tp: int, weights: str, kv_cache_dt
         facts = rep.facts()
     except ScenarioError as exc:
         _fail(exc)
-    console = Console()
+    console = _console()
     gib = 1 << 30
     head = Table.grid(padding=(0, 2))
     head.add_row("model", f"{model.name}: {facts['params'] / 1e9:.2f} B parameters, {precision.weights} weights "
@@ -164,6 +170,164 @@ def costmodel(gpu_name: str, model_name: str, tp: int, weights: str, kv_cache_dt
         console.print(f"wrote {plot_path}", highlight=False)
 
 
+@main.command()
+@click.argument("study_path", metavar="STUDY", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder (default: results/<study name>/).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel runs (default: all cores).")
+@click.option("--backend", type=click.Choice(["local", "dask"]), default="local", show_default=True)
+@click.option("--address", default=None, help="tcp://host:port of a dask scheduler (default: a LocalCluster).")
+@click.option("--quiet", is_flag=True, help="Print nothing but errors.")
+def sweep(study_path: Path, out_dir: Path | None, workers: int | None, backend: str, address: str | None,
+          quiet: bool) -> None:
+    """Run every variant x grid point x replication of STUDY; write runs.parquet and points.parquet."""
+    from des.output import check_writable
+    from des.study import load_study
+    from des.study import sweep as run_sweep
+    from des.study.runner import SweepLocked
+
+    try:
+        study = load_study(study_path)
+    except ScenarioError as exc:
+        _fail(exc)
+    out_dir = out_dir or Path("results") / study.spec.name
+    try:
+        check_writable(out_dir)
+    except OSError as exc:
+        _fail(ScenarioError(("--out", f"cannot write to {str(out_dir)!r}: {exc}")))
+    progress_cb, ctx = _count_progress(quiet, "runs")
+    t0 = time.perf_counter()
+    try:
+        with ctx:
+            runs, points = run_sweep(study, out_dir, workers=workers, backend=backend, address=address,
+                                     progress=progress_cb)
+    except SweepLocked as exc:
+        _fail(ScenarioError(("--out", str(exc))))
+    if not quiet:
+        _print_points(points, study.grid_keys)
+        console = _console()
+        console.print(f"{len(runs)} runs ({len(points)} points x {study.spec.replications} replications) in "
+                      f"{time.perf_counter() - t0:.1f} s; wrote {out_dir}/runs.parquet and points.parquet",
+                      highlight=False)
+
+
+def _print_points(points, grid_keys) -> None:
+    table = Table(title="mean over replications [95 % CI]", title_justify="left")
+    for col in ("variant", *grid_keys, "throughput_rps", "ttft_p99", "tpot_p50", "e2e_p99", "stable"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    for _, p in points.iterrows():
+        def ci(m):
+            if p[m] != p[m]:
+                return "-"
+            if p[f"{m}_lo"] == p[f"{m}_lo"]:
+                return f"{p[m]:.3g} [{p[f'{m}_lo']:.3g}, {p[f'{m}_hi']:.3g}]"
+            return f"{p[m]:.3g}"
+        table.add_row(str(p["variant"]), *(str(p[k]) for k in grid_keys), ci("throughput_rps"), ci("ttft_p99"),
+                      ci("tpot_p50"), ci("e2e_p99"), "yes" if p["all_stable"] else "NO")
+    _console().print(table)
+
+
+@main.command()
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--slo", "slos", multiple=True, required=True, metavar="METRIC<=VALUE",
+              help="An objective on a summary metric, e.g. ttft_p99<=2 (repeatable; all must hold).")
+@click.option("--param", default="workload.arrival.rate", show_default=True,
+              help="The parameter to push as high as the SLOs allow.")
+@click.option("--low", type=float, default=None, help="A value at which the SLOs hold (default: start / 8).")
+@click.option("--high", type=float, default=None, help="A first upper value to try (default: the scenario's).")
+@click.option("--replicas-for", "target_rate", type=float, default=None,
+              help="Instead: the fewest cluster.replicas that carry this arrival rate (req/s).")
+@click.option("--replications", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--tolerance", type=click.FloatRange(min=1e-4, max=0.5), default=0.02, show_default=True,
+              help="Relative width at which bisection stops.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel runs (default: all cores).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario field.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for scripts).")
+def capacity(scenario, slos, param, low, high, target_rate, replications, tolerance, workers, overrides, as_json):
+    """The highest PARAM (default: arrival rate) at which every SLO holds, with a 95 % CI."""
+    import json as jsonlib
+
+    from des.scenario import load_scenario
+    from des.study.capacity import Search, SummaryPool, find_capacity, find_min_replicas, metric_names, parse_slo
+    from des.study.sweep import default_workers
+
+    try:
+        sc = load_scenario(scenario, list(overrides))
+        terms = [parse_slo(s, metric_names(sc)) for s in slos]
+        base = sc.resolved()
+        if target_rate is not None:
+            if target_rate <= 0:
+                raise ScenarioError(("--replicas-for", f"must be > 0 (got {target_rate})"))
+            base = load_scenario(base, [("workload.arrival.rate", target_rate)]).resolved()
+            param = "cluster.replicas"
+        else:
+            load_scenario(base, [(param, _probe_value(base, param))])
+    except ScenarioError as exc:
+        _fail(exc)
+    quiet = as_json
+    console = Console(stderr=True)
+
+    def show(ev) -> None:
+        if not quiet:
+            verdict = "surely holds" if ev.surely_holds else "holds" if ev.holds else \
+                "surely fails" if ev.surely_fails else "fails"
+            ms = ", ".join(f"{k} {v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]" for k, v in ev.metrics.items())
+            console.print(f"  {param} = {ev.value:g}: {ms}; {verdict}", highlight=False)
+
+    with SummaryPool(workers or default_workers()) as pool:
+        search = Search(base, param, terms, replications, pool, integer=target_rate is not None,
+                        seed=base["seed"], on_eval=show)
+        try:
+            if target_rate is not None:
+                result = find_min_replicas(search, start=int(base["cluster"]["replicas"]))
+            else:
+                result = find_capacity(search, low, high, tolerance)
+        except ScenarioError as exc:
+            _fail(exc)
+    if as_json:
+        click.echo(jsonlib.dumps(result, indent=2, default=float))
+        return
+    key = "replicas" if target_rate is not None else "capacity"
+    value = result[key]
+    out = _console()
+    if value is None:
+        out.print(f"no answer: {result['note']}", highlight=False)
+        sys.exit(1)
+    what = f"fewest replicas carrying {target_rate:g} req/s" if target_rate is not None else f"capacity ({param})"
+    ci = f"95 % CI [{_fmt(result['ci_low'])}, {_fmt(result['ci_high'])}]"
+    out.print(f"{what} under {' and '.join(result['slos'])}: {value:.4g}  {ci}  "
+              f"({result['replications']} replications per value, {len(result['evaluations'])} values tried)",
+              highlight=False)
+
+
+def _probe_value(base: dict, dotted: str):
+    node = base
+    for k in dotted.split("."):
+        if not isinstance(node, dict) or k not in node:
+            raise ScenarioError(("--param", f"{dotted!r} is not a field of the scenario"))
+        node = node[k]
+    if isinstance(node, bool) or not isinstance(node, int | float):
+        raise ScenarioError(("--param", f"{dotted!r} is {node!r}, not a number"))
+    return node
+
+
+def _count_progress(quiet: bool, unit: str):
+    from contextlib import nullcontext
+
+    if quiet or not err_console.is_terminal:
+        return None, nullcontext()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("sweeping"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err_console, transient=True)
+    task = bar.add_task("sweep", total=None)
+
+    def update(done: int, total: int, reused: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update, bar
+
+
 def _progress(quiet: bool):
     from contextlib import nullcontext
 
@@ -196,7 +360,7 @@ def _fmt(v) -> str:
 
 
 def _print_summary(sc, s: dict, wall: float, out_dir: Path) -> None:
-    console = Console()
+    console = _console()
     head = Table.grid(padding=(0, 2))
     head.add_row("scenario", f"{sc.name}  (seed {sc.seed})")
     head.add_row("hardware", f"{sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, "

@@ -6,7 +6,10 @@ equally spaced instants and fit a least-squares line. Its rise over the window,
 divided by the number of arrivals in the window, is ``backlog_growth``: about 0 for a
 stable system (the backlog fluctuates around a level) and ``1 - capacity / load`` for
 an overloaded one (a fixed share of arrivals piles up). The run is called unstable
-when ``backlog_growth > 0.05``: more than 5 % of the offered requests accumulated.
+when the rise is both material — more than 5 % of the requests offered in the window —
+and larger than the backlog's own fluctuations — three standard deviations of the
+samples around the line — so that a short, quiet run is not condemned by a handful
+of requests.
 """
 
 from __future__ import annotations
@@ -14,27 +17,27 @@ from __future__ import annotations
 import numpy as np
 
 GROWTH_LIMIT = 0.05
+NOISE_SDS = 3.0
 SAMPLES = 50
 
 
-def backlog_growth(arrival: np.ndarray, finish: np.ndarray, start: float, end: float) -> float:
-    """Fitted backlog rise over ``[start, end]`` per request arrived in it.
+def backlog_trend(arrival: np.ndarray, finish: np.ndarray, start: float, end: float) -> tuple[float, bool]:
+    """(backlog growth per request arrived in ``[start, end]``, whether it is material).
 
-    ``arrival`` and ``finish`` are the admitted requests' times (``finish`` NaN or inf
-    when unfinished). Returns 0 when the window is empty.
+    ``arrival`` and ``finish`` are the admitted requests' times (``finish`` NaN when
+    unfinished). An empty window gives (0, False).
     """
     if not end > start:
-        return 0.0
+        return 0.0, False
     arrivals_sorted = np.sort(arrival)
     done = np.sort(np.where(np.isfinite(finish), finish, np.inf))
     t = np.linspace(start, end, SAMPLES)
-    backlog = np.searchsorted(arrivals_sorted, t, side="right") - np.searchsorted(done, t, side="right")
+    backlog = (np.searchsorted(arrivals_sorted, t, side="right") - np.searchsorted(done, t, side="right")).astype(float)
     n_window = np.searchsorted(arrivals_sorted, end, side="right") - np.searchsorted(arrivals_sorted, start, side="left")
     if n_window == 0:
-        return 0.0
-    slope = np.polyfit(t, backlog.astype(float), 1)[0]
-    return float(slope * (end - start) / n_window)
-
-
-def is_stable(growth: float) -> bool:
-    return growth <= GROWTH_LIMIT
+        return 0.0, False
+    slope, intercept = np.polyfit(t, backlog, 1)
+    rise = slope * (end - start)
+    noise = float(np.std(backlog - (slope * t + intercept)))
+    growth = float(rise / n_window)
+    return growth, bool(growth > GROWTH_LIMIT and rise > NOISE_SDS * noise)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from des.metrics.stability import backlog_growth, is_stable
+from des.metrics.stability import backlog_trend
 from des.metrics.steady import drift
 
 LATENCIES = ("ttft", "tpot", "e2e", "queue_delay")
@@ -107,9 +107,9 @@ def summarize(
     sched = requests["scheduled_time"].to_numpy()
     out["mean_in_system"] = _time_average(arrival[admitted], finish[admitted], warmup, end)
     out["mean_queue_length"] = _time_average(arrival[admitted], sched[admitted], warmup, end)
-    growth = backlog_growth(arrival[admitted], finish[admitted], warmup, end)
+    growth, growing = backlog_trend(arrival[admitted], finish[admitted], warmup, end)
     out["backlog_growth"] = growth
-    out["stable"] = bool(is_stable(growth))
+    out["stable"] = not growing
     e2e_in_order = sel.sort_values("arrival_time")["e2e"].to_numpy()
     dropped, drifting = drift(e2e_in_order)
     out["mser_truncation"] = int(dropped)

@@ -1,0 +1,84 @@
+"""A study's tables: one row per run, and per design point the mean and 95 % CI of
+every metric across replications, plus percentiles of the pooled requests.
+
+Confidence intervals are Student-t intervals over the replications' values
+(``mean ± t_{0.975, n-1} · sd / sqrt(n)``), which is right for means of independent
+replications whatever each run's internal autocorrelation. A p99 "of the point" can
+mean two things: the mean of the replications' p99s (``ttft_p99``, with its CI) or the
+p99 of all the point's requests pooled (``pooled_ttft_p99``); both are given.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from des.study.runner import run_dir
+from des.study.spec import RunSpec
+
+NOT_METRICS = {"run", "replication", "seed"}
+POOLED = ("ttft", "tpot", "e2e", "queue_delay")
+POOLED_Q = (50, 90, 95, 99)
+
+
+def cell(value: Any) -> Any:
+    """Grid values as table cells: scalars stay, anything else becomes JSON text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def runs_table(rows: Sequence[dict[str, Any]], grid_keys: Sequence[str]) -> pd.DataFrame:
+    frame = pd.DataFrame(sorted(rows, key=lambda r: r["run"]))
+    for k in grid_keys:
+        frame[k] = [cell(v) for v in frame[k]]
+    return frame
+
+
+def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high) of a Student-t interval; NaN bounds with fewer than 2 values."""
+    values = values[np.isfinite(values)]
+    n = values.size
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(values.mean())
+    if n < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * values.std(ddof=1) / math.sqrt(n))
+    return mean, mean - half, mean + half
+
+
+def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequence[str], out_dir: Path) -> pd.DataFrame:
+    groups: dict[tuple, list[RunSpec]] = {}
+    for spec in specs:
+        groups.setdefault((spec.variant, tuple(cell(v) for _, v in spec.point)), []).append(spec)
+    metrics = [c for c in runs.columns
+               if c not in NOT_METRICS and c not in grid_keys and c not in ("run_id", "variant")
+               and pd.api.types.is_numeric_dtype(runs[c]) and not pd.api.types.is_bool_dtype(runs[c])]
+    by_run = runs.set_index("run")
+    out = []
+    for (variant, values), members in groups.items():
+        sub = by_run.loc[[s.index for s in members]]
+        row: dict[str, Any] = {"variant": variant, **dict(zip(grid_keys, values, strict=True)), "n": len(members)}
+        for m in metrics:
+            mean, lo, hi = t_interval(sub[m].to_numpy(dtype=float))
+            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = mean, lo, hi
+        row["all_stable"] = bool(sub["stable"].all())
+        row["any_drifting"] = bool(sub["drifting"].any())
+        pooled = pd.concat([pd.read_parquet(run_dir(out_dir, s) / "latencies.parquet") for s in members])
+        for name in POOLED:
+            v = pooled[name].to_numpy(dtype=float)
+            v = v[np.isfinite(v)]
+            qs = np.percentile(v, POOLED_Q) if v.size else [math.nan] * len(POOLED_Q)
+            for q, x in zip(POOLED_Q, qs, strict=True):
+                row[f"pooled_{name}_p{q}"] = float(x)
+        row["pooled_requests"] = int(len(pooled))
+        out.append(row)
+    return pd.DataFrame(out)

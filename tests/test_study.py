@@ -1,0 +1,233 @@
+"""Studies: sweep bookkeeping, resume, isolation, backends, confidence intervals,
+capacity search against theory, and the analysis scripts on a small sweep."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+import des
+from des.errors import ScenarioError
+from des.study import load_study, replication_seed, sweep
+from des.study.runner import SweepLocked, sweep_lock
+from tests.conftest import ROOT, SCENARIOS
+
+SMALL = {
+    "name": "small",
+    "base": str(SCENARIOS / "qwen7b-4090-poisson.yaml"),
+    "set": {"horizon.duration": 60, "warmup": 10, "slo": {"ttft": 2.0, "tpot": 0.1}},
+    "variants": {"continuous": {}, "static": {"scheduler": {"kind": "static", "max_batch_size": 16}}},
+    "grid": {"workload.arrival.rate": [1, 3]},
+    "replications": 2,
+}
+
+
+def md1(rate=0.5, n=2500, seed=0):
+    return {
+        "name": "md1", "seed": seed, "horizon": {"num_requests": n}, "warmup": 100,
+        "workload": {"arrival": {"process": "poisson", "rate": rate},
+                     "prompt_tokens": {"dist": "fixed", "value": 1}, "output_tokens": {"dist": "fixed", "value": 1}},
+        "cost_model": {"kind": "constant", "step_time": 1.0},
+        "scheduler": {"kind": "static", "max_batch_size": 1},
+    }
+
+
+def drop_wall(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=[c for c in frame.columns if c.startswith("wall_time")])
+
+
+def test_expansion_seeds_and_rows(tmp_path):
+    study = load_study(SMALL)
+    assert len(study.runs) == 2 * 2 * 2
+    assert len({r.run_id for r in study.runs}) == len(study.runs)
+    # common random numbers: replication r has one seed everywhere, and seeds differ across r
+    by_rep = {}
+    for r in study.runs:
+        by_rep.setdefault(r.replication, set()).add(r.seed)
+    assert all(len(s) == 1 for s in by_rep.values())
+    assert by_rep[0] != by_rep[1]
+    assert by_rep[0] == {replication_seed(0, 0)}
+    static = next(r for r in study.runs if r.variant == "static")
+    assert static.scenario["scheduler"] == {**static.scenario["scheduler"], "kind": "static", "max_batch_size": 16}
+    assert "max_num_seqs" not in static.scenario["scheduler"]  # a different kind replaces, not merges
+    runs, points = sweep(study, tmp_path / "out", workers=1)
+    assert len(runs) == 8 and len(points) == 4
+    assert list(runs["run"]) == list(range(8))
+    assert set(points["n"]) == {2}
+    assert {"throughput_rps_lo", "throughput_rps_hi", "pooled_ttft_p99", "all_stable"} <= set(points.columns)
+    # the point's mean is the mean of its runs
+    g = runs[(runs["variant"] == "continuous") & (runs["workload.arrival.rate"] == 3)]
+    pt = points[(points["variant"] == "continuous") & (points["workload.arrival.rate"] == 3)].iloc[0]
+    assert pt["ttft_p99"] == pytest.approx(g["ttft_p99"].mean())
+    half = stats.t.ppf(0.975, 1) * g["ttft_p99"].std(ddof=1) / math.sqrt(2)
+    assert pt["ttft_p99_hi"] == pytest.approx(g["ttft_p99"].mean() + half)
+    # pooled percentiles come from the runs' measured requests
+    lat = pd.concat([pd.read_parquet(tmp_path / "out" / "runs" / rid / "latencies.parquet") for rid in g["run_id"]])
+    assert pt["pooled_ttft_p99"] == pytest.approx(np.percentile(lat["ttft"], 99))
+    assert pt["pooled_requests"] == len(lat)
+    # each run's summary is exactly what des run gives for that scenario
+    one = runs.iloc[5]
+    direct = des.simulate(des.load_scenario(study.runs[5].scenario)).summary
+    assert one["ttft_p99"] == direct["ttft_p99"] and one["seed"] == study.runs[5].seed
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_interrupted_sweep_resumes_where_it_stopped(tmp_path):
+    study = load_study(SMALL)
+    out = tmp_path / "out"
+    seen = []
+
+    def stop_after_three(done, total, reused):
+        seen.append(done)
+        if done == 3:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        sweep(study, out, workers=1, progress=stop_after_three)
+    assert not (out / "runs.parquet").exists()
+    finished = sorted(p.parent for p in out.glob("runs/**/run.json"))
+    assert len(finished) == 3
+    stamps = {p: (p / "summary.json").stat().st_mtime_ns for p in finished}
+    log = []
+    runs, points = sweep(study, out, workers=1, progress=lambda d, t, r: log.append((d, t, r)))
+    assert log[0] == (3, 8, 3)  # three reused, five run
+    assert all((p / "summary.json").stat().st_mtime_ns == stamps[p] for p in finished)
+    fresh_runs, fresh_points = sweep(study, tmp_path / "fresh", workers=1)
+    assert drop_wall(runs).equals(drop_wall(fresh_runs))
+    assert drop_wall(points).equals(drop_wall(fresh_points))
+
+
+def test_a_changed_study_reruns_only_what_changed(tmp_path):
+    out = tmp_path / "out"
+    sweep(load_study(SMALL), out, workers=1)
+    changed = {**SMALL, "grid": {"workload.arrival.rate": [1, 2]}}
+    log = []
+    runs, _ = sweep(load_study(changed), out, workers=1, progress=lambda d, t, r: log.append(r))
+    assert log[0] == 4  # the rate-1 runs are reused, the rate-2 ones run
+    assert sorted(runs["workload.arrival.rate"].unique()) == [1, 2]
+
+
+def test_sweeps_in_different_folders_do_not_collide_and_one_folder_is_locked(tmp_path):
+    study = load_study(SMALL)
+    results = {}
+
+    def go(name):
+        results[name] = sweep(study, tmp_path / name, workers=1)
+
+    threads = [threading.Thread(target=go, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert drop_wall(results["a"][0]).equals(drop_wall(results["b"][0]))
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == \
+        [".sweep.lock", "points.parquet", "runs", "runs.parquet", "study.yaml"]
+    with sweep_lock(tmp_path / "a"), pytest.raises(SweepLocked):
+        sweep(study, tmp_path / "a", workers=1)
+
+
+def test_local_and_dask_backends_agree_exactly(tmp_path):
+    pytest.importorskip("dask.distributed")
+    study = load_study({**SMALL, "replications": 1})
+    local_runs, local_points = sweep(study, tmp_path / "local", workers=2)
+    dask_runs, dask_points = sweep(study, tmp_path / "dask", workers=2, backend="dask")
+    assert drop_wall(local_runs).equals(drop_wall(dask_runs))
+    assert drop_wall(local_points).equals(drop_wall(dask_points))
+
+
+def test_confidence_intervals_cover_the_md1_mean_at_the_stated_rate(tmp_path):
+    # 40 independent studies of 4 replications each: their 95 % CIs of the mean queue
+    # delay should cover the Pollaczek-Khinchine value about 95 % of the time.
+    rate, s = 0.5, 1.0
+    truth = rate * s**2 / (2 * (1 - rate * s))
+    covered = 0
+    k = 40
+    for i in range(k):
+        study = load_study({"name": f"md1-{i}", "base": md1(rate), "seed": 1000 + i, "replications": 4})
+        _, points = sweep(study, tmp_path / f"s{i}", workers=1)
+        p = points.iloc[0]
+        covered += p["queue_delay_mean_lo"] <= truth <= p["queue_delay_mean_hi"]
+    # binomial: 95 % of 40 is 38 with sd 1.4; three sds below is 33.9
+    assert covered >= 34, f"{covered}/{k} intervals covered {truth}"
+
+
+def test_capacity_finds_the_pollaczek_khinchine_rate_within_its_interval(tmp_path):
+    path = tmp_path / "md1.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(md1(0.5, 6000, seed=3)))
+    slo = 1.0  # Wq(λ) = λ s² / (2 (1 - λ s)) = 1 s  =>  λ = 2 W / (s (s + 2 W)) = 2/3
+    truth = 2 * slo / (1.0 * (1.0 + 2 * slo))
+    out = subprocess.run([sys.executable, "-m", "des.cli", "capacity", str(path), "--slo", f"queue_delay_mean<={slo}",
+                          "--replications", "5", "--json", "--workers", "2"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["ci_low"] <= truth <= res["ci_high"], res
+    assert res["ci_low"] <= res["capacity"] <= res["ci_high"]
+    assert res["ci_high"] - res["ci_low"] < 0.1
+
+
+def test_fewest_replicas_for_a_target_rate(tmp_path):
+    sc = {**md1(0.5, 3000), "cluster": {"replicas": 1, "router": "least_outstanding"}}
+    import yaml
+
+    path = tmp_path / "md1.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    out = subprocess.run([sys.executable, "-m", "des.cli", "capacity", str(path), "--slo", "queue_delay_mean<=0.5",
+                          "--replicas-for", "2.5", "--replications", "3", "--json", "--workers", "2"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    # 2.5 req/s of 1 s jobs: 2 servers are overloaded, 3 run at 83 % (queues too long), 4 at 62 %
+    assert res["replicas"] == 4
+    held = {e["value"]: e["holds"] for e in res["evaluations"]}
+    assert held[4] and not held.get(3, False) and not held.get(2, False)
+
+
+@pytest.mark.parametrize("bad, path", [
+    ({**SMALL, "replicas": 3}, "replicas"),
+    ({**SMALL, "grid": {"workload.arrival.rate": [1, -2]}}, "continuous/workload.arrival.rate=-2: workload.arrival.rate"),
+    ({**SMALL, "grid": {"workload.arrival.speed": [1]}}, "continuous/workload.arrival.speed=1: workload.arrival.speed"),
+    ({**SMALL, "variants": {"x": {"scheduler": {"kind": "magic"}}}}, "x/workload.arrival.rate=1: scheduler.kind"),
+    ({**SMALL, "base": "nope.yaml"}, "base.scenario"),
+    ({**SMALL, "grid": {"workload.arrival.rate": []}}, "grid"),
+])
+def test_study_errors_name_the_field(bad, path):
+    with pytest.raises(ScenarioError) as info:
+        load_study(bad)
+    assert path in [p for p, _ in info.value.problems], info.value.problems
+
+
+def test_sweep_cli_and_the_analysis_scripts_on_a_small_sweep(tmp_path):
+    import yaml
+
+    study = tmp_path / "small.yaml"
+    study.write_text(yaml.safe_dump({**SMALL, "set": {**SMALL["set"], "workload.arrival": {
+        "process": "gamma", "rate": 1.0, "cv": 1.0}}, "grid": {"workload.arrival.cv": [1.0, 3.0],
+                                                              "workload.arrival.rate": [1, 3]}}))
+    out = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "des.cli", "sweep", str(study), "--out", str(out), "--workers", "2"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "16 runs" in proc.stdout
+    from analysis import burstiness, capacity, latency_vs_load, throughput
+
+    figs = tmp_path / "figs"
+    for mod in (latency_vs_load, throughput, burstiness):
+        png = mod.main([str(out), "--out", str(figs / f"{mod.__name__.split('.')[-1]}.png")])
+        assert png.stat().st_size > 20_000
+    caps = capacity.main([str(out)])
+    assert set(caps["variant"]) == {"continuous", "static"}
+    cont = caps[(caps["variant"] == "continuous") & (caps["workload.arrival.cv"] == 1.0)].iloc[0]
+    assert cont["capacity"] == 3.0 and cont["holds_everywhere"]
