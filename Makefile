@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench golden clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,15 +13,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The main job: the default scenario's summary, then the headline study
+# (RTX 4090 + Qwen2.5-7B, static vs continuous batching, Poisson and bursty traffic)
+# and the report with its figures in reports/.
 run: $(STAMP)
-	$(BIN)/des run
+	$(BIN)/des run --out results/default
+	$(BIN)/des sweep scenarios/headline.yaml --out results/headline
+	$(BIN)/des sweep scenarios/burstiness.yaml --out results/burstiness --quiet
+	$(BIN)/des sweep scenarios/detail.yaml --out results/detail --quiet
+	$(BIN)/des sweep scenarios/lesson-grid.yaml --out results/lesson-grid --quiet
+	$(BIN)/python analysis/report.py --results results --out reports
 
 test: $(STAMP)
-	$(BIN)/ruff check des tests analysis
-	$(BIN)/python -m pytest -q
+	$(BIN)/ruff check des tests analysis benchmarks
+	$(BIN)/python -m pytest -q -n auto
 
 lint: $(STAMP)
-	$(BIN)/ruff check des tests analysis
+	$(BIN)/ruff check des tests analysis benchmarks
+
+# Regenerate the golden summaries of the shipped scenarios (only on purpose).
+golden: $(STAMP)
+	$(BIN)/python -m tests.golden
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_run.py

@@ -215,15 +215,17 @@ def _print_points(points, grid_keys) -> None:
     table = Table(title="mean over replications [95 % CI]", title_justify="left")
     for col in ("variant", *grid_keys, "throughput_rps", "ttft_p99", "tpot_p50", "e2e_p99", "stable"):
         table.add_column(col, justify="left" if col == "variant" else "right")
+    def ci(p, m) -> str:
+        if p[m] != p[m]:
+            return "-"
+        if p[f"{m}_lo"] == p[f"{m}_lo"]:
+            return f"{p[m]:.3g} [{p[f'{m}_lo']:.3g}, {p[f'{m}_hi']:.3g}]"
+        return f"{p[m]:.3g}"
+
     for _, p in points.iterrows():
-        def ci(m):
-            if p[m] != p[m]:
-                return "-"
-            if p[f"{m}_lo"] == p[f"{m}_lo"]:
-                return f"{p[m]:.3g} [{p[f'{m}_lo']:.3g}, {p[f'{m}_hi']:.3g}]"
-            return f"{p[m]:.3g}"
-        table.add_row(str(p["variant"]), *(str(p[k]) for k in grid_keys), ci("throughput_rps"), ci("ttft_p99"),
-                      ci("tpot_p50"), ci("e2e_p99"), "yes" if p["all_stable"] else "NO")
+        table.add_row(str(p["variant"]), *(str(p[k]) for k in grid_keys),
+                      *(ci(p, m) for m in ("throughput_rps", "ttft_p99", "tpot_p50", "e2e_p99")),
+                      "yes" if p["all_stable"] else "NO")
     _console().print(table)
 
 
@@ -248,7 +250,14 @@ def capacity(scenario, slos, param, low, high, target_rate, replications, tolera
     import json as jsonlib
 
     from des.scenario import load_scenario
-    from des.study.capacity import Search, SummaryPool, find_capacity, find_min_replicas, metric_names, parse_slo
+    from des.study.capacity import (
+        Search,
+        SummaryPool,
+        find_capacity,
+        find_min_replicas,
+        metric_names,
+        parse_slo,
+    )
     from des.study.sweep import default_workers
 
     try:
@@ -316,7 +325,14 @@ def _count_progress(quiet: bool, unit: str):
 
     if quiet or not err_console.is_terminal:
         return None, nullcontext()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     bar = Progress(TextColumn("sweeping"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err_console, transient=True)
