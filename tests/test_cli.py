@@ -92,7 +92,15 @@ def test_python_api_matches_the_cli(default_run):
     assert summary == pytest.approx({k: v for k, v in r.summary.items()}, nan_ok=True)
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in SCENARIOS.glob("*.yaml")))
-def test_every_shipped_scenario_loads(name):
-    sc = des.load_scenario(SCENARIOS / f"{name}.yaml")
-    assert sc.name == name
+SHIPPED = sorted(SCENARIOS.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_every_shipped_scenario_and_study_loads(path):
+    from des.study import load_study
+
+    if "base" in yaml.safe_load(path.read_text()):
+        study = load_study(path)
+        assert study.spec.name == path.stem and study.runs
+    else:
+        assert des.load_scenario(path).name == path.stem

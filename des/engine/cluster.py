@@ -53,6 +53,11 @@ class Cluster:
         self.instances[self.router.pick(self.instances)].submit(req)
         return req.done
 
+    def settle(self) -> None:
+        """Bring every request still held by a scheduler up to date (the run has stopped)."""
+        for inst in self.instances:
+            inst.scheduler.sync()
+
     def _release(self, req: Request) -> None:
         req.status = COMPLETED
         if req.done is not None:

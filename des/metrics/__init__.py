@@ -26,6 +26,7 @@ class Result:
 
 
 def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Result:
+    cluster.settle()
     requests = requests_table(cluster.requests)
     steps = steps_table(cluster.log)
     h = scenario.horizon

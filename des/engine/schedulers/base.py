@@ -60,6 +60,9 @@ class Scheduler(Protocol):
     def finish_step(self, step: Step, now: float) -> list[Request]:
         """Apply the step's progress at its end time ``now``; return the requests released."""
 
+    def sync(self) -> None:
+        """Bring the Request objects of the requests it holds up to date (at the end of a run)."""
+
     def steady_steps(self, step: Step, limit: int) -> int:
         """How many steps, from ``step`` on and at most ``limit``, are pure decodes of the
         same members that release nobody (so many can be applied at once); at least 1."""

@@ -103,8 +103,14 @@ class ContinuousScheduler:
 
     @property
     def running(self) -> list[Request]:
-        """The running requests, oldest admission first."""
+        """The running requests, oldest admission first, their fields brought up to date."""
+        self.sync()
         return self.reqs[: self.n]
+
+    def sync(self) -> None:
+        """Copy the running requests' progress from the arrays onto the Request objects."""
+        for i in range(self.n):
+            self._sync(i)
 
     # -- running-set bookkeeping ----------------------------------------------------
     def _push(self, req: Request) -> None:

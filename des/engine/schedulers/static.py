@@ -129,6 +129,9 @@ class StaticScheduler:
         active = len(batch.members)
         return Step(shape, batch.members, active, w, 0, active)
 
+    def sync(self) -> None:
+        """Requests are updated in place as steps end: nothing to copy."""
+
     def steady_steps(self, step: Step, limit: int) -> int:
         """Steps from ``step`` on (at most ``limit``) that are decodes releasing nobody."""
         batch = self.batch
