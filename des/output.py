@@ -27,7 +27,7 @@ def _umask() -> int:
     return mask
 
 
-class _Staged:
+class Staged:
     """Files written under temporary names in one folder, moved into place together.
 
     Everything is written before anything is replaced, so a failure (disk full, a
@@ -94,7 +94,7 @@ def check_writable(out_dir: Path) -> None:
 def write_result(result: Result, out_dir: Path) -> list[Path]:
     """Write the four files of ``result`` into ``out_dir`` (created if missing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    staged = _Staged(out_dir)
+    staged = Staged(out_dir)
     scenario_text = yaml.safe_dump(result.scenario.resolved(), sort_keys=False)
     try:
         staged.write("requests.parquet", parquet_writer(result.requests))

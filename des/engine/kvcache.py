@@ -1,8 +1,9 @@
 """Paged KV-cache block accounting for one instance.
 
 Blocks of ``block_size`` tokens are interchangeable, so the manager keeps counts, not
-block ids: each request records how many blocks it holds, the manager how many are
-free. Every operation is O(1); the manager refuses to go below zero free blocks.
+block ids: the manager counts the free ones, the schedulers how many each request (or
+static batch) holds. Every operation is O(1); the manager refuses to go below zero
+free blocks or above its capacity.
 """
 
 from __future__ import annotations
@@ -28,35 +29,19 @@ class BlockManager:
         """Blocks that hold ``tokens`` tokens."""
         return -(-tokens // self.block_size)
 
-    def extra_for(self, req: Request, tokens: int) -> int:
-        """Blocks ``req`` must add so that it holds ``tokens`` tokens."""
-        need = -(-tokens // self.block_size) - req.blocks
-        return need if need > 0 else 0
-
-    def grow(self, req: Request, tokens: int) -> bool:
-        """Give ``req`` room for ``tokens`` tokens if the free blocks allow; report success."""
-        need = -(-tokens // self.block_size) - req.blocks
-        if need <= 0:
-            return True
-        if need > self.free:
-            return False
-        self.free -= need
-        req.blocks += need
-        return True
-
     def release(self, req: Request) -> None:
         """Return all of ``req``'s blocks."""
         self.free += req.blocks
         req.blocks = 0
 
     def take(self, n: int) -> None:
-        """Reserve ``n`` blocks outside any request (contiguous static-batch caches)."""
+        """Hand out ``n`` free blocks; refuses to over-allocate."""
         if n > self.free:
             raise RuntimeError(f"KV over-allocation: {n} blocks asked, {self.free} free")
         self.free -= n
 
     def give(self, n: int) -> None:
-        """Return ``n`` blocks reserved with :meth:`take`."""
+        """Return ``n`` blocks handed out with :meth:`take`."""
         self.free += n
         if self.free > self.num_blocks:
             raise RuntimeError("KV blocks returned twice")

@@ -74,7 +74,7 @@ def row_of(spec: RunSpec, summary: dict[str, Any], wall: float) -> dict[str, Any
 def execute(spec: RunSpec, out_dir: str, keep_tables: bool) -> dict[str, Any]:
     """Simulate one run and write its folder; returns its row. Runs in worker processes."""
     from des.metrics.tables import requests_table  # noqa: F401  (import cost paid once per worker)
-    from des.output import _Staged, json_text, parquet_writer
+    from des.output import Staged, json_text, parquet_writer
     from des.scenario import load_scenario
     from des.simulation import simulate
 
@@ -89,7 +89,7 @@ def execute(spec: RunSpec, out_dir: str, keep_tables: bool) -> dict[str, Any]:
     h = result.scenario.horizon
     if h.duration is not None:
         measured = measured[measured["arrival_time"] <= h.duration]
-    staged = _Staged(folder)
+    staged = Staged(folder)
     staged.write("scenario.yaml", lambda p: p.write_text(yaml.safe_dump(spec.scenario, sort_keys=False)))
     staged.write("summary.json", lambda p: p.write_text(json_text(result.summary)))
     staged.write("latencies.parquet", parquet_writer(measured[LATENCY_COLUMNS].reset_index(drop=True)))
@@ -98,7 +98,7 @@ def execute(spec: RunSpec, out_dir: str, keep_tables: bool) -> dict[str, Any]:
         staged.write("steps.parquet", parquet_writer(result.steps))
     staged.commit()
     meta = {"run_id": spec.run_id, "seed": spec.seed, "wall_time": wall, "digest": spec.digest}
-    staged = _Staged(folder)
+    staged = Staged(folder)
     staged.write("run.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
     staged.commit()
     return row_of(spec, json.loads(json_text(result.summary)), wall)

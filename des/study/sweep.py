@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from des.output import _Staged, parquet_writer
+from des.output import Staged, parquet_writer
 from des.study.aggregate import points_table, runs_table
 from des.study.runner import pending, run_dask, run_local, sweep_lock
 from des.study.spec import Study
@@ -39,7 +39,7 @@ def sweep(
     workers = workers or default_workers()
     out_dir = Path(out_dir)
     with sweep_lock(out_dir):
-        staged = _Staged(out_dir)
+        staged = Staged(out_dir)
         staged.write("study.yaml", lambda p: p.write_text(yaml.safe_dump(study.spec.model_dump(mode="json"),
                                                                           sort_keys=False)))
         staged.commit()
@@ -60,7 +60,7 @@ def sweep(
             run_local(todo, out_dir, keep, workers, done)
         runs = runs_table(rows, study.grid_keys)
         points = points_table(runs, study.runs, study.grid_keys, out_dir)
-        staged = _Staged(out_dir)
+        staged = Staged(out_dir)
         staged.write("runs.parquet", parquet_writer(runs))
         staged.write("points.parquet", parquet_writer(points))
         staged.commit()

@@ -71,10 +71,6 @@ class Poisson(Strict):
         scale = 1.0 / self.rate
         return _Chunked(lambda n: rng.exponential(scale, n))
 
-    def gap_moments(self) -> tuple[float, float]:
-        """Mean and variance of a gap, seconds and seconds²."""
-        return 1 / self.rate, 1 / self.rate**2
-
 
 class Gamma(Strict):
     process: Literal["gamma"] = "gamma"
@@ -85,9 +81,6 @@ class Gamma(Strict):
         shape = 1.0 / self.cv**2
         scale = 1.0 / (self.rate * shape)
         return _Chunked(lambda n: rng.gamma(shape, scale, n))
-
-    def gap_moments(self) -> tuple[float, float]:
-        return 1 / self.rate, (self.cv / self.rate) ** 2
 
 
 class MMPP(Strict):

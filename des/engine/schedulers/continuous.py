@@ -167,8 +167,8 @@ class ContinuousScheduler:
             extra = (comp + k + (bs - 1)) // bs - self.blk[:n]
             blocks = int(extra.sum())
             if blocks <= kv.free:
+                kv.take(blocks)
                 self.blk[:n] += extra
-                kv.free -= blocks
                 budget -= tokens
             else:
                 k, budget, preempted = self._schedule_under_pressure(k, budget)
@@ -211,7 +211,7 @@ class ContinuousScheduler:
                     break
             else:
                 if need_blocks > 0:
-                    kv.free -= need_blocks
+                    kv.take(need_blocks)
                     self.blk[i] += need_blocks
                 out.append(ki)
                 budget -= ki
@@ -237,7 +237,7 @@ class ContinuousScheduler:
             if blocks > kv.free:
                 break
             waiting.popleft()
-            kv.free -= blocks
+            kv.take(blocks)
             req.blocks += blocks
             if req.scheduled_time != req.scheduled_time:  # NaN: first time scheduled
                 req.scheduled_time = now
@@ -351,7 +351,7 @@ class ContinuousScheduler:
         held = np.maximum(_ceil_div(np.add.outer(comp, np.arange(1, j + 1)), bs), blk[:, None])
         used = others + held.sum(axis=0)
         new_blk = np.maximum(_ceil_div(comp + j, bs), self.blk[:n])
-        self.kv.free -= int((new_blk - self.blk[:n]).sum())
+        self.kv.take(int((new_blk - self.blk[:n]).sum()))
         self.blk[:n] = new_blk
         self.comp[:n] += j
         self.gen[:n] += j
