@@ -213,3 +213,13 @@ def test_fast_forward_matches_the_per_step_reference(scheduler, rate):
     a, b = des.simulate(sc), des.simulate(sc, fast_forward=False)
     assert a.requests.equals(b.requests) and a.steps.equals(b.steps) and a.summary == b.summary
     assert a.summary["num_completed"] > 100
+
+
+def test_scheduler_registry_refuses_duplicates_and_names_the_valid_kinds():
+    from des.engine.schedulers import SCHEDULERS, StaticConfig, register
+
+    with pytest.raises(ValueError, match="already registered"):
+        register(StaticConfig)
+    assert set(SCHEDULERS) == {"static", "continuous"}
+    with pytest.raises(des.ScenarioError, match="valid: static, continuous"):
+        des.load_scenario(None, ["scheduler.kind=disaggregated"])

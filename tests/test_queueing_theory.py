@@ -73,6 +73,7 @@ def test_md1_pollaczek_khinchine(kind):
     assert res.summary["stable"]
 
 
+@pytest.mark.slow
 def test_mg1_geometric_outputs_constant_steps():
     s, mean_tokens, rate = 0.05, 8.0, 2.0  # S = N s, N geometric: E[S] = 0.4 s, rho = 0.8
     sc = one_slot(rate, {"dist": "fixed", "value": 1}, {"dist": "geometric", "mean": mean_tokens},
@@ -111,6 +112,7 @@ def erlang_c(c: int, a: float) -> float:
     return top / (sum(a**k / math.factorial(k) for k in range(c)) + top)
 
 
+@pytest.mark.slow
 def test_mmc_erlang_c_with_c_slots():
     c, s, mean_tokens, rate = 4, 0.01, 100.0, 3.0  # mean service 1 s, rho = 0.75
     sc = des.load_scenario({

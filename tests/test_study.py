@@ -146,6 +146,7 @@ def test_local_and_dask_backends_agree_exactly(tmp_path):
     assert drop_wall(local_points).equals(drop_wall(dask_points))
 
 
+@pytest.mark.slow
 def test_confidence_intervals_cover_the_md1_mean_at_the_stated_rate(tmp_path):
     # 40 independent studies of 4 replications each: their 95 % CIs of the mean queue
     # delay should cover the Pollaczek-Khinchine value about 95 % of the time.
