@@ -63,7 +63,6 @@ def main(argv=None) -> Path:
     loss = 1 - bursty.iloc[0]["capacity"] / cont["capacity"] if len(bursty) and bursty.iloc[0]["capacity"] else float("nan")
     p = points.set_index(["variant", CV, RATE]) if CV in points else None
     n_runs, reps = len(runs), int(study.get("replications", 1))
-    wall = runs["wall_time"].sum()
     rates = sorted(points[RATE].unique())
     lines = [
         "# des report: one RTX 4090 serving Qwen2.5-7B",
@@ -79,7 +78,7 @@ def main(argv=None) -> Path:
         "longest output is done. Arrivals are gamma-renewal at each offered rate with cv 1 (Poisson) or",
         f"cv 3 (bursty). Rates {', '.join(f'{r:g}' for r in rates)} req/s; {reps} replications of 600 s",
         f"(60 s warm-up) per point, common random numbers across schedulers: {n_runs} runs,",
-        f"{wall:.0f} s of simulation.",
+        f"{int(runs['num_requests'].sum()):,} simulated requests.",
         "",
         "The disaggregated (prefill/decode split) scheduler has not landed yet; it joins these figures",
         "at equal GPU count when it does.",
