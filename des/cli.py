@@ -262,7 +262,7 @@ def capacity(scenario, slos, param, low, high, target_rate, replications, tolera
 
     try:
         sc = load_scenario(scenario, list(overrides))
-        terms = [parse_slo(s, metric_names(sc)) for s in slos]
+        terms = [parse_slo(s, metric_names()) for s in slos]
         base = sc.resolved()
         if target_rate is not None:
             if target_rate <= 0:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Union, get_args
 
 import yaml
 from pydantic import (
@@ -158,10 +158,14 @@ class Scenario(Strict):
 
 # -- loading ------------------------------------------------------------------------
 
-_TAGS = set(SCHEDULERS) | set(COST_MODELS) | {
-    "poisson", "gamma", "mmpp", "onoff", "closed", "trace",
-    "fixed", "uniform", "geometric", "lognormal", "empirical",
-}  # fmt: skip
+def _tags(union) -> set[str]:
+    """The discriminator values of a tagged union's members (pydantic puts them in error paths)."""
+    members = get_args(get_args(union)[0])
+    return {next(iter(m.model_fields[k].default for k in ("process", "dist", "kind") if k in m.model_fields))
+            for m in members}
+
+
+_TAGS = set(SCHEDULERS) | set(COST_MODELS) | _tags(ArrivalConfig) | _tags(LengthConfig)
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
 
 

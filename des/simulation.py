@@ -90,7 +90,7 @@ def simulate(
     env, cluster, procs = build(scenario, fast_forward)
     h = scenario.horizon
     arrivals_done = env.all_of(procs)
-    horizon = h.duration if h.duration is not None else None
+    horizon = h.duration
 
     def run_until(target) -> None:
         if progress is None or horizon is None:

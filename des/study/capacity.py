@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from des.errors import ScenarioError
-from des.scenario import Scenario, _set, load_scenario
+from des.scenario import _set, load_scenario
 from des.study.aggregate import t_interval
 from des.study.spec import replication_seed
 
@@ -265,7 +265,7 @@ def _summary(scenario: dict[str, Any]) -> dict[str, Any]:
     return simulate(load_scenario(scenario)).summary
 
 
-def metric_names(scenario: Scenario) -> list[str]:
+def metric_names() -> list[str]:
     """Summary metrics an SLO may name (numeric ones)."""
     from des.metrics.summary import LATENCIES, PERCENTILES
 
