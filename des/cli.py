@@ -310,11 +310,12 @@ def capacity(scenario, slos, param, low, high, target_rate, replications, tolera
 
 
 def _probe_value(base: dict, dotted: str):
-    node = base
-    for k in dotted.split("."):
-        if not isinstance(node, dict) or k not in node:
-            raise ScenarioError(("--param", f"{dotted!r} is not a field of the scenario"))
-        node = node[k]
+    from des.dotted import get_dotted
+
+    try:
+        node = get_dotted(base, dotted)
+    except KeyError:
+        raise ScenarioError(("--param", f"{dotted!r} is not a field of the scenario")) from None
     if isinstance(node, bool) or not isinstance(node, int | float):
         raise ScenarioError(("--param", f"{dotted!r} is {node!r}, not a number"))
     return node

@@ -31,6 +31,7 @@ from des.catalog.memory import MemoryPlan, Precision, plan_memory
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.cost import COST_MODELS, RooflineConfig
+from des.dotted import deep_copy, set_dotted
 from des.engine.router import ROUTERS
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig
 from des.errors import ScenarioError
@@ -169,7 +170,7 @@ _TAGS = set(SCHEDULERS) | set(COST_MODELS) | _tags(ArrivalConfig) | _tags(Length
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
 
 
-def _problems(exc: ValidationError) -> list[tuple[str, str]]:
+def problems_of(exc: ValidationError) -> list[tuple[str, str]]:
     """pydantic errors as (dotted path, message) pairs, worded for a user."""
     out: list[tuple[str, str]] = []
     for err in exc.errors(include_url=False):
@@ -220,21 +221,6 @@ def _reword(msg: str) -> str:
         if msg.startswith(old):
             return new + msg[len(old):]
     return msg[0].lower() + msg[1:]
-
-
-def _set(data: dict, dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = data
-    for i, key in enumerate(keys[:-1]):
-        nxt = node.get(key)
-        if nxt is None:
-            nxt = node[key] = {}
-        elif isinstance(nxt, str) and i == 0 and key in ("gpu", "model"):
-            nxt = node[key] = {"base": nxt}  # override fields of a catalog entry
-        elif not isinstance(nxt, dict):
-            raise ScenarioError((".".join(keys[: i + 1]), f"is {nxt!r}, not a mapping, so {dotted} cannot be set"))
-        node = nxt
-    node[keys[-1]] = value
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -288,29 +274,21 @@ def load_scenario(
     if source is None:
         source = default_scenario_path()
     if isinstance(source, Mapping):
-        data, base_dir = _deep_copy(source), Path.cwd()
+        data, base_dir = deep_copy(source), Path.cwd()
     else:
         path = Path(source)
         data, base_dir = read_yaml(path), path.resolve().parent
     for item in overrides:
         key, value = parse_override(item) if isinstance(item, str) else item
-        _set(data, key, value)
+        set_dotted(data, key, value)
     try:
         scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
-        raise ScenarioError(_problems(exc)) from None
+        raise ScenarioError(problems_of(exc)) from None
     except ScenarioError:
         raise
     scenario.memory_plan()  # fail now, not mid-run, if the model does not fit
     return scenario
-
-
-def _deep_copy(data: Any) -> Any:
-    if isinstance(data, Mapping):
-        return {k: _deep_copy(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_deep_copy(v) for v in data]
-    return data
 
 
 def scenario_warnings(scenario: Scenario) -> list[str]:

@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from des.catalog.specs import Efficiency, GPUSpec, ModelSpec
+from des.dotted import merge
 from des.errors import ScenarioError
 
 __all__ = ["Efficiency", "GPUSpec", "ModelSpec", "gpu", "model", "gpu_names", "model_names", "resolve"]
@@ -38,7 +39,7 @@ def resolve(kind: str, value: Any) -> dict[str, Any]:
     """Turn a catalog name (``kind`` is "gpus" or "models") into its field mapping.
 
     Mappings pass through unchanged (inline specs); a mapping with a ``base`` key takes
-    the named entry and overrides the fields it lists (nested mappings merged key by key).
+    the named entry and overrides the fields it lists (:func:`des.dotted.merge`).
     """
     table = _table(kind)
     if isinstance(value, str):
@@ -48,15 +49,8 @@ def resolve(kind: str, value: Any) -> dict[str, Any]:
     if isinstance(value, dict) and "base" in value:
         if not isinstance(value["base"], str):
             raise ValueError(f"base: must be a catalog name, one of {', '.join(sorted(table))} (got {value['base']!r})")
-        return _merge(resolve(kind, value["base"]), {k: v for k, v in value.items() if k != "base"})
+        return merge(resolve(kind, value["base"]), {k: v for k, v in value.items() if k != "base"})
     return value
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def _load(kind: str, cls: type, name: str):

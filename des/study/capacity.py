@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from des.dotted import deep_copy, get_dotted, set_dotted
 from des.errors import ScenarioError
-from des.scenario import _set, load_scenario
+from des.scenario import load_scenario
 from des.study.aggregate import t_interval
 from des.study.spec import replication_seed
 
@@ -110,8 +111,8 @@ class Search:
             return self.cache[value]
         scenarios = []
         for r in range(self.replications):
-            s = _copy(self.base)
-            _set(s, self.param, value)
+            s = deep_copy(self.base)
+            set_dotted(s, self.param, value)
             s["seed"] = replication_seed(self.seed, r)
             scenarios.append(s)
         summaries = self.run(scenarios)
@@ -136,14 +137,6 @@ class Search:
         return ev
 
 
-def _copy(d: Any) -> Any:
-    if isinstance(d, dict):
-        return {k: _copy(v) for k, v in d.items()}
-    if isinstance(d, list):
-        return [_copy(v) for v in d]
-    return d
-
-
 def _bisect(search: Search, lo: float, hi: float, ok: Callable[[Evaluation], bool], rel_tol: float) -> tuple[float, float]:
     """Narrow ``[lo, hi]`` (``ok`` at lo, not at hi) until it is ``rel_tol`` of ``hi`` wide."""
     while True:
@@ -163,7 +156,7 @@ def _bisect(search: Search, lo: float, hi: float, ok: Callable[[Evaluation], boo
 
 def find_capacity(search: Search, low: float | None, high: float | None, rel_tol: float = 0.02) -> dict[str, Any]:
     """The highest value at which the SLOs hold, with its confidence interval."""
-    start = _get(search.base, search.param)
+    start = get_dotted(search.base, search.param)
     lo = low if low is not None else (1 if search.integer else start / 8)
     hi = high if high is not None else start
     if not search.evaluate(lo).holds:
@@ -215,12 +208,6 @@ def find_min_replicas(search: Search, start: int = 1, limit: int = 1024) -> dict
     while not search.evaluate(sure).surely_holds and sure < limit:
         sure += 1
     return _report(search, need, need, sure, need, need, None, kind="replicas")
-
-
-def _get(d: dict, dotted: str) -> Any:
-    for k in dotted.split("."):
-        d = d[k]
-    return d
 
 
 def _report(search, value, lo, hi, b_lo, b_hi, note, kind="capacity") -> dict[str, Any]:

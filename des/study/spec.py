@@ -37,10 +37,9 @@ import numpy as np
 from pydantic import Field, PositiveInt, ValidationError, field_validator
 
 from des.config import Strict
+from des.dotted import deep_copy, merge, set_dotted
 from des.errors import ScenarioError
-from des.scenario import _problems, _set, load_scenario, read_yaml
-
-DISCRIMINATORS = ("kind", "process", "dist")
+from des.scenario import load_scenario, problems_of, read_yaml
 
 
 class StudySpec(Strict):
@@ -106,19 +105,6 @@ def replication_seed(seed: int, r: int) -> int:
     return int(np.random.SeedSequence([seed, r]).generate_state(1)[0])
 
 
-def merge(base: Any, over: Any) -> Any:
-    """``over`` merged into ``base`` key by key (see the module docstring)."""
-    if not (isinstance(base, Mapping) and isinstance(over, Mapping)):
-        return over
-    for key in DISCRIMINATORS:
-        if key in over and over[key] != base.get(key):
-            return dict(over)
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = merge(out[k], v) if k in out else v
-    return out
-
-
 def _slug(value: Any) -> str:
     text = json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else str(value)
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)[:60]
@@ -134,7 +120,7 @@ def load_study(source: str | Path | Mapping[str, Any], base_dir: Path | None = N
     try:
         spec = StudySpec.model_validate(data)
     except ValidationError as exc:
-        raise ScenarioError(_problems(exc)) from None
+        raise ScenarioError(problems_of(exc)) from None
     if isinstance(spec.base, str):
         base_path = Path(spec.base) if Path(spec.base).is_absolute() else base_dir / spec.base
         try:
@@ -160,10 +146,10 @@ def load_study(source: str | Path | Mapping[str, Any], base_dir: Path | None = N
         merged = merge(base, partial)
         for values in itertools.product(*(spec.grid[k] for k in keys)) if keys else [()]:
             point = tuple(zip(keys, values, strict=True))
-            scenario = json.loads(json.dumps(merged))
+            scenario = deep_copy(merged)
             try:
                 for k, v in point:
-                    _set(scenario, k, v)
+                    set_dotted(scenario, k, v)
             except ScenarioError as exc:
                 problems += [(f"grid.{p}", m) for p, m in exc.problems]
                 continue
