@@ -10,7 +10,6 @@ bands. Hollow markers: a replication was unstable.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from analysis.common import CV, RATE, Sweep, save, style  # noqa: E402
+from analysis.common import CV, RATE, points_figure_main, style  # noqa: E402
 
 PANELS = (("ttft", "time to first token (s)"), ("tpot", "time per output token (s)"), ("e2e", "end-to-end latency (s)"))
 
@@ -53,12 +52,7 @@ def draw(points: pd.DataFrame, slo: dict | None = None):
 
 
 def main(argv=None) -> Path:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path)
-    ap.add_argument("--out", type=Path, default=Path("reports/burstiness.png"))
-    args = ap.parse_args(argv)
-    sweep = Sweep(args.results)
-    return save(draw(sweep.points, sweep.study.get("set", {}).get("slo")), args.out)
+    return points_figure_main(__doc__, "reports/burstiness.png", draw, argv)
 
 
 if __name__ == "__main__":

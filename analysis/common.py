@@ -10,7 +10,9 @@ and ``runs/<run_id>/`` folders with ``summary.json``, ``scenario.yaml``,
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -83,3 +85,14 @@ def save(fig, path: str | Path) -> Path:
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def points_figure_main(doc: str, default_out: str, draw: Callable, argv=None) -> Path:
+    """The command line of a figure drawn from a sweep's points and its study's SLO:
+    ``script RESULTS [--out PNG]``; returns the PNG written."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("results", type=Path, help="a sweep folder (des sweep --out)")
+    ap.add_argument("--out", type=Path, default=Path(default_out))
+    args = ap.parse_args(argv)
+    sweep = Sweep(args.results)
+    return save(draw(sweep.points, sweep.study.get("set", {}).get("slo")), args.out)

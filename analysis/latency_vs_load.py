@@ -11,7 +11,6 @@ out: past capacity a latency "percentile" only measures how long the run was.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.common import CV, PALETTE, RATE, Sweep, save, style  # noqa: E402
+from analysis.common import CV, PALETTE, RATE, points_figure_main, style  # noqa: E402
 
 METRICS = (("ttft", "time to first token (s)"), ("tpot", "time per output token (s)"), ("e2e", "end-to-end latency (s)"))
 PCTS = (("p50", "-", "o"), ("p90", "--", "s"), ("p99", ":", "^"))
@@ -66,13 +65,7 @@ def draw(points: pd.DataFrame, slo: dict | None = None, title: str = ""):
 
 
 def main(argv=None) -> Path:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path, help="a sweep folder (des sweep --out)")
-    ap.add_argument("--out", type=Path, default=Path("reports/latency_vs_load.png"))
-    args = ap.parse_args(argv)
-    sweep = Sweep(args.results)
-    slo = sweep.study.get("set", {}).get("slo")
-    return save(draw(sweep.points, slo), args.out)
+    return points_figure_main(__doc__, "reports/latency_vs_load.png", draw, argv)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ was unstable. The diagonal is "everything offered is served".
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.common import CV, PALETTE, RATE, Sweep, save, style  # noqa: E402
+from analysis.common import CV, PALETTE, RATE, points_figure_main, style  # noqa: E402
 
 
 def draw(points: pd.DataFrame, slo: dict | None = None):
@@ -56,12 +55,7 @@ def draw(points: pd.DataFrame, slo: dict | None = None):
 
 
 def main(argv=None) -> Path:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path)
-    ap.add_argument("--out", type=Path, default=Path("reports/throughput.png"))
-    args = ap.parse_args(argv)
-    sweep = Sweep(args.results)
-    return save(draw(sweep.points, sweep.study.get("set", {}).get("slo")), args.out)
+    return points_figure_main(__doc__, "reports/throughput.png", draw, argv)
 
 
 if __name__ == "__main__":
