@@ -73,7 +73,6 @@ def row_of(spec: RunSpec, summary: dict[str, Any], wall: float) -> dict[str, Any
 
 def execute(spec: RunSpec, out_dir: str, keep_tables: bool) -> dict[str, Any]:
     """Simulate one run and write its folder; returns its row. Runs in worker processes."""
-    from des.metrics.tables import requests_table  # noqa: F401  (import cost paid once per worker)
     from des.output import Staged, json_text, parquet_writer
     from des.scenario import load_scenario
     from des.simulation import simulate
@@ -102,9 +101,6 @@ def execute(spec: RunSpec, out_dir: str, keep_tables: bool) -> dict[str, Any]:
     staged.write("run.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
     staged.commit()
     return row_of(spec, json.loads(json_text(result.summary)), wall)
-
-
-Progress = Callable[[int, int], None]
 
 
 def run_local(specs: list[RunSpec], out_dir: Path, keep_tables: bool, workers: int,
