@@ -53,6 +53,12 @@ class Cluster:
         self.instances[self.router.pick(self.instances)].submit(req)
         return req.done
 
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """KV-cache capacity of one instance, tokens."""
+        kv = self.instances[0].scheduler.kv
+        return kv.num_blocks * kv.block_size
+
     def settle(self) -> None:
         """Bring every request still held by a scheduler up to date (the run has stopped)."""
         for inst in self.instances:

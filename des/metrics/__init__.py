@@ -38,7 +38,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
         warmup=scenario.warmup,
         end=end,
         replicas=scenario.cluster.replicas,
-        kv_capacity_tokens=scenario.memory_plan().kv_capacity_tokens,
+        kv_capacity_tokens=cluster.kv_capacity_tokens,
         max_batch=getattr(s, "max_num_seqs", None) or getattr(s, "max_batch_size", 1),
         slo=scenario.slo.limits() if scenario.slo is not None else None,
     )

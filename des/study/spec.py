@@ -121,17 +121,12 @@ def load_study(source: str | Path | Mapping[str, Any], base_dir: Path | None = N
         spec = StudySpec.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(problems_of(exc)) from None
-    if isinstance(spec.base, str):
-        base_path = Path(spec.base) if Path(spec.base).is_absolute() else base_dir / spec.base
-        try:
-            base = load_scenario(base_path).resolved()
-        except ScenarioError as exc:
-            raise exc.prefixed("base") from None
-    else:
-        try:
-            base = load_scenario(spec.base).resolved()
-        except ScenarioError as exc:
-            raise exc.prefixed("base") from None
+    # a path is relative to the study file; Path's "/" keeps an absolute one as it is
+    source = base_dir / spec.base if isinstance(spec.base, str) else spec.base
+    try:
+        base = load_scenario(source).resolved()
+    except ScenarioError as exc:
+        raise exc.prefixed("base") from None
     if spec.set:
         try:
             base = load_scenario(base, list(spec.set.items())).resolved()
