@@ -346,20 +346,29 @@ def _count_progress(quiet: bool, unit: str):
 
 
 def _progress(quiet: bool):
+    """A progress bar on stderr when it is a terminal: simulated share of the arrival
+    horizon, then the requests left while the run drains."""
     from contextlib import nullcontext
 
     if quiet or not err_console.is_terminal:
         return None, nullcontext()
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(
-        TextColumn("simulating"), BarColumn(), TextColumn("{task.fields[now]:>9.1f} s simulated"),
-        TextColumn("{task.fields[n]} requests"), TimeRemainingColumn(), console=err_console, transient=True,
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[now]:>10,.1f} s simulated"),
+        TextColumn("{task.fields[n]:>8,} requests"), TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
+        console=err_console, transient=True,
     )
-    task = bar.add_task("sim", total=1.0, now=0.0, n=0)
+    task = bar.add_task("simulating", total=1.0, now=0.0, n=0, note="")
 
-    def update(now: float, horizon: float, n: int) -> None:
-        bar.update(task, completed=min(now / horizon, 1.0) if horizon else 1.0, now=now, n=n)
+    def update(p) -> None:
+        frac = p.fraction
+        if p.draining:
+            bar.update(task, description="draining", completed=1.0, now=p.now, n=p.arrived,
+                       note=f"{p.in_system:,} left")
+        else:
+            bar.update(task, completed=frac, total=None if frac is None else 1.0, now=p.now, n=p.arrived,
+                       note=f"{p.in_system:,} in system")
 
     return update, bar
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
+from simpy.core import EmptySchedule
+from simpy.events import URGENT, Event
 
 from des.engine.cluster import Cluster
 from des.engine.kvcache import BlockManager
@@ -22,9 +25,6 @@ from des.scenario import Scenario
 from des.workload.arrivals import Closed, Trace
 from des.workload.lengths import LengthStream
 from des.workload.source import Budget, closed_user, open_loop, trace_replay
-
-#: Progress callback: (simulated seconds so far, seconds of arrivals, requests arrived).
-Progress = Callable[[float, float, int], None]
 
 STREAMS = ("arrivals", "prompt_tokens", "output_tokens", "router", "think")
 
@@ -77,50 +77,110 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     return env, cluster, procs
 
 
-def simulate(
-    scenario: Scenario, progress: Progress | None = None, ticks: int = 100, fast_forward: bool = True
-) -> Result:
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """Where a running simulation is: passed to the ``progress`` callback of :func:`simulate`.
+
+    ``now`` and ``horizon`` (seconds of arrivals, None when arrivals stop by count or
+    at the end of a trace) are simulated seconds; ``arrived`` counts requests so far
+    (``target`` of them when ``horizon.num_requests`` is set); ``in_system`` the
+    admitted ones not yet done; ``draining`` is true once arrivals have stopped.
+    """
+
+    now: float
+    horizon: float | None
+    arrived: int
+    target: int | None
+    in_system: int
+    draining: bool
+
+    @property
+    def fraction(self) -> float | None:
+        """Share of the arrival horizon simulated (by time, else by requests), in [0, 1]."""
+        if self.horizon:
+            return min(self.now / self.horizon, 1.0)
+        if self.target:
+            return min(self.arrived / self.target, 1.0)
+        return None
+
+
+#: Progress callback of :func:`simulate`.
+Progress = Callable[[RunProgress], None]
+#: Events processed between two progress reports.
+REPORT_EVERY = 4096
+
+
+class _At(Event):
+    """Fires at time ``at`` before the regular events due then, as ``Environment.run(until=at)``'s stop does."""
+
+    def __init__(self, env: simpy.Environment, at: float):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, URGENT, at - env.now)
+
+
+def stop_event(scenario: Scenario, env: simpy.Environment, cluster: Cluster, procs: list[simpy.Process]) -> Event:
+    """The event a run of ``scenario`` ends on.
+
+    With ``horizon.drain`` the run goes on until every admitted request is done
+    (:attr:`Cluster.drained`, once the arrival processes have ended); otherwise it
+    stops at ``horizon.duration``, or at the last arrival when only ``num_requests``
+    (or a trace) bounds the arrivals.
+    """
+    arrivals_done = env.all_of(procs)
+    arrivals_done.callbacks.append(lambda _: cluster.close())
+    h = scenario.horizon
+    if h.drain:
+        return cluster.drained
+    if h.duration is not None:
+        return _At(env, float(h.duration))
+    return arrivals_done
+
+
+def run_until(env: simpy.Environment, stop: Event, observe: Callable[[], None] | None = None) -> None:
+    """Process events until ``stop`` has been processed, or until nothing is left to happen.
+
+    ``observe`` (if given) is called every :data:`REPORT_EVERY` events and at the end;
+    it only watches, so a run gives the same results with or without it.
+    """
+    try:
+        if observe is None:
+            env.run(until=stop)
+            return
+        step = env.step
+        while stop.callbacks is not None:
+            for _ in range(REPORT_EVERY):
+                step()
+                if stop.callbacks is None:
+                    break
+            observe()
+    except EmptySchedule:
+        pass  # nothing left to happen: whatever is still in the system stays unfinished
+    except RuntimeError as exc:  # Environment.run's form of the same, or a real error of the model
+        if not isinstance(exc.__context__, EmptySchedule):
+            raise
+    if observe is not None:
+        observe()
+
+
+def simulate(scenario: Scenario, progress: Progress | None = None, fast_forward: bool = True) -> Result:
     """Run ``scenario`` to its end and return its request and step tables and summary.
 
     Arrivals stop at the horizon; with ``horizon.drain`` the run goes on until every
     admitted request is done, otherwise it stops at the horizon (``duration``, or the
-    last arrival when only ``num_requests`` is set). ``progress`` is called about
-    ``ticks`` times along the way.
+    last arrival when only ``num_requests`` is set). ``progress`` is called with a
+    :class:`RunProgress` every few thousand events and once at the end.
     """
     env, cluster, procs = build(scenario, fast_forward)
-    h = scenario.horizon
-    arrivals_done = env.all_of(procs)
-    horizon = h.duration
-
-    def run_until(target) -> None:
-        if progress is None or horizon is None:
-            env.run(until=target)
-            return
-        step = horizon / ticks
-        while not _reached(env, target):
-            nxt = env.now + step
-            if isinstance(target, float | int):
-                nxt = min(nxt, target)
-            if env.peek() == math.inf:
-                break
-            env.run(until=nxt)
-            progress(env.now, horizon, len(cluster.requests))
-
-    if h.drain:
-        run_until(arrivals_done)
-        run_until(None)
-    elif horizon is not None:
-        run_until(float(horizon))
-    else:
-        run_until(arrivals_done)
+    stop = stop_event(scenario, env, cluster, procs)
+    observe = None
     if progress is not None:
-        progress(env.now, horizon or env.now, len(cluster.requests))
+        h = scenario.horizon
+
+        def observe() -> None:
+            progress(RunProgress(env.now, h.duration, len(cluster.requests), h.num_requests,
+                                 cluster.in_system, cluster.closed))
+
+    run_until(env, stop, observe)
     return build_result(scenario, cluster, end_time=env.now)
-
-
-def _reached(env: simpy.Environment, target) -> bool:
-    if target is None:
-        return env.peek() == math.inf
-    if isinstance(target, simpy.Event):
-        return target.processed
-    return env.now >= target

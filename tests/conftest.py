@@ -1,15 +1,1 @@
-"""Shared test helpers."""
-
-from __future__ import annotations
-
-from pathlib import Path
-
-import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = ROOT / "scenarios"
-
-
-@pytest.fixture
-def scenarios_dir() -> Path:
-    return SCENARIOS
+"""pytest configuration: the tests import shared paths from :mod:`tests.helpers`."""

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import des
-from tests.conftest import ROOT, SCENARIOS
+from tests.helpers import ROOT, SCENARIOS
 
 CONTRACT_REQUEST_COLUMNS = [
     "request_id", "arrival_time", "prompt_tokens", "output_tokens", "scheduled_time", "first_token_time",

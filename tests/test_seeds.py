@@ -14,7 +14,7 @@ from collections import deque
 import pytest
 
 import des
-from tests.conftest import SCENARIOS
+from tests.helpers import SCENARIOS
 
 LESSON = [("R0", 2), ("R1", 12), ("R2", 3), ("R3", 2), ("R4", 10), ("R5", 2),
           ("R6", 4), ("R7", 2), ("R8", 8), ("R9", 3), ("R10", 2), ("R11", 6)]  # fmt: skip

@@ -18,7 +18,7 @@ import des
 from des.errors import ScenarioError
 from des.study import load_study, replication_seed, sweep
 from des.study.runner import SweepLocked, sweep_lock
-from tests.conftest import ROOT, SCENARIOS
+from tests.helpers import ROOT, SCENARIOS
 
 SMALL = {
     "name": "small",
