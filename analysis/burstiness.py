@@ -35,18 +35,23 @@ def draw(points: pd.DataFrame, slo: dict | None = None):
             for pct, ls in (("p50", "-"), ("p99", ":")):
                 col = f"{metric}_{pct}"
                 ax.plot(g[CV], g[col], ls=ls, color=colours[rate], label=f"{rate:g} req/s {pct}")
-                ax.fill_between(g[CV], g[f"{col}_lo"].clip(lower=g[col] / 20), g[f"{col}_hi"], color=colours[rate],
-                                alpha=0.15, lw=0)
+                ax.fill_between(
+                    g[CV], g[f"{col}_lo"].clip(lower=g[col] / 20), g[f"{col}_hi"], color=colours[rate], alpha=0.15, lw=0
+                )
                 st = g["all_stable"]
                 ax.scatter(g.loc[st, CV], g.loc[st, col], color=colours[rate], s=16, zorder=3)
-                ax.scatter(g.loc[~st, CV], g.loc[~st, col], facecolors="white", edgecolors=colours[rate], s=20, zorder=3)
+                ax.scatter(
+                    g.loc[~st, CV], g.loc[~st, col], facecolors="white", edgecolors=colours[rate], s=20, zorder=3
+                )
         if slo and metric in slo:
             ax.axhline(slo[metric], color="black", lw=1, alpha=0.6)
         ax.axvline(1.0, color="grey", lw=1, ls="--")
         ax.set(yscale="log", xlabel="coefficient of variation of inter-arrival gaps (1 = Poisson)", ylabel=label)
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle("Latency against burstiness at fixed load (continuous batching, one RTX 4090; mean of "
-                 "replications, 95 % CI)", fontsize=11)
+    fig.suptitle(
+        "Latency against burstiness at fixed load (continuous batching, one RTX 4090; mean of replications, 95 % CI)",
+        fontsize=11,
+    )
     fig.tight_layout()
     return fig
 

@@ -97,6 +97,7 @@ def main(argv=None) -> Path:
     draw_gpus(args.out / "calibration_gpus.png")
 
     bd = rep.roofline.breakdown(decode_shape(1, 512))
+    attention_kv_s = sum(max(v) for k, v in bd.items() if k.startswith("attention") or k == "kv_write")
     lines = [
         "# Roofline calibration: RTX 4090 + Qwen2.5-7B",
         "",
@@ -145,7 +146,7 @@ def main(argv=None) -> Path:
         f"- Batch-1 decode: **{facts['decode_batch1_tok_s']:.1f} tok/s** "
         f"({1e3 / facts['decode_batch1_tok_s']:.1f} ms per step at context 512: weights "
         f"{bd['linear'][1] * 1e3:.1f} ms + LM head {bd['lm_head'][1] * 1e3:.2f} ms + overhead "
-        f"{bd['overhead'][1] * 1e3:.1f} ms + attention and KV {sum(max(v) for k, v in bd.items() if k.startswith('attention') or k == 'kv_write') * 1e3:.2f} ms).",
+        f"{bd['overhead'][1] * 1e3:.1f} ms + attention and KV {attention_kv_s * 1e3:.2f} ms).",
         f"- 2048-token prefill in one step: **{facts['prefill_2048_s'] * 1e3:.0f} ms** "
         f"({2048 / facts['prefill_2048_s']:,.0f} tok/s).",
         f"- Ridge point: **{facts['ridge_tokens']:.0f} tokens per step**.",
@@ -158,7 +159,8 @@ def main(argv=None) -> Path:
         "",
         "The other GPUs' factors are not fitted to measurements of ours; their sources are in the catalog.",
         "",
-        "| GPU | batch-1 decode tok/s | decode tok/s at batch 64 | 2048 prefill ms | ridge tokens | KV tokens at 0.92 |",
+        "| GPU | batch-1 decode tok/s | decode tok/s at batch 64 | 2048 prefill ms | ridge tokens "
+        "| KV tokens at 0.92 |",
         "|---|---|---|---|---|---|",
     ]
     for name in catalog.gpu_names():
@@ -166,8 +168,10 @@ def main(argv=None) -> Path:
         cr = CostReport.build(g, qwen)
         f = cr.facts()
         r64 = 64 / cr.roofline.step_time(decode_shape(64, 1024))
-        lines.append(f"| {name} | {f['decode_batch1_tok_s']:.1f} | {r64:,.0f} | {f['prefill_2048_s'] * 1e3:.0f} | "
-                     f"{f['ridge_tokens']:.0f} | {f['kv_tokens_0.92']:,} |")
+        lines.append(
+            f"| {name} | {f['decode_batch1_tok_s']:.1f} | {r64:,.0f} | {f['prefill_2048_s'] * 1e3:.0f} | "
+            f"{f['ridge_tokens']:.0f} | {f['kv_tokens_0.92']:,} |"
+        )
     lines += ["", "![decode and prefill across the catalog](calibration_gpus.png)", ""]
     (args.out / "calibration.md").write_text("\n".join(lines))
     return args.out / "calibration.md"
@@ -183,10 +187,19 @@ def draw_gpus(path: Path) -> None:
         r = build_roofline(catalog.gpu(name), qwen)
         a1.plot(batches, [b / r.step_time(decode_shape(int(b), 1024)) for b in batches], label=name, lw=2)
         a2.plot(prompts, [r.step_time(prefill_shape(int(p))) * 1e3 for p in prompts], marker="o", label=name)
-    a1.set(xscale="log", xlabel="decode batch size", ylabel="output tokens / s",
-           title="Qwen2.5-7B decode throughput (context 1024)")
-    a2.set(xscale="log", yscale="log", xlabel="prompt tokens", ylabel="prefill time (ms)",
-           title="Qwen2.5-7B prefill of one prompt")
+    a1.set(
+        xscale="log",
+        xlabel="decode batch size",
+        ylabel="output tokens / s",
+        title="Qwen2.5-7B decode throughput (context 1024)",
+    )
+    a2.set(
+        xscale="log",
+        yscale="log",
+        xlabel="prompt tokens",
+        ylabel="prefill time (ms)",
+        title="Qwen2.5-7B prefill of one prompt",
+    )
     a1.legend()
     a2.legend()
     fig.tight_layout()

@@ -35,8 +35,9 @@ def _crossing(g: pd.DataFrame, slo: dict[str, float], suffix: str) -> float | No
     for i, r in enumerate(rates):
         row = g.iloc[i]
         vals = {m: row[m + suffix] for m in slo}
-        fine = bool(row["all_stable"]) and all(v == v and v <= lim for (m, lim), v in zip(slo.items(),
-                                                                                              vals.values(), strict=True))
+        fine = bool(row["all_stable"]) and all(
+            v == v and v <= lim for (m, lim), v in zip(slo.items(), vals.values(), strict=True)
+        )
         if fine:
             ok_prev = i
             continue
@@ -79,8 +80,10 @@ def describe(row: pd.Series, slo: dict[str, float] = DEFAULT_SLO) -> str:
     who = row["variant"] + (f" (cv {row[CV]:g})" if CV in row else "")
     if row["capacity"] is None or row["capacity"] != row["capacity"]:
         worst = ", ".join(f"{m} {row[f'at_lowest_{m}']:.3g}" for m in slo)
-        return (f"{who}: no load in the grid meets the SLO (already at {row['lowest_rate']:g} req/s: {worst}); "
-                f"highest throughput {row['max_throughput']:.2f} req/s")
+        return (
+            f"{who}: no load in the grid meets the SLO (already at {row['lowest_rate']:g} req/s: {worst}); "
+            f"highest throughput {row['max_throughput']:.2f} req/s"
+        )
     ci = f"95 % CI [{_f(row['ci_low'])}, {_f(row['ci_high'])}]"
     more = " (the SLO holds across the whole grid)" if row["holds_everywhere"] else ""
     return f"{who}: {row['capacity']:.2f} req/s, {ci}{more}; highest throughput {row['max_throughput']:.2f} req/s"

@@ -66,8 +66,14 @@ def percentiles(lat: pd.DataFrame) -> pd.DataFrame:
     for variant, g in lat.groupby("variant", sort=False):
         for metric, _ in METRICS:
             v = g[metric].dropna()
-            rows.append({"variant": variant, "metric": metric, "n": len(v),
-                         **{name: float(np.quantile(v, q)) for q, name, _ in LEVELS}})
+            rows.append(
+                {
+                    "variant": variant,
+                    "metric": metric,
+                    "n": len(v),
+                    **{name: float(np.quantile(v, q)) for q, name, _ in LEVELS},
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -84,22 +90,41 @@ def draw(lat: pd.DataFrame, title: str = "", unstable: set[str] | frozenset = fr
                 continue
             p = pcts.loc[(variant, metric)]
             name = f"{variant}{' (unstable)' if variant in unstable else ''}"
-            ax.step(x, y, where="post", color=color, lw=1.8,
-                    label=f"{name}\np50 {fmt_seconds(p['p50'])} · p99 {fmt_seconds(p['p99'])}")
+            ax.step(
+                x,
+                y,
+                where="post",
+                color=color,
+                lw=1.8,
+                label=f"{name}\np50 {fmt_seconds(p['p50'])} · p99 {fmt_seconds(p['p99'])}",
+            )
             for q, pname, marker in LEVELS:
                 ax.plot([p[pname]], [q], marker=marker, ms=7, color=color, mec="black", mew=0.8, zorder=5)
         for q, pname, _ in LEVELS:
             ax.axhline(q, color="0.3", lw=1, ls=":", zorder=1)
-            ax.annotate(pname, (0.0, q), xycoords=("axes fraction", "data"), xytext=(3, 2),
-                        textcoords="offset points", fontsize=8, color="0.3")
+            ax.annotate(
+                pname,
+                (0.0, q),
+                xycoords=("axes fraction", "data"),
+                xytext=(3, 2),
+                textcoords="offset points",
+                fontsize=8,
+                color="0.3",
+            )
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt_seconds(v)))
         ax.set_xlabel(f"{label} (log scale; ticks in ms / s / ks)")
         ax.set_title(label)
         ax.set_ylim(0, 1.02)
         # under the panel, so that it never hides a curve
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8.5,
-                  title="variant  (● p50, ◆ p99)", title_fontsize=8.5)
+        ax.legend(
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.2),
+            ncol=2,
+            fontsize=8.5,
+            title="variant  (● p50, ◆ p99)",
+            title_fontsize=8.5,
+        )
     axes[0].set_ylabel("fraction of measured requests ≤ x")
     if title:
         fig.suptitle(title)
@@ -120,8 +145,10 @@ def make_title(runs: pd.DataFrame, lat: pd.DataFrame, rate: float) -> str:
     n = lat.groupby("variant").size()
     per = ", ".join(f"{v}: {n.get(v, 0)} req" for v in runs["variant"].unique())
     rep_txt = f"{reps.max()} replication{'s' if reps.max() > 1 else ''}" + (" pooled" if reps.max() > 1 else "")
-    return (f"Latency CDFs at a Poisson arrival rate of {rate:g} req/s "
-            f"(realised {runs['offered_rps'].mean():.2f} req/s) — {rep_txt}; {per} measured after warm-up")
+    return (
+        f"Latency CDFs at a Poisson arrival rate of {rate:g} req/s "
+        f"(realised {runs['offered_rps'].mean():.2f} req/s) — {rep_txt}; {per} measured after warm-up"
+    )
 
 
 def main(argv=None) -> Path:

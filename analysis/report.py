@@ -60,7 +60,11 @@ def main(argv=None) -> Path:
     stat = caps[(caps["variant"] == "static") & (caps[CV] == 1.0)].iloc[0] if CV in caps else None
     ratio = cont["max_throughput"] / stat["max_throughput"] if stat is not None else float("nan")
     bursty = caps[(caps["variant"] == "continuous") & (caps[CV] == 3.0)] if CV in caps else caps.iloc[:0]
-    loss = 1 - bursty.iloc[0]["capacity"] / cont["capacity"] if len(bursty) and bursty.iloc[0]["capacity"] else float("nan")
+    loss = (
+        1 - bursty.iloc[0]["capacity"] / cont["capacity"]
+        if len(bursty) and bursty.iloc[0]["capacity"]
+        else float("nan")
+    )
     p = points.set_index(["variant", CV, RATE]) if CV in points else None
     n_runs, reps = len(runs), int(study.get("replications", 1))
     rates = sorted(points[RATE].unique())
@@ -92,10 +96,13 @@ def main(argv=None) -> Path:
         "",
         f"Continuous batching carries **{cont['capacity']:.1f} req/s** of Poisson traffic within the SLO. Static",
         f"batching meets it at no load in the grid: even at {rates[0]:g} req/s its p99 TTFT is "
-        f"{p.loc[('static', 1.0, rates[0]), 'ttft_p99']:.0f} s," if p is not None else "",
+        f"{p.loc[('static', 1.0, rates[0]), 'ttft_p99']:.0f} s,"
+        if p is not None
+        else "",
         "because a request arriving during a batch waits for the batch's longest output (the maximum of up",
         f"to 32 geometric lengths) before it starts. Its throughput tops out at {stat['max_throughput']:.1f} req/s,"
-        if stat is not None else "",
+        if stat is not None
+        else "",
         f"against the {cont['max_throughput']:.1f} req/s that continuous batching served at the top of the grid",
         f"({ratio:.1f}x). Bursty arrivals (cv 3) cost continuous batching {loss:.0%} of its SLO capacity:",
         "bursts queue prompts whose 2048-token prefill chunks share steps with the running decodes,",
@@ -108,7 +115,8 @@ def main(argv=None) -> Path:
         "## Throughput and goodput",
         "",
         "Goodput counts the requests that individually met "
-        + " and ".join(f"{k} ≤ {v:g} s" for k, v in slo_req.items()) + ".",
+        + " and ".join(f"{k} ≤ {v:g} s" for k, v in slo_req.items())
+        + ".",
         "",
         "![throughput and goodput against load](throughput.png)",
         "",
@@ -122,12 +130,22 @@ def main(argv=None) -> Path:
     if "timeline" in figures:
         lines += ["## Batch size, queue and KV cache over time", "", "![timeline](timeline.png)", ""]
     if "slot_grid" in figures:
-        lines += ["## The seed lesson's slot grid, simulated", "",
-                  "The lesson's 12 requests on 4 slots with unit-cost steps, drawn from des's own steps and",
-                  "requests tables: static batching takes 30 steps at 46.7 % slot utilisation, continuous 18 at",
-                  "77.8 %, as the lesson computes.", "", "![slot grid](slot_grid.png)", ""]
-    lines += ["## Calibration", "", "See [calibration.md](calibration.md) for the roofline constants and how they were set.",
-              ""]
+        lines += [
+            "## The seed lesson's slot grid, simulated",
+            "",
+            "The lesson's 12 requests on 4 slots with unit-cost steps, drawn from des's own steps and",
+            "requests tables: static batching takes 30 steps at 46.7 % slot utilisation, continuous 18 at",
+            "77.8 %, as the lesson computes.",
+            "",
+            "![slot grid](slot_grid.png)",
+            "",
+        ]
+    lines += [
+        "## Calibration",
+        "",
+        "See [calibration.md](calibration.md) for the roofline constants and how they were set.",
+        "",
+    ]
     path = out / "README.md"
     path.write_text("\n".join(line for line in lines if line is not None))
     print(f"wrote {path} and {len(figures)} figures")

@@ -54,13 +54,15 @@ def occupancy(requests: pd.DataFrame, steps: pd.DataFrame, static: bool) -> pd.D
     if static:
         end = pd.Series(end).groupby(r["scheduled_time"].to_numpy()).transform("max").to_numpy()
     n = r["output_tokens"].to_numpy(int)
-    return pd.DataFrame({
-        "request_id": r["request_id"].to_numpy(),
-        "name": [f"R{i}" for i in r["request_id"]],
-        "first": first + 1,
-        "last_useful": np.minimum(first + n, end),
-        "last": end,
-    })
+    return pd.DataFrame(
+        {
+            "request_id": r["request_id"].to_numpy(),
+            "name": [f"R{i}" for i in r["request_id"]],
+            "first": first + 1,
+            "last_useful": np.minimum(first + n, end),
+            "last": end,
+        }
+    )
 
 
 def assign_slots(occ: pd.DataFrame, slots: int | None = None) -> pd.DataFrame:
@@ -85,8 +87,14 @@ def grid_stats(occ: pd.DataFrame, n_steps: int, slots: int) -> dict:
     useful = int((occ["last_useful"] - occ["first"] + 1).clip(lower=0).sum())
     reserved = int((occ["last"] - occ["first"] + 1).clip(lower=0).sum())
     total = n_steps * slots
-    return {"makespan": n_steps, "slots": slots, "useful": useful, "reserved": reserved,
-            "total": total, "utilisation": useful / total}
+    return {
+        "makespan": n_steps,
+        "slots": slots,
+        "useful": useful,
+        "reserved": reserved,
+        "total": total,
+        "utilisation": useful / total,
+    }
 
 
 def useful_per_step(occ: pd.DataFrame, n_steps: int) -> np.ndarray:
@@ -96,7 +104,7 @@ def useful_per_step(occ: pd.DataFrame, n_steps: int) -> np.ndarray:
         if row.last_useful >= row.first:
             count[row.first] += 1
             count[row.last_useful + 1] -= 1
-    return np.cumsum(count)[1:n_steps + 1]
+    return np.cumsum(count)[1 : n_steps + 1]
 
 
 def slot_count(scenario: dict, steps: pd.DataFrame) -> int:
@@ -140,31 +148,77 @@ def draw_panel(ax, occ: pd.DataFrame, stats: dict, variant: str, n_max: int, col
     for s in range(slots):  # empty cells: a free slot (nothing scheduled in it)
         for k in range(1, n_max + 1):
             inside = k <= stats["makespan"]
-            ax.add_patch(Rectangle((k - 0.5, s - 0.5), 1, 1, facecolor="white", edgecolor="0.8" if inside else "0.93",
-                                   lw=0.6, ls="-" if inside else ":"))
+            ax.add_patch(
+                Rectangle(
+                    (k - 0.5, s - 0.5),
+                    1,
+                    1,
+                    facecolor="white",
+                    edgecolor="0.8" if inside else "0.93",
+                    lw=0.6,
+                    ls="-" if inside else ":",
+                )
+            )
     for row in occ.itertuples(index=False):
         c = colors[row.name]
         if row.last_useful >= row.first:
-            ax.add_patch(Rectangle((row.first - 0.5, row.slot - 0.45), row.last_useful - row.first + 1, 0.9,
-                                   facecolor=c, edgecolor="black", lw=0.8))
+            ax.add_patch(
+                Rectangle(
+                    (row.first - 0.5, row.slot - 0.45),
+                    row.last_useful - row.first + 1,
+                    0.9,
+                    facecolor=c,
+                    edgecolor="black",
+                    lw=0.8,
+                )
+            )
             for k in range(row.first, row.last_useful + 1):  # cell separators
                 ax.plot([k + 0.5, k + 0.5], [row.slot - 0.45, row.slot + 0.45], color="white", lw=0.6, alpha=0.7)
-            ax.text((row.first + row.last_useful) / 2, row.slot, row.name, ha="center", va="center",
-                    fontsize=9, fontweight="bold", color="black")
+            ax.text(
+                (row.first + row.last_useful) / 2,
+                row.slot,
+                row.name,
+                ha="center",
+                va="center",
+                fontsize=9,
+                fontweight="bold",
+                color="black",
+            )
         if row.last > row.last_useful:
-            ax.add_patch(Rectangle((row.last_useful + 0.5, row.slot - 0.45), row.last - row.last_useful, 0.9,
-                                   facecolor=IDLE, edgecolor=c, hatch="///", lw=1.0))
+            ax.add_patch(
+                Rectangle(
+                    (row.last_useful + 0.5, row.slot - 0.45),
+                    row.last - row.last_useful,
+                    0.9,
+                    facecolor=IDLE,
+                    edgecolor=c,
+                    hatch="///",
+                    lw=1.0,
+                )
+            )
     mk = stats["makespan"]
     ax.axvline(mk + 0.5, color=PALETTE.get(variant, "black"), lw=2)
     if mk < n_max:  # room to the right of the last step: say where the run ends
-        ax.annotate(f"← all {len(occ)} requests done after step {mk}", (mk + 0.5, (slots - 1) / 2),
-                    xytext=(6, 0), textcoords="offset points", ha="left", va="center", fontsize=10,
-                    color=PALETTE.get(variant, "black"), fontweight="bold")
-    ax.set_title(f"{variant} batching — makespan {mk} steps · slot utilisation "
-                 f"{stats['useful']}/{stats['total']} = {100 * stats['utilisation']:.1f} %  "
-                 f"({stats['reserved'] - stats['useful']} reserved-idle, "
-                 f"{stats['total'] - stats['reserved']} free slot-steps)",
-                 loc="left", fontsize=11, color=PALETTE.get(variant, "black"))
+        ax.annotate(
+            f"← all {len(occ)} requests done after step {mk}",
+            (mk + 0.5, (slots - 1) / 2),
+            xytext=(6, 0),
+            textcoords="offset points",
+            ha="left",
+            va="center",
+            fontsize=10,
+            color=PALETTE.get(variant, "black"),
+            fontweight="bold",
+        )
+    ax.set_title(
+        f"{variant} batching — makespan {mk} steps · slot utilisation "
+        f"{stats['useful']}/{stats['total']} = {100 * stats['utilisation']:.1f} %  "
+        f"({stats['reserved'] - stats['useful']} reserved-idle, "
+        f"{stats['total'] - stats['reserved']} free slot-steps)",
+        loc="left",
+        fontsize=11,
+        color=PALETTE.get(variant, "black"),
+    )
     ax.set_xlim(0.5, n_max + 0.5)
     ax.set_ylim(slots - 0.5, -0.5)  # slot 0 on top, as in the lesson
     ax.set_yticks(range(slots), [f"slot {s}" for s in range(slots)])
@@ -180,14 +234,17 @@ def draw(panels: list[tuple[str, pd.DataFrame, dict]], title: str = ""):
     n_max = max(st["makespan"] for _, _, st in panels)
     names = sorted({n for _, occ, _ in panels for n in occ["name"]}, key=lambda n: int(n[1:]))
     colors = _colors(names)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(max(10, 0.42 * n_max + 2), 2.2 + 2.1 * len(panels)),
-                             sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(max(10, 0.42 * n_max + 2), 2.2 + 2.1 * len(panels)), sharex=True, squeeze=False
+    )
     for ax, (variant, occ, stats) in zip(axes[:, 0], panels, strict=True):
         draw_panel(ax, occ, stats, variant, n_max, colors)
     axes[-1, 0].set_xlabel("step (one forward pass; unit cost, so also simulated time)")
-    handles = [Patch(facecolor=colors[names[0]], edgecolor="black", label="slot doing useful work (emits a token)"),
-               Patch(facecolor=IDLE, edgecolor="0.4", hatch="///", label="reserved but idle (padded until the batch ends)"),
-               Patch(facecolor="white", edgecolor="0.6", label="free slot (nothing left to admit)")]
+    handles = [
+        Patch(facecolor=colors[names[0]], edgecolor="black", label="slot doing useful work (emits a token)"),
+        Patch(facecolor=IDLE, edgecolor="0.4", hatch="///", label="reserved but idle (padded until the batch ends)"),
+        Patch(facecolor="white", edgecolor="0.6", label="free slot (nothing left to admit)"),
+    ]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False, bbox_to_anchor=(0.5, -0.01))
     if title:
         fig.suptitle(title, fontsize=12)
@@ -209,8 +266,10 @@ def main(argv=None) -> Path:
         occ, stats = build(sweep.table(rid, "requests"), sweep.table(rid, "steps"), sweep.scenario(rid))
         panels.append((v, occ, stats))
     n_req = len(panels[0][1])
-    title = (f"The lesson's {n_req} requests on {panels[0][2]['slots']} slots, from the simulated steps: "
-             "same useful work, " + " vs ".join(f"{st['makespan']} steps" for _, _, st in panels))
+    title = (
+        f"The lesson's {n_req} requests on {panels[0][2]['slots']} slots, from the simulated steps: "
+        "same useful work, " + " vs ".join(f"{st['makespan']} steps" for _, _, st in panels)
+    )
     return save(draw(panels, title), a.out)
 
 

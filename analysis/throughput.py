@@ -40,15 +40,26 @@ def draw(points: pd.DataFrame, slo: dict | None = None):
                 ax.fill_between(g[RATE], g[f"{metric}_lo"].clip(lower=0), g[f"{metric}_hi"], color=c, alpha=0.15, lw=0)
                 stable = g["all_stable"]
                 ax.scatter(g.loc[stable, RATE], g.loc[stable, metric], color=c, s=18, zorder=3)
-                ax.scatter(g.loc[~stable, RATE], g.loc[~stable, metric], facecolors="white", edgecolors=c, s=22,
-                           zorder=3)
-        ax.set(xlabel="offered load (requests / s)", title="Poisson arrivals (cv 1)" if cv == 1 else
-               f"bursty arrivals (gamma, cv {cv:g})" if cv is not None else "")
+                ax.scatter(
+                    g.loc[~stable, RATE], g.loc[~stable, metric], facecolors="white", edgecolors=c, s=22, zorder=3
+                )
+        ax.set(
+            xlabel="offered load (requests / s)",
+            title="Poisson arrivals (cv 1)"
+            if cv == 1
+            else f"bursty arrivals (gamma, cv {cv:g})"
+            if cv is not None
+            else "",
+        )
         if j == 0:
             ax.set_ylabel("requests / s")
     slo_text = " and ".join(f"{k} ≤ {v:g} s" for k, v in (slo or {}).items())
-    fig.suptitle("Throughput and goodput" + (f" (goodput: requests meeting {slo_text})" if slo_text else "")
-                 + "; hollow: unstable", fontsize=11)
+    fig.suptitle(
+        "Throughput and goodput"
+        + (f" (goodput: requests meeting {slo_text})" if slo_text else "")
+        + "; hollow: unstable",
+        fontsize=11,
+    )
     axes[0, -1].legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig

@@ -90,8 +90,7 @@ def resample(steps: pd.DataFrame, columns, bin_s: float, t_end: float | None = N
     return out
 
 
-def timeline(steps: pd.DataFrame, kv_capacity_blocks: float, bin_s: float,
-             t_end: float | None = None) -> pd.DataFrame:
+def timeline(steps: pd.DataFrame, kv_capacity_blocks: float, bin_s: float, t_end: float | None = None) -> pd.DataFrame:
     """The three series of one run (all instances): batch size and width, queue, KV %.
 
     Several instances (replicas) are resampled separately, then batch sizes and queues
@@ -148,13 +147,25 @@ def draw(series: list[tuple[dict, pd.DataFrame]], bin_s: float, title: str = "")
         handles.append(plt.Line2D([], [], color=color, lw=1.6, label=label))
         if (tl["batch_width"] > tl["batch_size"] + 1e-9).any():
             ax_b.plot(tl["t"], tl["batch_width"], color=color, lw=1.1, ls="--")
-            handles.append(plt.Line2D([], [], color=color, lw=1.1, ls="--",
-                                      label=f"{info['variant']}: sequences computed (incl. padding)"))
-        ax_kv.annotate(f"{info['variant']}: capacity {info['kv_blocks']:,.0f} blocks of {info['block_size']} tokens",
-                       (0.995, 0.97 - 0.09 * k), xycoords="axes fraction", ha="right", va="top",
-                       fontsize=8, color=color)
-    handles.append(Patch(color=PALETTE.get("band", "0.5"), alpha=0.15,
-                         label=f"min–max of the steps starting in each {bin_s:g} s bin"))
+            handles.append(
+                plt.Line2D(
+                    [], [], color=color, lw=1.1, ls="--", label=f"{info['variant']}: sequences computed (incl. padding)"
+                )
+            )
+        ax_kv.annotate(
+            f"{info['variant']}: capacity {info['kv_blocks']:,.0f} blocks of {info['block_size']} tokens",
+            (0.995, 0.97 - 0.09 * k),
+            xycoords="axes fraction",
+            ha="right",
+            va="top",
+            fontsize=8,
+            color=color,
+        )
+    handles.append(
+        Patch(
+            color=PALETTE.get("band", "0.5"), alpha=0.15, label=f"min–max of the steps starting in each {bin_s:g} s bin"
+        )
+    )
     warm = max(info["warmup"] for info, _ in series)
     ends = {info["arrivals_end"] for info, _ in series if info["arrivals_end"]}
     for ax in axes:
@@ -181,8 +192,14 @@ def draw(series: list[tuple[dict, pd.DataFrame]], bin_s: float, title: str = "")
         ax_q.set_ylim(bottom=0)
     ax_kv.set_xlabel(f"simulated time (s) — lines: time-weighted mean over {bin_s:g} s bins")
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.955), ncol=min(3, len(handles)),
-               fontsize=8.5, frameon=False)
+    fig.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.955),
+        ncol=min(3, len(handles)),
+        fontsize=8.5,
+        frameon=False,
+    )
     if title:
         fig.suptitle(title, y=0.985)
     return fig
@@ -201,9 +218,13 @@ def default_run(runs: pd.DataFrame) -> str:
 def main(argv=None) -> Path:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", help="sweep folder written by `des sweep` with keep_tables: true")
-    ap.add_argument("--run", action="append", default=None,
-                    help="run id, e.g. continuous/workload.arrival.rate=10/r0; twice to compare "
-                         "(default: the highest-rate continuous run)")
+    ap.add_argument(
+        "--run",
+        action="append",
+        default=None,
+        help="run id, e.g. continuous/workload.arrival.rate=10/r0; twice to compare "
+        "(default: the highest-rate continuous run)",
+    )
     ap.add_argument("--bin", type=float, default=None, help="bin width in s (default: ~300 bins, rounded)")
     ap.add_argument("--out", default="reports/timeline.png")
     a = ap.parse_args(argv)

@@ -51,9 +51,11 @@ def main() -> None:
     slow = time.perf_counter() - t0
     s = r.summary
     print(f"median wall time (whole process, {args.repeats} runs): {statistics.median(walls):.2f} s")
-    print(f"in-process: {fast:.2f} s fast-forward, {slow:.2f} s per-step reference; "
-          f"{s['num_requests']:,} requests, {s['num_steps']:,} steps, mean batch {s['mean_batch_size']:.1f}, "
-          f"GPU busy {s['gpu_busy_fraction']:.2f}, stable {s['stable']}")
+    print(
+        f"in-process: {fast:.2f} s fast-forward, {slow:.2f} s per-step reference; "
+        f"{s['num_requests']:,} requests, {s['num_steps']:,} steps, mean batch {s['mean_batch_size']:.1f}, "
+        f"GPU busy {s['gpu_busy_fraction']:.2f}, stable {s['stable']}"
+    )
 
 
 if __name__ == "__main__":

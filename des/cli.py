@@ -59,11 +59,20 @@ def main() -> None:
 
 @main.command()
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Results folder (default: results/<scenario name>/).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Results folder (default: results/<scenario name>/).",
+)
 @click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a scenario field, e.g. --set workload.arrival.rate=3.5 (repeatable).")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario field, e.g. --set workload.arrival.rate=3.5 (repeatable).",
+)
 @click.option("--quiet", is_flag=True, help="Print nothing but errors.")
 def run(scenario: Path | None, out_dir: Path | None, seed: int | None, overrides: tuple[str, ...], quiet: bool) -> None:
     """Simulate SCENARIO (default: the embedded RTX 4090 + Qwen2.5-7B scenario)."""
@@ -105,11 +114,19 @@ def run(scenario: Path | None, out_dir: Path | None, seed: int | None, overrides
 @click.option("--gpu", "gpu_name", default="rtx4090", show_default=True, help="Catalog GPU.")
 @click.option("--model", "model_name", default="qwen2.5-7b", show_default=True, help="Catalog model.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel GPUs.")
-@click.option("--weights", default="bf16", show_default=True, help="Weight format (bf16, fp8, int8, int4-awq, int4-gptq).")
+@click.option(
+    "--weights", default="bf16", show_default=True, help="Weight format (bf16, fp8, int8, int4-awq, int4-gptq)."
+)
 @click.option("--kv-cache-dtype", default="bf16", show_default=True, help="KV cache format (bf16, fp8).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Draw step time vs batch size on a roofline into this PNG.")
-def costmodel(gpu_name: str, model_name: str, tp: int, weights: str, kv_cache_dtype: str, plot_path: Path | None) -> None:
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Draw step time vs batch size on a roofline into this PNG.",
+)
+def costmodel(
+    gpu_name: str, model_name: str, tp: int, weights: str, kv_cache_dtype: str, plot_path: Path | None
+) -> None:
     """Tabulate the roofline step-time model of a GPU and model."""
     from pydantic import ValidationError
 
@@ -135,15 +152,23 @@ def costmodel(gpu_name: str, model_name: str, tp: int, weights: str, kv_cache_dt
     console = _console()
     gib = 1 << 30
     head = Table.grid(padding=(0, 2))
-    head.add_row("model", f"{model.name}: {facts['params'] / 1e9:.2f} B parameters, {precision.weights} weights "
-                 f"{facts['weight_bytes'] / gib:.2f} GiB, KV {facts['kv_bytes_per_token']:,} bytes/token ({precision.kv_cache_dtype})")
-    head.add_row("gpu", f"{tp} x {gpu.name}: {gpu.peak_flops(precision.compute_dtype) / 1e12:.1f} TFLOP/s "
-                 f"{precision.compute_dtype}, {gpu.memory_bandwidth / 1e9:.0f} GB/s, {gpu.memory_bytes / gib:.1f} GiB; "
-                 f"mfu {gpu.efficiency.mfu_prefill}/{gpu.efficiency.mfu_decode}, mbu {gpu.efficiency.mbu}, "
-                 f"overhead {gpu.efficiency.step_overhead * 1e3:.1f} ms/step")
+    head.add_row(
+        "model",
+        f"{model.name}: {facts['params'] / 1e9:.2f} B parameters, {precision.weights} weights "
+        f"{facts['weight_bytes'] / gib:.2f} GiB, "
+        f"KV {facts['kv_bytes_per_token']:,} bytes/token ({precision.kv_cache_dtype})",
+    )
+    head.add_row(
+        "gpu",
+        f"{tp} x {gpu.name}: {gpu.peak_flops(precision.compute_dtype) / 1e12:.1f} TFLOP/s "
+        f"{precision.compute_dtype}, {gpu.memory_bandwidth / 1e9:.0f} GB/s, {gpu.memory_bytes / gib:.1f} GiB; "
+        f"mfu {gpu.efficiency.mfu_prefill}/{gpu.efficiency.mfu_decode}, mbu {gpu.efficiency.mbu}, "
+        f"overhead {gpu.efficiency.step_overhead * 1e3:.1f} ms/step",
+    )
     head.add_row("ridge", f"{facts['ridge_tokens']:.0f} tokens per step (compute overtakes weight reads)")
-    head.add_row("kv", f"{facts['kv_tokens_0.90']:,} tokens at gpu_memory_utilization 0.90, "
-                 f"{facts['kv_tokens_0.92']:,} at 0.92")
+    head.add_row(
+        "kv", f"{facts['kv_tokens_0.90']:,} tokens at gpu_memory_utilization 0.90, {facts['kv_tokens_0.92']:,} at 0.92"
+    )
     console.print(head)
     dec = Table(title="decode step (ms) and output tokens/s, by batch size and context", title_justify="left")
     dec.add_column("batch", justify="right")
@@ -172,14 +197,19 @@ def costmodel(gpu_name: str, model_name: str, tp: int, weights: str, kv_cache_dt
 
 @main.command()
 @click.argument("study_path", metavar="STUDY", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Results folder (default: results/<study name>/).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Results folder (default: results/<study name>/).",
+)
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel runs (default: all cores).")
 @click.option("--backend", type=click.Choice(["local", "dask"]), default="local", show_default=True)
 @click.option("--address", default=None, help="tcp://host:port of a dask scheduler (default: a LocalCluster).")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors.")
-def sweep(study_path: Path, out_dir: Path | None, workers: int | None, backend: str, address: str | None,
-          quiet: bool) -> None:
+def sweep(
+    study_path: Path, out_dir: Path | None, workers: int | None, backend: str, address: str | None, quiet: bool
+) -> None:
     """Run every variant x grid point x replication of STUDY; write runs.parquet and points.parquet."""
     from des.output import check_writable
     from des.study import load_study
@@ -199,22 +229,26 @@ def sweep(study_path: Path, out_dir: Path | None, workers: int | None, backend: 
     t0 = time.perf_counter()
     try:
         with ctx:
-            runs, points = run_sweep(study, out_dir, workers=workers, backend=backend, address=address,
-                                     progress=progress_cb)
+            runs, points = run_sweep(
+                study, out_dir, workers=workers, backend=backend, address=address, progress=progress_cb
+            )
     except SweepLocked as exc:
         _fail(ScenarioError(("--out", str(exc))))
     if not quiet:
         _print_points(points, study.grid_keys)
         console = _console()
-        console.print(f"{len(runs)} runs ({len(points)} points x {study.spec.replications} replications) in "
-                      f"{time.perf_counter() - t0:.1f} s; wrote {out_dir}/runs.parquet and points.parquet",
-                      highlight=False)
+        console.print(
+            f"{len(runs)} runs ({len(points)} points x {study.spec.replications} replications) in "
+            f"{time.perf_counter() - t0:.1f} s; wrote {out_dir}/runs.parquet and points.parquet",
+            highlight=False,
+        )
 
 
 def _print_points(points, grid_keys) -> None:
     table = Table(title="mean over replications [95 % CI]", title_justify="left")
     for col in ("variant", *grid_keys, "throughput_rps", "ttft_p99", "tpot_p50", "e2e_p99", "stable"):
         table.add_column(col, justify="left" if col == "variant" else "right")
+
     def ci(p, m) -> str:
         if p[m] != p[m]:
             return "-"
@@ -223,25 +257,48 @@ def _print_points(points, grid_keys) -> None:
         return f"{p[m]:.3g}"
 
     for _, p in points.iterrows():
-        table.add_row(str(p["variant"]), *(str(p[k]) for k in grid_keys),
-                      *(ci(p, m) for m in ("throughput_rps", "ttft_p99", "tpot_p50", "e2e_p99")),
-                      "yes" if p["all_stable"] else "NO")
+        table.add_row(
+            str(p["variant"]),
+            *(str(p[k]) for k in grid_keys),
+            *(ci(p, m) for m in ("throughput_rps", "ttft_p99", "tpot_p50", "e2e_p99")),
+            "yes" if p["all_stable"] else "NO",
+        )
     _console().print(table)
 
 
 @main.command()
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--slo", "slos", multiple=True, required=True, metavar="METRIC<=VALUE",
-              help="An objective on a summary metric, e.g. ttft_p99<=2 (repeatable; all must hold).")
-@click.option("--param", default="workload.arrival.rate", show_default=True,
-              help="The parameter to push as high as the SLOs allow.")
+@click.option(
+    "--slo",
+    "slos",
+    multiple=True,
+    required=True,
+    metavar="METRIC<=VALUE",
+    help="An objective on a summary metric, e.g. ttft_p99<=2 (repeatable; all must hold).",
+)
+@click.option(
+    "--param",
+    default="workload.arrival.rate",
+    show_default=True,
+    help="The parameter to push as high as the SLOs allow.",
+)
 @click.option("--low", type=float, default=None, help="A value at which the SLOs hold (default: start / 8).")
 @click.option("--high", type=float, default=None, help="A first upper value to try (default: the scenario's).")
-@click.option("--replicas-for", "target_rate", type=float, default=None,
-              help="Instead: the fewest cluster.replicas that carry this arrival rate (req/s).")
+@click.option(
+    "--replicas-for",
+    "target_rate",
+    type=float,
+    default=None,
+    help="Instead: the fewest cluster.replicas that carry this arrival rate (req/s).",
+)
 @click.option("--replications", type=click.IntRange(min=1), default=5, show_default=True)
-@click.option("--tolerance", type=click.FloatRange(min=1e-4, max=0.5), default=0.02, show_default=True,
-              help="Relative width at which bisection stops.")
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(min=1e-4, max=0.5),
+    default=0.02,
+    show_default=True,
+    help="Relative width at which bisection stops.",
+)
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel runs (default: all cores).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario field.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for scripts).")
@@ -278,14 +335,22 @@ def capacity(scenario, slos, param, low, high, target_rate, replications, tolera
 
     def show(ev) -> None:
         if not quiet:
-            verdict = "surely holds" if ev.surely_holds else "holds" if ev.holds else \
-                "surely fails" if ev.surely_fails else "fails"
+            verdict = (
+                "surely holds"
+                if ev.surely_holds
+                else "holds"
+                if ev.holds
+                else "surely fails"
+                if ev.surely_fails
+                else "fails"
+            )
             ms = ", ".join(f"{k} {v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]" for k, v in ev.metrics.items())
             console.print(f"  {param} = {ev.value:g}: {ms}; {verdict}", highlight=False)
 
     with SummaryPool(workers or default_workers()) as pool:
-        search = Search(base, param, terms, replications, pool, integer=target_rate is not None,
-                        seed=base["seed"], on_eval=show)
+        search = Search(
+            base, param, terms, replications, pool, integer=target_rate is not None, seed=base["seed"], on_eval=show
+        )
         try:
             if target_rate is not None:
                 result = find_min_replicas(search, start=int(base["cluster"]["replicas"]))
@@ -304,9 +369,11 @@ def capacity(scenario, slos, param, low, high, target_rate, replications, tolera
         sys.exit(1)
     what = f"fewest replicas carrying {target_rate:g} req/s" if target_rate is not None else f"capacity ({param})"
     ci = f"95 % CI [{_fmt(result['ci_low'])}, {_fmt(result['ci_high'])}]"
-    out.print(f"{what} under {' and '.join(result['slos'])}: {value:.4g}  {ci}  "
-              f"({result['replications']} replications per value, {len(result['evaluations'])} values tried)",
-              highlight=False)
+    out.print(
+        f"{what} under {' and '.join(result['slos'])}: {value:.4g}  {ci}  "
+        f"({result['replications']} replications per value, {len(result['evaluations'])} values tried)",
+        highlight=False,
+    )
 
 
 def _probe_value(base: dict, dotted: str):
@@ -335,8 +402,17 @@ def _count_progress(quiet: bool, unit: str):
         TimeRemainingColumn,
     )
 
-    bar = Progress(TextColumn("sweeping"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err_console, transient=True)
+    bar = Progress(
+        TextColumn("sweeping"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    )
     task = bar.add_task("sweep", total=None)
 
     def update(done: int, total: int, reused: int) -> None:
@@ -355,20 +431,32 @@ def _progress(quiet: bool):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[now]:>10,.1f} s simulated"),
-        TextColumn("{task.fields[n]:>8,} requests"), TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
-        console=err_console, transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[now]:>10,.1f} s simulated"),
+        TextColumn("{task.fields[n]:>8,} requests"),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
     )
     task = bar.add_task("simulating", total=1.0, now=0.0, n=0, note="")
 
     def update(p) -> None:
         frac = p.fraction
         if p.draining:
-            bar.update(task, description="draining", completed=1.0, now=p.now, n=p.arrived,
-                       note=f"{p.in_system:,} left")
+            bar.update(
+                task, description="draining", completed=1.0, now=p.now, n=p.arrived, note=f"{p.in_system:,} left"
+            )
         else:
-            bar.update(task, completed=frac, total=None if frac is None else 1.0, now=p.now, n=p.arrived,
-                       note=f"{p.in_system:,} in system")
+            bar.update(
+                task,
+                completed=frac,
+                total=None if frac is None else 1.0,
+                now=p.now,
+                n=p.arrived,
+                note=f"{p.in_system:,} in system",
+            )
 
     return update, bar
 
@@ -389,14 +477,26 @@ def _print_summary(sc, s: dict, wall: float, out_dir: Path) -> None:
     console = _console()
     head = Table.grid(padding=(0, 2))
     head.add_row("scenario", f"{sc.name}  (seed {sc.seed})")
-    head.add_row("hardware", f"{sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, "
-                 f"{sc.scheduler.kind} batching, {sc.cost_model.kind} cost")
-    head.add_row("requests", f"{s['num_requests']:,} arrived: {s['num_completed']:,} completed, "
-                 f"{s['num_rejected']:,} rejected, {s['num_unfinished']:,} unfinished")
-    head.add_row("load", f"offered {_fmt(s['offered_rps'])} req/s, throughput {_fmt(s['throughput_rps'])} req/s, "
-                 f"{_fmt(s['output_tokens_per_s'])} output tok/s")
-    head.add_row("engine", f"GPU busy {_fmt(s['gpu_busy_fraction'])}, mean batch {_fmt(s['mean_batch_size'])}, "
-                 f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens")
+    head.add_row(
+        "hardware",
+        f"{sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, "
+        f"{sc.scheduler.kind} batching, {sc.cost_model.kind} cost",
+    )
+    head.add_row(
+        "requests",
+        f"{s['num_requests']:,} arrived: {s['num_completed']:,} completed, "
+        f"{s['num_rejected']:,} rejected, {s['num_unfinished']:,} unfinished",
+    )
+    head.add_row(
+        "load",
+        f"offered {_fmt(s['offered_rps'])} req/s, throughput {_fmt(s['throughput_rps'])} req/s, "
+        f"{_fmt(s['output_tokens_per_s'])} output tok/s",
+    )
+    head.add_row(
+        "engine",
+        f"GPU busy {_fmt(s['gpu_busy_fraction'])}, mean batch {_fmt(s['mean_batch_size'])}, "
+        f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens",
+    )
     head.add_row("stable", f"{_fmt(s['stable'])} (backlog growth {s['backlog_growth']:.3f} of arrivals)")
     console.print(head)
     table = Table(title="latency (seconds)", title_justify="left")
@@ -406,8 +506,10 @@ def _print_summary(sc, s: dict, wall: float, out_dir: Path) -> None:
     for name in ("ttft", "tpot", "e2e", "queue_delay"):
         table.add_row(name, *(_fmt(s[f"{name}_{c}"]) for c in ("mean", "p50", "p90", "p95", "p99")))
     console.print(table)
-    console.print(f"wrote {out_dir}/ (requests.parquet, steps.parquet, summary.json, scenario.yaml) "
-                  f"in {wall:.2f} s", highlight=False)
+    console.print(
+        f"wrote {out_dir}/ (requests.parquet, steps.parquet, summary.json, scenario.yaml) in {wall:.2f} s",
+        highlight=False,
+    )
 
 
 if __name__ == "__main__":

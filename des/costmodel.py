@@ -63,8 +63,14 @@ class CostReport:
         return rows
 
     def kv_capacity(self, utilization: float, block_size: int = 16) -> int:
-        return plan_memory(self.gpu, self.model, precision=self.precision, gpu_memory_utilization=utilization,
-                           block_size=block_size, tp=self.tp).kv_capacity_tokens
+        return plan_memory(
+            self.gpu,
+            self.model,
+            precision=self.precision,
+            gpu_memory_utilization=utilization,
+            block_size=block_size,
+            tp=self.tp,
+        ).kv_capacity_tokens
 
     def facts(self) -> dict:
         r = self.roofline
@@ -95,14 +101,29 @@ class CostReport:
         memory_roof = np.full(b.shape, (r.lin_weight_s + r.head_weight_s) * 1e3)
         compute_roof = (r.lin_s_per_decode_token * b + r.head_s_per_row * b) * 1e3
         fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-        ax.plot(b, step, lw=2.5, label=f"step time: roofs + attention (context {context}) + {r.overhead * 1e3:.0f} ms overhead")
+        ax.plot(
+            b,
+            step,
+            lw=2.5,
+            label=f"step time: roofs + attention (context {context}) + {r.overhead * 1e3:.0f} ms overhead",
+        )
         ax.plot(b, memory_roof, "--", label="weights read once per step (memory roof)")
         ax.plot(b, compute_roof, ":", label="weight FLOPs of the tokens (compute roof)")
         ax.axvline(r.ridge_tokens, color="grey", lw=1)
-        ax.annotate(f"ridge ≈ {r.ridge_tokens:.0f} tokens/step", (r.ridge_tokens, memory_roof[0]),
-                    xytext=(-150, -40), textcoords="offset points", arrowprops={"arrowstyle": "->"})
-        ax.set(xscale="log", yscale="log", xlabel="decode batch size (tokens per step)", ylabel="step time (ms)",
-               title=f"{self.model.name} on {self.tp} x {self.gpu.name} ({self.precision.weights})")
+        ax.annotate(
+            f"ridge ≈ {r.ridge_tokens:.0f} tokens/step",
+            (r.ridge_tokens, memory_roof[0]),
+            xytext=(-150, -40),
+            textcoords="offset points",
+            arrowprops={"arrowstyle": "->"},
+        )
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="decode batch size (tokens per step)",
+            ylabel="step time (ms)",
+            title=f"{self.model.name} on {self.tp} x {self.gpu.name} ({self.precision.weights})",
+        )
         ax.legend(fontsize=9)
         ax2.plot(b, b / step * 1e3, lw=2.5)
         ax2.axvline(r.ridge_tokens, color="grey", lw=1)

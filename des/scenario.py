@@ -159,11 +159,14 @@ class Scenario(Strict):
 
 # -- loading ------------------------------------------------------------------------
 
+
 def _tags(union) -> set[str]:
     """The discriminator values of a tagged union's members (pydantic puts them in error paths)."""
     members = get_args(get_args(union)[0])
-    return {next(iter(m.model_fields[k].default for k in ("process", "dist", "kind") if k in m.model_fields))
-            for m in members}
+    return {
+        next(iter(m.model_fields[k].default for k in ("process", "dist", "kind") if k in m.model_fields))
+        for m in members
+    }
 
 
 _TAGS = set(SCHEDULERS) | set(COST_MODELS) | _tags(ArrivalConfig) | _tags(LengthConfig)
@@ -219,7 +222,7 @@ _REWORD = (
 def _reword(msg: str) -> str:
     for old, new in _REWORD:
         if msg.startswith(old):
-            return new + msg[len(old):]
+            return new + msg[len(old) :]
     return msg[0].lower() + msg[1:]
 
 
@@ -249,7 +252,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(("scenario", f"{str(path)!r}{where}: not valid YAML ({getattr(exc, 'problem', exc)})")) from None
+        raise ScenarioError(
+            ("scenario", f"{str(path)!r}{where}: not valid YAML ({getattr(exc, 'problem', exc)})")
+        ) from None
     if not isinstance(data, dict):
         raise ScenarioError(("scenario", f"{str(path)!r} does not hold a mapping of keys"))
     return data

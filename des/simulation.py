@@ -58,17 +58,28 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     arrival = w.arrival
     if isinstance(arrival, Trace):
         t = arrival.table
-        procs = [env.process(trace_replay(
-            env, t["arrival_time"].tolist(), t["prompt_tokens"].tolist(), t["output_tokens"].tolist(),
-            cluster.submit, duration, budget,
-        ))]
+        procs = [
+            env.process(
+                trace_replay(
+                    env,
+                    t["arrival_time"].tolist(),
+                    t["prompt_tokens"].tolist(),
+                    t["output_tokens"].tolist(),
+                    cluster.submit,
+                    duration,
+                    budget,
+                )
+            )
+        ]
     else:
         prompt = LengthStream(w.prompt_tokens, rng["prompt_tokens"])
         output = LengthStream(w.output_tokens, rng["output_tokens"])
         if isinstance(arrival, Closed):
             think = arrival.think(rng["think"])
             procs = [
-                env.process(closed_user(env, think, prompt, output, cluster.submit, duration, budget, arrival.retry_delay))
+                env.process(
+                    closed_user(env, think, prompt, output, cluster.submit, duration, budget, arrival.retry_delay)
+                )
                 for _ in range(arrival.concurrency)
             ]
         else:
@@ -179,8 +190,11 @@ def simulate(scenario: Scenario, progress: Progress | None = None, fast_forward:
         h = scenario.horizon
 
         def observe() -> None:
-            progress(RunProgress(env.now, h.duration, len(cluster.requests), h.num_requests,
-                                 cluster.in_system, cluster.closed))
+            progress(
+                RunProgress(
+                    env.now, h.duration, len(cluster.requests), h.num_requests, cluster.in_system, cluster.closed
+                )
+            )
 
     run_until(env, stop, observe)
     return build_result(scenario, cluster, end_time=env.now)

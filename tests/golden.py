@@ -48,8 +48,10 @@ def pinned(summary: dict) -> dict:
 def generate(path: Path) -> dict:
     sc = des.load_scenario(path)
     own = pinned(des.simulate(sc).summary)
-    reps = [pinned(des.simulate(des.load_scenario(sc, [("seed", replication_seed(sc.seed, r))])).summary)
-            for r in range(REPLICATIONS)]
+    reps = [
+        pinned(des.simulate(des.load_scenario(sc, [("seed", replication_seed(sc.seed, r))])).summary)
+        for r in range(REPLICATIONS)
+    ]
     out = {"scenario": path.name, "seed": sc.seed, "replications": REPLICATIONS, "metrics": {}}
     for m in METRICS:
         vals = np.array([r[m] for r in reps])

@@ -40,7 +40,9 @@ SMALL_STUDY = {
 def sweep(study: Path, out: Path) -> Path:
     proc = subprocess.run(
         [sys.executable, "-m", "des.cli", "sweep", str(study), "--out", str(out), "--workers", "1", "--quiet"],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
     return out
@@ -100,11 +102,18 @@ def test_slot_grid_assignment_is_greedy_and_padded(lesson):
 
 
 def test_slot_grid_on_a_handmade_table():
-    steps = pd.DataFrame({"start": np.arange(4.0), "duration": 1.0, "batch_size": [2, 2, 1, 1],
-                          "batch_width": [2, 2, 1, 1]})
+    steps = pd.DataFrame(
+        {"start": np.arange(4.0), "duration": 1.0, "batch_size": [2, 2, 1, 1], "batch_width": [2, 2, 1, 1]}
+    )
     # R0 works in step 1, R1 in steps 1-2, R2 (admitted into R0's freed slot) in steps 2-4
-    requests = pd.DataFrame({"request_id": [0, 1, 2], "output_tokens": [1, 2, 3],
-                             "scheduled_time": [0.0, 0.0, 1.0], "finish_time": [1.0, 2.0, 4.0]})
+    requests = pd.DataFrame(
+        {
+            "request_id": [0, 1, 2],
+            "output_tokens": [1, 2, 3],
+            "scheduled_time": [0.0, 0.0, 1.0],
+            "finish_time": [1.0, 2.0, 4.0],
+        }
+    )
     scenario = {"scheduler": {"kind": "continuous", "max_num_seqs": 2}}
     occ, stats = slot_grid.build(requests, steps, scenario)
     assert list(occ["slot"]) == [0, 1, 0]
@@ -146,8 +155,17 @@ def test_cdf_rejects_a_missing_rate(detail, tmp_path):
 def test_timeline_figure(detail, tmp_path):
     out = timeline.main([str(detail), "--out", str(tmp_path / "timeline.png")])
     assert_png(out)
-    two = timeline.main([str(detail), "--run", "continuous/workload.arrival.rate=4/r0",
-                         "--run", "static/workload.arrival.rate=4/r0", "--out", str(tmp_path / "two.png")])
+    two = timeline.main(
+        [
+            str(detail),
+            "--run",
+            "continuous/workload.arrival.rate=4/r0",
+            "--run",
+            "static/workload.arrival.rate=4/r0",
+            "--out",
+            str(tmp_path / "two.png"),
+        ]
+    )
     assert_png(two)
 
 

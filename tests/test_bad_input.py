@@ -272,24 +272,58 @@ class Case:
 
 BAD_SECTIONS = [
     Case("gamma-cv", with_workload(arrival={"process": "gamma", "rate": 1, "cv": -1}), "workload.arrival.cv", ["-1"]),
-    Case("mmpp-lengths", with_workload(arrival={"process": "mmpp", "rates": [1, 2, 3], "mean_sojourn": [1, 1]}),
-         "workload.arrival.mean_sojourn", ["3"]),
-    Case("mmpp-row-sum", with_workload(arrival={"process": "mmpp", "rates": [1, 2], "mean_sojourn": [1, 1],
-                                                "transitions": [[0, 0.5], [1, 0]]}),
-         "workload.arrival.transitions", ["0.5"]),
-    Case("mmpp-all-zero", with_workload(arrival={"process": "mmpp", "rates": [0, 0], "mean_sojourn": [1, 1]}),
-         "workload.arrival.rates"),
-    Case("onoff-missing", with_workload(arrival={"process": "onoff", "on_rate": 1, "mean_off": 1}),
-         "workload.arrival.mean_on", ["required"]),
-    Case("closed-concurrency", with_workload(arrival={"process": "closed", "concurrency": 0}),
-         "workload.arrival.concurrency", ["0"]),
-    Case("closed-think-dist", with_workload(arrival={"process": "closed", "concurrency": 2, "think_dist": "gauss"}),
-         "workload.arrival.think_dist", ["gauss", "fixed", "exponential"]),
-    Case("fixed-zero", with_workload(output_tokens={"dist": "fixed", "value": 0}), "workload.output_tokens.value", ["0"]),
-    Case("uniform-order", with_workload(output_tokens={"dist": "uniform", "low": 10, "high": 5}),
-         "workload.output_tokens.high", ["10", "5"]),
-    Case("min-over-max", with_workload(output_tokens={"dist": "geometric", "mean": 10, "min": 50, "max": 5}),
-         "workload.output_tokens.max", ["50", "5"]),
+    Case(
+        "mmpp-lengths",
+        with_workload(arrival={"process": "mmpp", "rates": [1, 2, 3], "mean_sojourn": [1, 1]}),
+        "workload.arrival.mean_sojourn",
+        ["3"],
+    ),
+    Case(
+        "mmpp-row-sum",
+        with_workload(
+            arrival={"process": "mmpp", "rates": [1, 2], "mean_sojourn": [1, 1], "transitions": [[0, 0.5], [1, 0]]}
+        ),
+        "workload.arrival.transitions",
+        ["0.5"],
+    ),
+    Case(
+        "mmpp-all-zero",
+        with_workload(arrival={"process": "mmpp", "rates": [0, 0], "mean_sojourn": [1, 1]}),
+        "workload.arrival.rates",
+    ),
+    Case(
+        "onoff-missing",
+        with_workload(arrival={"process": "onoff", "on_rate": 1, "mean_off": 1}),
+        "workload.arrival.mean_on",
+        ["required"],
+    ),
+    Case(
+        "closed-concurrency",
+        with_workload(arrival={"process": "closed", "concurrency": 0}),
+        "workload.arrival.concurrency",
+        ["0"],
+    ),
+    Case(
+        "closed-think-dist",
+        with_workload(arrival={"process": "closed", "concurrency": 2, "think_dist": "gauss"}),
+        "workload.arrival.think_dist",
+        ["gauss", "fixed", "exponential"],
+    ),
+    Case(
+        "fixed-zero", with_workload(output_tokens={"dist": "fixed", "value": 0}), "workload.output_tokens.value", ["0"]
+    ),
+    Case(
+        "uniform-order",
+        with_workload(output_tokens={"dist": "uniform", "low": 10, "high": 5}),
+        "workload.output_tokens.high",
+        ["10", "5"],
+    ),
+    Case(
+        "min-over-max",
+        with_workload(output_tokens={"dist": "geometric", "mean": 10, "min": 50, "max": 5}),
+        "workload.output_tokens.max",
+        ["50", "5"],
+    ),
     Case("dist-missing", with_workload(output_tokens={"mean": 10}), "workload.output_tokens.dist", ["required"]),
     Case("process-missing", with_workload(arrival={"rate": 3}), "workload.arrival.process", ["required"]),
     Case("lengths-missing", with_workload(output_tokens=None), "workload.output_tokens", ["required"]),
@@ -299,16 +333,32 @@ BAD_SECTIONS = [
     Case("constant-zero", base(cost_model={"kind": "constant", "step_time": 0}), "cost_model.step_time", ["0"]),
     Case("constant-missing", base(cost_model={"kind": "constant"}), "cost_model.step_time", ["required"]),
     Case("linear-missing", base(cost_model={"kind": "linear"}), "cost_model.base", ["required"]),
-    Case("roofline-mbu", base(cost_model={"kind": "roofline", "efficiency": {**EFFICIENCY, "mbu": 2}}),
-         "cost_model.efficiency.mbu", ["2"]),
+    Case(
+        "roofline-mbu",
+        base(cost_model={"kind": "roofline", "efficiency": {**EFFICIENCY, "mbu": 2}}),
+        "cost_model.efficiency.mbu",
+        ["2"],
+    ),
     Case("cost-kind-missing", base(cost_model={"step_time": 1}), "cost_model.kind", ["required"]),
     Case("scheduler-kind-missing", base(scheduler={"max_num_seqs": 4}), "scheduler.kind", ["required"]),
-    Case("static-batch-zero", base(scheduler={"kind": "static", "max_batch_size": 0}), "scheduler.max_batch_size", ["0"]),
+    Case(
+        "static-batch-zero", base(scheduler={"kind": "static", "max_batch_size": 0}), "scheduler.max_batch_size", ["0"]
+    ),
     Case("static-wait-negative", base(scheduler={"kind": "static", "max_wait": -1}), "scheduler.max_wait", ["-1"]),
     Case("gpu-not-mapping", base(gpu=5), "gpu", ["5"]),
-    Case("gpu-no-bf16", base(gpu={"memory_bytes": 2.5e10, "memory_bandwidth": 1e12, "flops": {"fp8": 1e15},
-                                  "efficiency": {"mfu_prefill": 0.5, "mfu_decode": 0.5, "mbu": 0.8,
-                                                 "step_overhead": 0.003}}), "gpu.flops", ["bf16"]),
+    Case(
+        "gpu-no-bf16",
+        base(
+            gpu={
+                "memory_bytes": 2.5e10,
+                "memory_bandwidth": 1e12,
+                "flops": {"fp8": 1e15},
+                "efficiency": {"mfu_prefill": 0.5, "mfu_decode": 0.5, "mbu": 0.8, "step_overhead": 0.003},
+            }
+        ),
+        "gpu.flops",
+        ["bf16"],
+    ),
 ]
 
 
@@ -359,8 +409,7 @@ UNKNOWN_KEYS = [
     ("scheduler", {"kind": "static", "max_num_seqs": 4}, "scheduler.max_num_seqs"),
     ("workload.arrival", {"process": "closed", "concurrency": 2, "rate": 3}, "workload.arrival.rate"),
     ("workload.arrival", {"process": "gamma", "rate": 3, "shape": 2}, "workload.arrival.shape"),
-    ("workload.arrival", {"process": "onoff", "on_rate": 1, "mean_on": 1, "mean_off": 1, "x": 1},
-     "workload.arrival.x"),
+    ("workload.arrival", {"process": "onoff", "on_rate": 1, "mean_on": 1, "mean_off": 1, "x": 1}, "workload.arrival.x"),
     ("workload.output_tokens", {"dist": "fixed", "value": 3, "mean": 3}, "workload.output_tokens.mean"),
     ("workload.output_tokens", {"dist": "uniform", "low": 1, "high": 3, "mode": 2}, "workload.output_tokens.mode"),
     ("cost_model", {"kind": "constant", "step_time": 1, "base": 1}, "cost_model.base"),
@@ -411,8 +460,14 @@ def test_warmup_shorter_than_horizon_is_fine():
         base(horizon=None),
         base(horizon={}),
         base(horizon={"drain": False}),
-        base(horizon=None, warmup=None, workload={**BASE["workload"], "arrival": {"process": "gamma", "rate": 1, "cv": 2}}),
-        base(horizon=None, warmup=None, workload={**BASE["workload"], "arrival": {"process": "closed", "concurrency": 4}}),
+        base(
+            horizon=None,
+            warmup=None,
+            workload={**BASE["workload"], "arrival": {"process": "gamma", "rate": 1, "cv": 2}},
+        ),
+        base(
+            horizon=None, warmup=None, workload={**BASE["workload"], "arrival": {"process": "closed", "concurrency": 4}}
+        ),
     ],
     ids=["poisson-missing", "poisson-empty", "poisson-drain-only", "gamma-missing", "closed-missing"],
 )
@@ -429,7 +484,8 @@ def test_trace_needs_no_horizon():
 
 def test_every_problem_is_reported_at_once():
     problems = problems_of(
-        base(), [("workload.arrival.rate", -1), ("cluster.router", "nope"), ("colour", "red"), ("scheduler.max_num_seqs", 0)]
+        base(),
+        [("workload.arrival.rate", -1), ("cluster.router", "nope"), ("colour", "red"), ("scheduler.max_num_seqs", 0)],
     )
     assert {p for p, _ in problems} == {"workload.arrival.rate", "cluster.router", "colour", "scheduler.max_num_seqs"}
     assert len(problems) == 4
@@ -546,8 +602,12 @@ TRACES = [
     ("binary", "t.csv", b"\x00\xff\xfe\x80\x81garbage\x00\n\xff", []),
     ("jsonl-malformed", "t.jsonl", '{"arrival_time": 0, "prompt_tokens": 1\n', []),
     ("jsonl-missing-column", "t.jsonl", '{"arrival_time": 0, "prompt_tokens": 1}\n', ["output_tokens"]),
-    ("jsonl-negative-time", "t.jsonl", '{"arrival_time": -3, "prompt_tokens": 1, "output_tokens": 2}\n',
-     ["arrival_time", "-3"]),
+    (
+        "jsonl-negative-time",
+        "t.jsonl",
+        '{"arrival_time": -3, "prompt_tokens": 1, "output_tokens": 2}\n',
+        ["arrival_time", "-3"],
+    ),
     ("jsonl-empty", "t.jsonl", "", []),
     ("json-not-a-table", "t.json", '{"a": 1}', []),
 ]
@@ -705,8 +765,14 @@ CLI_CASES = [
     CliCase(
         "several-problems",
         lambda w: [
-            "--set", "workload.arrival.rate=-1", "--set", "cluster.router=nope",
-            "--set", "colour=red", "--set", "scheduler.kind=fancy",
+            "--set",
+            "workload.arrival.rate=-1",
+            "--set",
+            "cluster.router=nope",
+            "--set",
+            "colour=red",
+            "--set",
+            "scheduler.kind=fancy",
         ],
         ["workload.arrival.rate", "cluster.router", "colour", "scheduler.kind"],
     ),
@@ -718,8 +784,11 @@ CLI_CASES = [
     # Known library bugs at the time of writing (see the report): a traceback or a blank line.
     CliCase("non-utf8-scenario", lambda w: [str(write(w / "bin.yaml", b"\xff\xfe\x00name: x\n"))], ["scenario"]),
     CliCase("ragged-empirical", lambda w: ["--set", _ragged_empirical_override(w)], ["workload.prompt_tokens.path"]),
-    CliCase("infinite-step-time", lambda w: [str(LESSON_STATIC), "--set", "cost_model.step_time=.inf"],
-            ["cost_model.step_time"]),
+    CliCase(
+        "infinite-step-time",
+        lambda w: [str(LESSON_STATIC), "--set", "cost_model.step_time=.inf"],
+        ["cost_model.step_time"],
+    ),
 ]
 
 
@@ -730,7 +799,10 @@ def original_results(tmp_path_factory) -> Path:
     out = root / "results"
     done = subprocess.run(
         des_cmd(str(LESSON_STATIC), "--out", str(out), "--quiet"),
-        cwd=root, capture_output=True, text=True, timeout=300,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     assert set(snapshot(out)) == RESULT_FILES
@@ -749,7 +821,10 @@ def cli_runs(tmp_path_factory, original_results):
         if not case.fresh:
             shutil.copytree(original_results, out)
         cmd = des_cmd(*case.args(work), "--out", str(out))
-        procs[case.id] = (subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out)
+        procs[case.id] = (
+            subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+            out,
+        )
     runs = {}
     for case_id, (proc, out) in procs.items():
         try:
@@ -791,7 +866,10 @@ def test_cli_write_failure_leaves_earlier_results_untouched(tmp_path, original_r
     # a different scenario, so rewritten files would differ from the old ones
     done = subprocess.run(
         des_cmd(str(LESSON_CONTINUOUS), "--out", str(out), "--quiet"),
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 2, done.stderr

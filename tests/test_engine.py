@@ -29,8 +29,9 @@ def test_preemption_of_the_newest_request_and_its_recompute(tmp_path):
     # 4 blocks of 4 tokens. A and B (prompt 4, output 6) each peak at 9 tokens = 3 blocks.
     # Steps 1-5 fit (2 blocks each); at t = 5 both need a third block: B, the newest, is
     # preempted, A finishes at 6, then B recomputes its 4 + 5 tokens in one step.
-    sc = trace_scenario(tmp_path, [(0, 4, 6), (0, 4, 6)],
-                        {"kind": "continuous", "block_size": 4, "num_gpu_blocks_override": 4})
+    sc = trace_scenario(
+        tmp_path, [(0, 4, 6), (0, 4, 6)], {"kind": "continuous", "block_size": 4, "num_gpu_blocks_override": 4}
+    )
     r = des.simulate(sc)
     req, steps = by_id(r), r.steps
     assert req.loc[0, "finish_time"] == 6.0 and req.loc[0, "preemptions"] == 0
@@ -47,8 +48,7 @@ def test_preemption_of_the_newest_request_and_its_recompute(tmp_path):
 def test_chunked_prefill_timeline(tmp_path):
     # budget 8: A's 20-token prompt takes chunks 8, 8, 4; B (prompt 2) joins the third
     # step with the 4 tokens left; both emit their first token at t = 3.
-    sc = trace_scenario(tmp_path, [(0, 20, 3), (0, 2, 2)],
-                        {"kind": "continuous", "max_num_batched_tokens": 8})
+    sc = trace_scenario(tmp_path, [(0, 20, 3), (0, 2, 2)], {"kind": "continuous", "max_num_batched_tokens": 8})
     r = des.simulate(sc)
     req, steps = by_id(r), r.steps
     assert steps["prefill_tokens"].tolist() == [8, 8, 6, 0, 0]
@@ -61,16 +61,20 @@ def test_chunked_prefill_timeline(tmp_path):
 
 
 def test_without_chunked_prefill_a_prompt_over_the_budget_is_rejected(tmp_path):
-    sc = trace_scenario(tmp_path, [(0, 20, 3), (0, 2, 2)],
-                        {"kind": "continuous", "max_num_batched_tokens": 8, "enable_chunked_prefill": False})
+    sc = trace_scenario(
+        tmp_path,
+        [(0, 20, 3), (0, 2, 2)],
+        {"kind": "continuous", "max_num_batched_tokens": 8, "enable_chunked_prefill": False},
+    )
     req = by_id(des.simulate(sc))
     assert req.loc[0, "status"] == "rejected" and req.loc[0, "reason"] == "exceeds_token_budget"
     assert req.loc[1, "status"] == "completed" and req.loc[1, "finish_time"] == 2.0
 
 
 def test_a_request_that_can_never_fit_is_rejected_and_the_others_run_on(tmp_path):
-    sc = trace_scenario(tmp_path, [(0, 100, 10), (0.5, 500, 10), (1, 100, 10)],
-                        {"kind": "continuous", "num_gpu_blocks_override": 10})
+    sc = trace_scenario(
+        tmp_path, [(0, 100, 10), (0.5, 500, 10), (1, 100, 10)], {"kind": "continuous", "num_gpu_blocks_override": 10}
+    )
     r = des.simulate(sc)
     req = by_id(r)
     assert req["status"].tolist() == ["completed", "rejected", "completed"]
@@ -92,8 +96,11 @@ def test_static_max_wait(tmp_path, max_batch, formed):
     # A at 0 and B at 0.3 wait for the batch to fill until 0.5 (or go at 0.3 when two
     # fill it); C arrives at 2.0, during that batch, and goes at 2.5: when the batch has
     # ended and C has waited its 0.5 s for company.
-    sc = trace_scenario(tmp_path, [(0, 5, 2), (0.3, 5, 2), (2.0, 5, 2)],
-                        {"kind": "static", "max_batch_size": max_batch, "max_wait": 0.5})
+    sc = trace_scenario(
+        tmp_path,
+        [(0, 5, 2), (0.3, 5, 2), (2.0, 5, 2)],
+        {"kind": "static", "max_batch_size": max_batch, "max_wait": 0.5},
+    )
     req = by_id(des.simulate(sc))
     assert req["scheduled_time"].tolist() == [formed, formed, 2.5]
     assert req["finish_time"].tolist() == [formed + 2, formed + 2, 4.5]
@@ -125,8 +132,7 @@ def test_trace_replay_times_and_scale(tmp_path):
 
 
 def test_drain_false_leaves_requests_unfinished_at_the_horizon():
-    sc = des.load_scenario(None, ["horizon.duration=30", "warmup=5", "horizon.drain=false",
-                                  "workload.arrival.rate=40"])
+    sc = des.load_scenario(None, ["horizon.duration=30", "warmup=5", "horizon.drain=false", "workload.arrival.rate=40"])
     r = des.simulate(sc)
     s = r.summary
     assert s["num_unfinished"] > 0
@@ -154,18 +160,25 @@ def test_underload_is_stable():
 
 def test_closed_loop_keeps_at_most_n_users_in_flight_and_obeys_littles_law():
     n, think = 8, 1.0
-    sc = des.load_scenario({
-        "seed": 4, "horizon": {"duration": 3000}, "warmup": 100,
-        "workload": {"arrival": {"process": "closed", "concurrency": n, "think_time": think},
-                     "prompt_tokens": {"dist": "fixed", "value": 10},
-                     "output_tokens": {"dist": "geometric", "mean": 20}},
-        "cost_model": {"kind": "constant", "step_time": 0.02},
-        "scheduler": {"kind": "continuous", "max_num_seqs": 4},
-    })
+    sc = des.load_scenario(
+        {
+            "seed": 4,
+            "horizon": {"duration": 3000},
+            "warmup": 100,
+            "workload": {
+                "arrival": {"process": "closed", "concurrency": n, "think_time": think},
+                "prompt_tokens": {"dist": "fixed", "value": 10},
+                "output_tokens": {"dist": "geometric", "mean": 20},
+            },
+            "cost_model": {"kind": "constant", "step_time": 0.02},
+            "scheduler": {"kind": "continuous", "max_num_seqs": 4},
+        }
+    )
     r = des.simulate(sc)
     req = r.requests
-    events = np.concatenate([np.c_[req["arrival_time"], np.ones(len(req))],
-                             np.c_[req["finish_time"], -np.ones(len(req))]])
+    events = np.concatenate(
+        [np.c_[req["arrival_time"], np.ones(len(req))], np.c_[req["finish_time"], -np.ones(len(req))]]
+    )
     events = events[np.lexsort((events[:, 1], events[:, 0]))]  # departures first at ties
     assert np.cumsum(events[:, 1]).max() <= n
     s = r.summary
@@ -177,22 +190,29 @@ def test_closed_loop_keeps_at_most_n_users_in_flight_and_obeys_littles_law():
 
 
 def test_closed_loop_with_every_request_rejected_still_ends(tmp_path):
-    sc = des.load_scenario({
-        "horizon": {"duration": 20},
-        "workload": {"arrival": {"process": "closed", "concurrency": 3},
-                     "prompt_tokens": {"dist": "fixed", "value": 500},
-                     "output_tokens": {"dist": "fixed", "value": 10}},
-        "scheduler": {"kind": "continuous", "num_gpu_blocks_override": 2},
-    })
+    sc = des.load_scenario(
+        {
+            "horizon": {"duration": 20},
+            "workload": {
+                "arrival": {"process": "closed", "concurrency": 3},
+                "prompt_tokens": {"dist": "fixed", "value": 500},
+                "output_tokens": {"dist": "fixed", "value": 10},
+            },
+            "scheduler": {"kind": "continuous", "num_gpu_blocks_override": 2},
+        }
+    )
     s = des.simulate(sc).summary
     assert s["num_rejected"] == s["num_requests"] == 3 * 20  # one try per user per retry_delay (1 s)
 
 
-@pytest.mark.parametrize("process", [
-    {"process": "gamma", "rate": 4.0, "cv": 3.0},
-    {"process": "onoff", "on_rate": 16.0, "mean_on": 5.0, "mean_off": 15.0},
-    {"process": "mmpp", "rates": [1.0, 8.0], "mean_sojourn": [20.0, 5.0]},
-])
+@pytest.mark.parametrize(
+    "process",
+    [
+        {"process": "gamma", "rate": 4.0, "cv": 3.0},
+        {"process": "onoff", "on_rate": 16.0, "mean_on": 5.0, "mean_off": 15.0},
+        {"process": "mmpp", "rates": [1.0, 8.0], "mean_sojourn": [20.0, 5.0]},
+    ],
+)
 def test_bursty_processes_run_on_the_default_gpu(process):
     sc = des.load_scenario(None, ["horizon.duration=300"])
     sc = des.load_scenario({**sc.resolved(), "workload": {**sc.resolved()["workload"], "arrival": process}})
@@ -200,16 +220,20 @@ def test_bursty_processes_run_on_the_default_gpu(process):
     assert s["num_requests"] > 500 and s["num_completed"] == s["num_requests"]
 
 
-@pytest.mark.parametrize("scheduler, rate", [
-    ({"kind": "continuous"}, 4.0),
-    ({"kind": "continuous"}, 9.0),
-    ({"kind": "continuous", "max_num_seqs": 16, "num_gpu_blocks_override": 300}, 6.0),
-    ({"kind": "static", "max_batch_size": 8}, 1.5),
-])
+@pytest.mark.parametrize(
+    "scheduler, rate",
+    [
+        ({"kind": "continuous"}, 4.0),
+        ({"kind": "continuous"}, 9.0),
+        ({"kind": "continuous", "max_num_seqs": 16, "num_gpu_blocks_override": 300}, 6.0),
+        ({"kind": "static", "max_batch_size": 8}, 1.5),
+    ],
+)
 def test_fast_forward_matches_the_per_step_reference(scheduler, rate):
     base = des.load_scenario(None).resolved()
-    sc = des.load_scenario({**base, "horizon": {"duration": 200}, "scheduler": scheduler},
-                           [f"workload.arrival.rate={rate}"])
+    sc = des.load_scenario(
+        {**base, "horizon": {"duration": 200}, "scheduler": scheduler}, [f"workload.arrival.rate={rate}"]
+    )
     a, b = des.simulate(sc), des.simulate(sc, fast_forward=False)
     assert a.requests.equals(b.requests) and a.steps.equals(b.steps) and a.summary == b.summary
     assert a.summary["num_completed"] > 100

@@ -58,9 +58,7 @@ MODEL = "qwen2.5-7b"
 
 def typical(d: dict[str, Any]) -> float:
     """A rough mean of a drawn length law (its stated mean, clipped to its bounds)."""
-    m = {"fixed": d.get("value"), "uniform": (d.get("low", 0) + d.get("high", 0)) / 2}.get(
-        d["dist"], d.get("mean")
-    )
+    m = {"fixed": d.get("value"), "uniform": (d.get("low", 0) + d.get("high", 0)) / 2}.get(d["dist"], d.get("mean"))
     return min(max(m, d.get("min", 1)), d.get("max", math.inf))
 
 
@@ -110,9 +108,7 @@ def arrivals(draw, busy: bool = False) -> tuple[dict[str, Any], float | None]:
             "mean_on": draw(st.sampled_from([0.2, 1.0])),
             "mean_off": draw(st.sampled_from([0.2, 2.0])),
         }
-        rate = (a["on_rate"] * a["mean_on"] + a["off_rate"] * a["mean_off"]) / (
-            a["mean_on"] + a["mean_off"]
-        )
+        rate = (a["on_rate"] * a["mean_on"] + a["off_rate"] * a["mean_off"]) / (a["mean_on"] + a["mean_off"])
         return a, rate
     a = {
         "process": "closed",
@@ -177,13 +173,7 @@ def with_kv_tokens(data: dict[str, Any], kv_tokens: int) -> dict[str, Any]:
     plan = des.load_scenario(probe).memory_plan()
     block_bytes = plan.kv_bytes_per_token * plan.block_size
     blocks = max(1, kv_tokens // plan.block_size)
-    need = (
-        plan.weights
-        + plan.activations
-        + plan.runtime_reserve
-        + blocks * block_bytes
-        + block_bytes // 2
-    )
+    need = plan.weights + plan.activations + plan.runtime_reserve + blocks * block_bytes + block_bytes // 2
     out = dict(data)
     out["gpu"] = {"base": BASE_GPU, "memory_bytes": math.ceil(need / gmu)}
     return out
@@ -299,11 +289,7 @@ def expected_reason(scn, prompt: int, output: int) -> str:
         return "exceeds_max_model_len"
     if blocks_for(prompt + output - 1, s.block_size) > blocks:
         return "exceeds_kv_capacity"
-    if (
-        s.kind == "continuous"
-        and not s.enable_chunked_prefill
-        and prompt + output - 1 > s.max_num_batched_tokens
-    ):
+    if s.kind == "continuous" and not s.enable_chunked_prefill and prompt + output - 1 > s.max_num_batched_tokens:
         return "exceeds_token_budget"
     return ""
 
@@ -346,10 +332,7 @@ def check_accounting(scn, res) -> None:
 def check_ordering(scn, res) -> None:
     req = res.requests
     done = req[req["status"] == COMPLETED]
-    a, s, f, e = (
-        done[c].to_numpy()
-        for c in ("arrival_time", "scheduled_time", "first_token_time", "finish_time")
-    )
+    a, s, f, e = (done[c].to_numpy() for c in ("arrival_time", "scheduled_time", "first_token_time", "finish_time"))
     assert not np.isnan(np.stack([a, s, f, e])).any(), "completed request with a missing timestamp"
     assert (a <= s).all() and (s <= f).all() and (f <= e).all()
     # partial progress of unfinished requests is ordered too, and has no gaps
@@ -391,9 +374,7 @@ def check_engine_state(scn, res, env, cluster) -> None:
     reqs = cluster.requests
     for r in reqs:
         if r.status == COMPLETED:
-            assert r.generated == r.output_tokens, (
-                "completed request did not get exactly its tokens"
-            )
+            assert r.generated == r.output_tokens, "completed request did not get exactly its tokens"
             assert r.blocks == 0, "completed request still holds KV blocks"
         elif r.status == REJECTED:
             assert r.generated == 0 and r.blocks == 0 and r.computed == 0
@@ -403,9 +384,7 @@ def check_engine_state(scn, res, env, cluster) -> None:
         assert env.peek() == math.inf
         for inst in cluster.instances:
             kv = inst.scheduler.kv
-            assert kv.free == kv.num_blocks, (
-                f"instance {inst.index}: {kv.used} KV blocks never freed"
-            )
+            assert kv.free == kv.num_blocks, f"instance {inst.index}: {kv.used} KV blocks never freed"
             assert not inst.scheduler.has_work()
             assert inst.outstanding == 0
         assert all(r.status in (COMPLETED, REJECTED) for r in reqs)
@@ -430,9 +409,7 @@ def check_steps(scn, res) -> None:
     assert (steps["batch_size"] >= 1).all()
     assert (steps["batch_size"] <= steps["batch_width"]).all()
     if scn.cost_model.kind == "constant":
-        assert (steps["duration"] == scn.cost_model.step_time).all(), (
-            "constant cost model step time"
-        )
+        assert (steps["duration"] == scn.cost_model.step_time).all(), "constant cost model step time"
     # an instance runs one step at a time
     for _, g in steps.groupby("instance"):
         start = g["start"].to_numpy()
@@ -440,9 +417,7 @@ def check_steps(scn, res) -> None:
         assert (start[1:] >= end[:-1]).all(), "overlapping steps on one instance"
     if s.kind == "continuous":
         assert (steps["batch_size"] <= s.max_num_seqs).all()
-        assert (
-            (steps["prefill_tokens"] + steps["decode_tokens"]) <= s.max_num_batched_tokens
-        ).all()
+        assert ((steps["prefill_tokens"] + steps["decode_tokens"]) <= s.max_num_batched_tokens).all()
         assert (steps["batch_width"] == steps["batch_size"]).all()
         assert (steps["prefill_tokens"] + steps["decode_tokens"] >= steps["batch_size"]).all()
     else:
@@ -450,8 +425,7 @@ def check_steps(scn, res) -> None:
         assert (steps["batch_width"] <= s.max_batch_size).all()
         assert (steps["tokens_emitted"] == steps["batch_size"]).all()
         assert (
-            steps["decode_tokens"][steps["prefill_tokens"] == 0]
-            == steps["batch_width"][steps["prefill_tokens"] == 0]
+            steps["decode_tokens"][steps["prefill_tokens"] == 0] == steps["batch_width"][steps["prefill_tokens"] == 0]
         ).all()
         for _, g in steps.groupby("instance"):
             batch = (g["prefill_tokens"] > 0).cumsum()
@@ -522,10 +496,7 @@ def check_static_batches(scn, done, steps) -> None:
 
 def check_latency_columns(res) -> None:
     req = res.requests
-    a, s, f, e = (
-        req[c].to_numpy()
-        for c in ("arrival_time", "scheduled_time", "first_token_time", "finish_time")
-    )
+    a, s, f, e = (req[c].to_numpy() for c in ("arrival_time", "scheduled_time", "first_token_time", "finish_time"))
     n = req["output_tokens"].to_numpy()
     np.testing.assert_array_equal(req["ttft"].to_numpy(), f - a)
     np.testing.assert_array_equal(req["e2e"].to_numpy(), e - a)
@@ -635,9 +606,7 @@ def test_other_seed_other_arrivals(data, delta):
     a = des.simulate(des.load_scenario(data))
     b = des.simulate(des.load_scenario(dict(data, seed=data["seed"] + delta)))
     assert len(a.requests) == len(b.requests) == 5
-    assert not np.array_equal(
-        a.requests["arrival_time"].to_numpy(), b.requests["arrival_time"].to_numpy()
-    )
+    assert not np.array_equal(a.requests["arrival_time"].to_numpy(), b.requests["arrival_time"].to_numpy())
 
 
 @pytest.mark.skipif(not HAS_FAST_FORWARD, reason="no fast-forward engine to compare")
@@ -647,9 +616,7 @@ def test_fast_forward_matches_per_step_reference(scn):
     fast = des.simulate(scn)
     ref = des.simulate(scn, fast_forward=False)
     assert fast.steps.equals(ref.steps), "fast-forwarded steps differ from the per-step engine"
-    assert fast.requests.equals(ref.requests), (
-        "fast-forwarded requests differ from the per-step engine"
-    )
+    assert fast.requests.equals(ref.requests), "fast-forwarded requests differ from the per-step engine"
     assert summaries_equal(fast.summary, ref.summary)
 
 
@@ -745,9 +712,7 @@ def test_tiny_kv_preempts():
 @pytest.mark.parametrize("kind", ["continuous", "static"])
 def test_tiny_kv_rejects_what_never_fits(kind):
     sched = (
-        {"kind": "continuous", "max_num_seqs": 4}
-        if kind == "continuous"
-        else {"kind": "static", "max_batch_size": 4}
+        {"kind": "continuous", "max_num_seqs": 4} if kind == "continuous" else {"kind": "static", "max_batch_size": 4}
     )
     # 8 blocks hold 128 tokens: prompts of 1..150 with 10 outputs -> peaks 10..159
     data = tiny_kv(

@@ -33,17 +33,26 @@ def batch_means_se(x: np.ndarray, k: int = N_BATCHES) -> float:
 
 
 def one_slot(rate, prompt, output, cost, n, warmup_requests=2000, seed=1, kind="continuous", budget=2048):
-    sched = {"kind": "continuous", "max_num_seqs": 1, "max_num_batched_tokens": budget} if kind == "continuous" \
+    sched = (
+        {"kind": "continuous", "max_num_seqs": 1, "max_num_batched_tokens": budget}
+        if kind == "continuous"
         else {"kind": "static", "max_batch_size": 1}
-    return des.load_scenario({
-        "name": "theory", "seed": seed,
-        "horizon": {"num_requests": n},
-        "warmup": warmup_requests / rate,
-        "workload": {"arrival": {"process": "poisson", "rate": rate},
-                     "prompt_tokens": prompt, "output_tokens": output},
-        "cost_model": cost,
-        "scheduler": sched,
-    })
+    )
+    return des.load_scenario(
+        {
+            "name": "theory",
+            "seed": seed,
+            "horizon": {"num_requests": n},
+            "warmup": warmup_requests / rate,
+            "workload": {
+                "arrival": {"process": "poisson", "rate": rate},
+                "prompt_tokens": prompt,
+                "output_tokens": output,
+            },
+            "cost_model": cost,
+            "scheduler": sched,
+        }
+    )
 
 
 def measured(result: des.Result) -> np.ndarray:
@@ -61,8 +70,14 @@ def check_mean(x: np.ndarray, expected: float, extra: float = 0.0) -> tuple[floa
 @pytest.mark.parametrize("kind", ["continuous", "static"])
 def test_md1_pollaczek_khinchine(kind):
     s, rate = 1.0, 0.7  # one step of 1 s per request: deterministic service
-    sc = one_slot(rate, {"dist": "fixed", "value": 1}, {"dist": "fixed", "value": 1},
-                  {"kind": "constant", "step_time": s}, 40_000, kind=kind)
+    sc = one_slot(
+        rate,
+        {"dist": "fixed", "value": 1},
+        {"dist": "fixed", "value": 1},
+        {"kind": "constant", "step_time": s},
+        40_000,
+        kind=kind,
+    )
     res = des.simulate(sc)
     rho = rate * s
     wq = rate * s**2 / (2 * (1 - rho))
@@ -76,8 +91,13 @@ def test_md1_pollaczek_khinchine(kind):
 @pytest.mark.slow
 def test_mg1_geometric_outputs_constant_steps():
     s, mean_tokens, rate = 0.05, 8.0, 2.0  # S = N s, N geometric: E[S] = 0.4 s, rho = 0.8
-    sc = one_slot(rate, {"dist": "fixed", "value": 1}, {"dist": "geometric", "mean": mean_tokens},
-                  {"kind": "constant", "step_time": s}, 40_000)
+    sc = one_slot(
+        rate,
+        {"dist": "fixed", "value": 1},
+        {"dist": "geometric", "mean": mean_tokens},
+        {"kind": "constant", "step_time": s},
+        40_000,
+    )
     res = des.simulate(sc)
     p = 1 / mean_tokens
     es, es2 = mean_tokens * s, s**2 * (2 - p) / p**2
@@ -90,8 +110,14 @@ def test_mg1_lognormal_prompts_linear_prefill():
     base, a, rate = 0.02, 1e-3, 1.5
     # the budget holds any prompt, so a prefill is never chunked
     prompt = {"dist": "lognormal", "mean": 300, "sigma": 0.8, "max": 16384}
-    sc = one_slot(rate, prompt, {"dist": "fixed", "value": 1},
-                  {"kind": "linear", "base": base, "per_prefill_token": a}, 40_000, budget=16384)
+    sc = one_slot(
+        rate,
+        prompt,
+        {"dist": "fixed", "value": 1},
+        {"kind": "linear", "base": base, "per_prefill_token": a},
+        40_000,
+        budget=16384,
+    )
     res = des.simulate(sc)
     mp, vp = sc.workload.prompt_tokens.moments()
     es = base + a * mp
@@ -115,23 +141,29 @@ def erlang_c(c: int, a: float) -> float:
 @pytest.mark.slow
 def test_mmc_erlang_c_with_c_slots():
     c, s, mean_tokens, rate = 4, 0.01, 100.0, 3.0  # mean service 1 s, rho = 0.75
-    sc = des.load_scenario({
-        "name": "mmc", "seed": 3,
-        "horizon": {"num_requests": 30_000},
-        "warmup": 1000 / rate,
-        "workload": {"arrival": {"process": "poisson", "rate": rate},
-                     "prompt_tokens": {"dist": "fixed", "value": 1},
-                     "output_tokens": {"dist": "geometric", "mean": mean_tokens}},
-        "cost_model": {"kind": "constant", "step_time": s},
-        "scheduler": {"kind": "continuous", "max_num_seqs": c},
-    })
+    sc = des.load_scenario(
+        {
+            "name": "mmc",
+            "seed": 3,
+            "horizon": {"num_requests": 30_000},
+            "warmup": 1000 / rate,
+            "workload": {
+                "arrival": {"process": "poisson", "rate": rate},
+                "prompt_tokens": {"dist": "fixed", "value": 1},
+                "output_tokens": {"dist": "geometric", "mean": mean_tokens},
+            },
+            "cost_model": {"kind": "constant", "step_time": s},
+            "scheduler": {"kind": "continuous", "max_num_seqs": c},
+        }
+    )
     res = des.simulate(sc)
     mu = 1 / (mean_tokens * s)
     wq = erlang_c(c, rate / mu) / (c * mu - rate)
     check_mean(measured(res)["queue_delay"].to_numpy(), wq, extra=s)
     # Little's law for the busy slots: mean batch size = λ E[S] (a time average, window-exact)
     assert res.summary["mean_batch_size"] * res.summary["gpu_busy_fraction"] == pytest.approx(
-        rate * mean_tokens * s, rel=0.03)
+        rate * mean_tokens * s, rel=0.03
+    )
 
 
 def test_littles_law_on_the_default_gpu_scenario():

@@ -29,11 +29,17 @@ def work(model, shape: BatchShape, kv_bytes=2.0, w_bytes=2.0):
     kv = model.num_key_value_heads * model.d_head
     layer = h * q + 2 * h * kv + q * h + 3 * h * model.intermediate_size
     t = shape.prefill_tokens + shape.decode_tokens
-    flops = (2 * L * layer * t + 4 * L * q * (shape.prefill_pairs + shape.decode_context)
-             + 2 * h * model.vocab_size * shape.num_emitting)
+    flops = (
+        2 * L * layer * t
+        + 4 * L * q * (shape.prefill_pairs + shape.decode_context)
+        + 2 * h * model.vocab_size * shape.num_emitting
+    )
     per_token_kv = 2 * L * kv * kv_bytes
-    bytes_ = (L * layer * w_bytes + (h * model.vocab_size * 2 if shape.num_emitting else 0)
-              + per_token_kv * (shape.prefill_context + shape.decode_context + t))
+    bytes_ = (
+        L * layer * w_bytes
+        + (h * model.vocab_size * 2 if shape.num_emitting else 0)
+        + per_token_kv * (shape.prefill_context + shape.decode_context + t)
+    )
     return flops, bytes_
 
 
@@ -88,8 +94,13 @@ def test_ridge_point_of_4090_qwen_7b_is_near_160_tokens():
     assert t2 / t1 > 1.8
 
 
-PUBLISHED_KV = {"qwen2.5-7b": 57_344, "qwen2.5-14b": 196_608, "llama-3.1-8b": 131_072,
-                "llama-2-7b": 524_288, "mistral-7b": 131_072}
+PUBLISHED_KV = {
+    "qwen2.5-7b": 57_344,
+    "qwen2.5-14b": 196_608,
+    "llama-3.1-8b": 131_072,
+    "llama-2-7b": 524_288,
+    "mistral-7b": 131_072,
+}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -132,12 +143,14 @@ def test_single_request_decode_and_prefill_on_the_4090_within_the_measured_bands
     r = build_roofline(g, llama2, Precision(weights="fp16"), efficiency=engine_free)
     assert 1 / r.step_time(decode_shape(1, 64)) == pytest.approx(61.0, rel=0.05)
     # the same weights at the copy bandwidth (895-924 GB/s) would be 66-69 tok/s: the model is below
-    assert 1 / r.step_time(decode_shape(1, 64)) < 13.48e9 ** -1 * 895e9
+    assert 1 / r.step_time(decode_shape(1, 64)) < 13.48e9**-1 * 895e9
     # a vLLM-style engine on Qwen2.5-7B: bigger weights and 3 ms of CPU per step
     q = build_roofline(g, catalog.model("qwen2.5-7b"))
     assert 40 < 1 / q.step_time(decode_shape(1, 512)) < 55
     # bf16 prefill (fp32 accumulate, 165 TFLOP/s) is slower than llama.cpp's fp16-accumulate 11,048 tok/s
-    pp = 512 / build_roofline(g, llama2, Precision(weights="fp16"), efficiency=engine_free).step_time(prefill_shape(512))
+    pp = 512 / build_roofline(g, llama2, Precision(weights="fp16"), efficiency=engine_free).step_time(
+        prefill_shape(512)
+    )
     assert 0.6 * 11_048 < pp < 11_048
     assert 0.150 < q.step_time(prefill_shape(2048)) < 0.300
 
@@ -152,16 +165,20 @@ def test_tensor_parallel_halves_the_work_and_adds_exactly_its_all_reduces(gpu):
             assert b2[group][0] == pytest.approx(b1[group][0] / 2)
             assert b2[group][1] == pytest.approx(b1[group][1] / 2)
         tokens = shape.prefill_tokens + shape.decode_tokens
-        allreduce = 2 * m.num_layers * (g.interconnect_latency
-                                        + 2 * (2 - 1) / 2 * tokens * m.hidden_size * 2 / g.interconnect_bandwidth)
+        allreduce = (
+            2
+            * m.num_layers
+            * (g.interconnect_latency + 2 * (2 - 1) / 2 * tokens * m.hidden_size * 2 / g.interconnect_bandwidth)
+        )
         assert b2["allreduce"][1] == pytest.approx(allreduce)
         halves = sum(max(b1[k]) for k in ("linear", "attention_prefill", "attention_decode", "lm_head", "kv_write")) / 2
         assert r2.step_time(shape) == pytest.approx(halves + allreduce + g.efficiency.step_overhead)
 
 
 def test_qwen_14b_runs_on_two_4090s_with_tp():
-    sc = des.load_scenario(None, ["model=qwen2.5-14b", "cluster.tp=2", "horizon.duration=60", "warmup=10",
-                                  "workload.arrival.rate=2"])
+    sc = des.load_scenario(
+        None, ["model=qwen2.5-14b", "cluster.tp=2", "horizon.duration=60", "warmup=10", "workload.arrival.rate=2"]
+    )
     s = des.simulate(sc).summary
     assert s["num_completed"] == s["num_requests"] > 50
 
@@ -176,20 +193,37 @@ def test_quantised_weights_decode_faster_and_fp8_kv_holds_twice_the_tokens():
     assert a >= 2 * b - 16
 
 
-@pytest.mark.parametrize("bad, path", [
-    ({"memory_bytes": 1, "memory_bandwidth": -5, "flops": {"bf16": 1e14},
-      "efficiency": {"mfu_prefill": 0.5, "mfu_decode": 0.5, "mbu": 0.5, "step_overhead": 0}}, "gpu.memory_bandwidth"),
-    ({"base": "rtx4090", "efficiency": {"mbu": 1.5}}, "gpu.efficiency.mbu"),
-    ({"base": "rtx4090", "flops": {"bf17": 1e14}}, "gpu.flops.bf17"),
-    ({"memory_bytes": 1e10, "memory_bandwidth": 1e12, "flops": {"bf16": 1e14}}, "gpu.efficiency"),
-    ("tpu-v9", "gpu"),
-])
+@pytest.mark.parametrize(
+    "bad, path",
+    [
+        (
+            {
+                "memory_bytes": 1,
+                "memory_bandwidth": -5,
+                "flops": {"bf16": 1e14},
+                "efficiency": {"mfu_prefill": 0.5, "mfu_decode": 0.5, "mbu": 0.5, "step_overhead": 0},
+            },
+            "gpu.memory_bandwidth",
+        ),
+        ({"base": "rtx4090", "efficiency": {"mbu": 1.5}}, "gpu.efficiency.mbu"),
+        ({"base": "rtx4090", "flops": {"bf17": 1e14}}, "gpu.flops.bf17"),
+        ({"memory_bytes": 1e10, "memory_bandwidth": 1e12, "flops": {"bf16": 1e14}}, "gpu.efficiency"),
+        ("tpu-v9", "gpu"),
+    ],
+)
 def test_bad_catalog_entries_name_the_field(bad, path):
     with pytest.raises(ScenarioError) as info:
-        des.load_scenario({"gpu": bad, "horizon": {"duration": 10},
-                           "workload": {"arrival": {"process": "poisson", "rate": 1},
-                                        "prompt_tokens": {"dist": "fixed", "value": 10},
-                                        "output_tokens": {"dist": "fixed", "value": 10}}})
+        des.load_scenario(
+            {
+                "gpu": bad,
+                "horizon": {"duration": 10},
+                "workload": {
+                    "arrival": {"process": "poisson", "rate": 1},
+                    "prompt_tokens": {"dist": "fixed", "value": 10},
+                    "output_tokens": {"dist": "fixed", "value": 10},
+                },
+            }
+        )
     assert path in [p for p, _ in info.value.problems]
 
 
@@ -203,13 +237,19 @@ def test_bad_model_entry():
 
 def test_costmodel_command(tmp_path):
     png = tmp_path / "roof.png"
-    out = subprocess.run([sys.executable, "-m", "des.cli", "costmodel", "--gpu", "rtx4090", "--model", "qwen2.5-7b",
-                          "--plot", str(png)], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "des.cli", "costmodel", "--gpu", "rtx4090", "--model", "qwen2.5-7b", "--plot", str(png)],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert "ridge" in out.stdout and "122,448" in out.stdout and "decode step" in out.stdout
     assert png.stat().st_size > 20_000
-    bad = subprocess.run([sys.executable, "-m", "des.cli", "costmodel", "--gpu", "v100"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "des.cli", "costmodel", "--gpu", "v100"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error: --gpu") and "rtx4090" in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "des.cli", "costmodel", "--model", "qwen2.5-14b"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "des.cli", "costmodel", "--model", "qwen2.5-14b"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "does not fit" in bad.stderr and "Traceback" not in bad.stderr

@@ -141,8 +141,9 @@ def test_onoff_rate():
 
 
 def test_mmpp_rate_with_transition_matrix():
-    p = MMPP(rates=[1.0, 5.0, 20.0], mean_sojourn=[10.0, 3.0, 1.0],
-             transitions=[[0, 0.5, 0.5], [1.0, 0, 0], [0.2, 0.8, 0]])
+    p = MMPP(
+        rates=[1.0, 5.0, 20.0], mean_sojourn=[10.0, 3.0, 1.0], transitions=[[0, 0.5, 0.5], [1.0, 0, 0], [0.2, 0.8, 0]]
+    )
     # stationary law of the jump chain, weighted by the mean sojourns
     P = np.array(p.transitions)
     w, v = np.linalg.eig(P.T)
@@ -154,15 +155,17 @@ def test_mmpp_rate_with_transition_matrix():
 
 def test_streams_are_independent_per_component():
     base = {
-        "seed": 7, "horizon": {"num_requests": 300},
-        "workload": {"arrival": {"process": "poisson", "rate": 5},
-                     "prompt_tokens": {"dist": "fixed", "value": 100},
-                     "output_tokens": {"dist": "geometric", "mean": 20}},
+        "seed": 7,
+        "horizon": {"num_requests": 300},
+        "workload": {
+            "arrival": {"process": "poisson", "rate": 5},
+            "prompt_tokens": {"dist": "fixed", "value": 100},
+            "output_tokens": {"dist": "geometric", "mean": 20},
+        },
         "cost_model": {"kind": "constant", "step_time": 0.01},
     }
     a = des.simulate(des.load_scenario(base))
-    b = des.simulate(des.load_scenario(base, ["workload.output_tokens.mean=50",
-                                              "workload.prompt_tokens.value=10"]))
+    b = des.simulate(des.load_scenario(base, ["workload.output_tokens.mean=50", "workload.prompt_tokens.value=10"]))
     c = des.simulate(des.load_scenario(base, ["seed=8"]))
     assert a.requests["arrival_time"].equals(b.requests["arrival_time"])
     assert not a.requests["output_tokens"].equals(b.requests["output_tokens"])

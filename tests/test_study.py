@@ -32,9 +32,15 @@ SMALL = {
 
 def md1(rate=0.5, n=2500, seed=0):
     return {
-        "name": "md1", "seed": seed, "horizon": {"num_requests": n}, "warmup": 100,
-        "workload": {"arrival": {"process": "poisson", "rate": rate},
-                     "prompt_tokens": {"dist": "fixed", "value": 1}, "output_tokens": {"dist": "fixed", "value": 1}},
+        "name": "md1",
+        "seed": seed,
+        "horizon": {"num_requests": n},
+        "warmup": 100,
+        "workload": {
+            "arrival": {"process": "poisson", "rate": rate},
+            "prompt_tokens": {"dist": "fixed", "value": 1},
+            "output_tokens": {"dist": "fixed", "value": 1},
+        },
         "cost_model": {"kind": "constant", "step_time": 1.0},
         "scheduler": {"kind": "static", "max_batch_size": 1},
     }
@@ -131,8 +137,13 @@ def test_sweeps_in_different_folders_do_not_collide_and_one_folder_is_locked(tmp
     for t in threads:
         t.join()
     assert drop_wall(results["a"][0]).equals(drop_wall(results["b"][0]))
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == \
-        [".sweep.lock", "points.parquet", "runs", "runs.parquet", "study.yaml"]
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        ".sweep.lock",
+        "points.parquet",
+        "runs",
+        "runs.parquet",
+        "study.yaml",
+    ]
     with sweep_lock(tmp_path / "a"), pytest.raises(SweepLocked):
         sweep(study, tmp_path / "a", workers=1)
 
@@ -170,8 +181,25 @@ def test_capacity_finds_the_pollaczek_khinchine_rate_within_its_interval(tmp_pat
     path.write_text(yaml.safe_dump(md1(0.5, 6000, seed=3)))
     slo = 1.0  # Wq(λ) = λ s² / (2 (1 - λ s)) = 1 s  =>  λ = 2 W / (s (s + 2 W)) = 2/3
     truth = 2 * slo / (1.0 * (1.0 + 2 * slo))
-    out = subprocess.run([sys.executable, "-m", "des.cli", "capacity", str(path), "--slo", f"queue_delay_mean<={slo}",
-                          "--replications", "5", "--json", "--workers", "2"], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "des.cli",
+            "capacity",
+            str(path),
+            "--slo",
+            f"queue_delay_mean<={slo}",
+            "--replications",
+            "5",
+            "--json",
+            "--workers",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["ci_low"] <= truth <= res["ci_high"], res
@@ -185,9 +213,27 @@ def test_fewest_replicas_for_a_target_rate(tmp_path):
 
     path = tmp_path / "md1.yaml"
     path.write_text(yaml.safe_dump(sc))
-    out = subprocess.run([sys.executable, "-m", "des.cli", "capacity", str(path), "--slo", "queue_delay_mean<=0.5",
-                          "--replicas-for", "2.5", "--replications", "3", "--json", "--workers", "2"],
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "des.cli",
+            "capacity",
+            str(path),
+            "--slo",
+            "queue_delay_mean<=0.5",
+            "--replicas-for",
+            "2.5",
+            "--replications",
+            "3",
+            "--json",
+            "--workers",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     # 2.5 req/s of 1 s jobs: 2 servers are overloaded, 3 run at 83 % (queues too long), 4 at 62 %
@@ -196,14 +242,23 @@ def test_fewest_replicas_for_a_target_rate(tmp_path):
     assert held[4] and not held.get(3, False) and not held.get(2, False)
 
 
-@pytest.mark.parametrize("bad, path", [
-    ({**SMALL, "replicas": 3}, "replicas"),
-    ({**SMALL, "grid": {"workload.arrival.rate": [1, -2]}}, "continuous/workload.arrival.rate=-2: workload.arrival.rate"),
-    ({**SMALL, "grid": {"workload.arrival.speed": [1]}}, "continuous/workload.arrival.speed=1: workload.arrival.speed"),
-    ({**SMALL, "variants": {"x": {"scheduler": {"kind": "magic"}}}}, "x/workload.arrival.rate=1: scheduler.kind"),
-    ({**SMALL, "base": "nope.yaml"}, "base.scenario"),
-    ({**SMALL, "grid": {"workload.arrival.rate": []}}, "grid"),
-])
+@pytest.mark.parametrize(
+    "bad, path",
+    [
+        ({**SMALL, "replicas": 3}, "replicas"),
+        (
+            {**SMALL, "grid": {"workload.arrival.rate": [1, -2]}},
+            "continuous/workload.arrival.rate=-2: workload.arrival.rate",
+        ),
+        (
+            {**SMALL, "grid": {"workload.arrival.speed": [1]}},
+            "continuous/workload.arrival.speed=1: workload.arrival.speed",
+        ),
+        ({**SMALL, "variants": {"x": {"scheduler": {"kind": "magic"}}}}, "x/workload.arrival.rate=1: scheduler.kind"),
+        ({**SMALL, "base": "nope.yaml"}, "base.scenario"),
+        ({**SMALL, "grid": {"workload.arrival.rate": []}}, "grid"),
+    ],
+)
 def test_study_errors_name_the_field(bad, path):
     with pytest.raises(ScenarioError) as info:
         load_study(bad)
@@ -214,12 +269,22 @@ def test_sweep_cli_and_the_analysis_scripts_on_a_small_sweep(tmp_path):
     import yaml
 
     study = tmp_path / "small.yaml"
-    study.write_text(yaml.safe_dump({**SMALL, "set": {**SMALL["set"], "workload.arrival": {
-        "process": "gamma", "rate": 1.0, "cv": 1.0}}, "grid": {"workload.arrival.cv": [1.0, 3.0],
-                                                              "workload.arrival.rate": [1, 3]}}))
+    study.write_text(
+        yaml.safe_dump(
+            {
+                **SMALL,
+                "set": {**SMALL["set"], "workload.arrival": {"process": "gamma", "rate": 1.0, "cv": 1.0}},
+                "grid": {"workload.arrival.cv": [1.0, 3.0], "workload.arrival.rate": [1, 3]},
+            }
+        )
+    )
     out = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, "-m", "des.cli", "sweep", str(study), "--out", str(out), "--workers", "2"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "des.cli", "sweep", str(study), "--out", str(out), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "16 runs" in proc.stdout
     from analysis import burstiness, capacity, latency_vs_load, throughput

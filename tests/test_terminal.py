@@ -33,8 +33,15 @@ def in_pty(args: list[str], cwd: Path = ROOT, timeout: float = TIMEOUT) -> tuple
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
-    proc = subprocess.Popen([sys.executable, "-m", "des.cli", *args], stdin=slave, stdout=slave, stderr=slave,
-                            cwd=cwd, env=env, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "des.cli", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=cwd,
+        env=env,
+        close_fds=True,
+    )
     os.close(slave)
     out = bytearray()
     deadline = time.monotonic() + timeout
@@ -44,8 +51,10 @@ def in_pty(args: list[str], cwd: Path = ROOT, timeout: float = TIMEOUT) -> tuple
             if left <= 0:
                 proc.kill()
                 proc.wait()
-                pytest.fail(f"`des {' '.join(args)}` did not end within {timeout:.0f} s in a terminal; "
-                            f"last output: {bytes(out[-300:])!r}")
+                pytest.fail(
+                    f"`des {' '.join(args)}` did not end within {timeout:.0f} s in a terminal; "
+                    f"last output: {bytes(out[-300:])!r}"
+                )
             ready, _, _ = select.select([master], [], [], min(left, 0.5))
             if ready:
                 try:
@@ -63,8 +72,9 @@ def in_pty(args: list[str], cwd: Path = ROOT, timeout: float = TIMEOUT) -> tuple
 
 
 def piped(args: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "des.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=TIMEOUT)
+    return subprocess.run(
+        [sys.executable, "-m", "des.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=TIMEOUT
+    )
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -74,8 +84,14 @@ def digests(folder: Path) -> dict[str, str]:
 SHORT = ["--set", "horizon.duration=60", "--set", "warmup=10"]
 RUNS = {
     "drained": ["scenarios/qwen7b-4090-poisson.yaml", *SHORT],
-    "undrained": ["scenarios/qwen7b-4090-poisson.yaml", *SHORT, "--set", "horizon.drain=false",
-                  "--set", "workload.arrival.rate=30"],
+    "undrained": [
+        "scenarios/qwen7b-4090-poisson.yaml",
+        *SHORT,
+        "--set",
+        "horizon.drain=false",
+        "--set",
+        "workload.arrival.rate=30",
+    ],
     "closed": ["scenarios/qwen7b-4090-closed.yaml", *SHORT, "--set", "workload.arrival.think_time=1"],
     "trace": ["scenarios/lesson-continuous.yaml"],
     "static": ["scenarios/qwen7b-4090-static.yaml", *SHORT, "--set", "scheduler.max_wait=0.5"],
@@ -104,16 +120,30 @@ def test_des_sweep_and_capacity_end_in_a_terminal(tmp_path):
     status, text = in_pty(["sweep", str(study), "--out", str(tmp_path / "sweep"), "--workers", "1"])
     assert status == 0, text
     assert (tmp_path / "sweep" / "points.parquet").is_file()
-    status, text = in_pty(["capacity", "scenarios/lesson-continuous.yaml", "--param", "cost_model.step_time",
-                           "--slo", "e2e_p99<=40", "--replications", "1", "--workers", "1"])
+    status, text = in_pty(
+        [
+            "capacity",
+            "scenarios/lesson-continuous.yaml",
+            "--param",
+            "cost_model.step_time",
+            "--slo",
+            "e2e_p99<=40",
+            "--replications",
+            "1",
+            "--workers",
+            "1",
+        ]
+    )
     assert status in (0, 1), text  # 1: "no answer" is a legitimate outcome, a hang is not
     assert "cost_model.step_time" in text
 
 
 PROGRESS_CASES = {
     "drained": (SCENARIOS / "qwen7b-4090-poisson.yaml", ["horizon.duration=60", "warmup=10"]),
-    "undrained": (SCENARIOS / "qwen7b-4090-poisson.yaml",
-                  ["horizon.duration=60", "warmup=10", "horizon.drain=false", "workload.arrival.rate=30"]),
+    "undrained": (
+        SCENARIOS / "qwen7b-4090-poisson.yaml",
+        ["horizon.duration=60", "warmup=10", "horizon.drain=false", "workload.arrival.rate=30"],
+    ),
     "closed": (SCENARIOS / "qwen7b-4090-closed.yaml", ["horizon.duration=60", "warmup=10"]),
     "trace": (SCENARIOS / "card-continuous.yaml", []),
     "static": (SCENARIOS / "qwen7b-4090-static.yaml", ["horizon.duration=60", "warmup=10", "scheduler.max_wait=0.5"]),

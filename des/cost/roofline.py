@@ -61,12 +61,18 @@ class Roofline:
         t = shape.prefill_tokens + shape.decode_tokens
         comm = self.allreduce_fixed_s + self.allreduce_s_per_token * t if self.allreduce_fixed_s else 0.0
         return {
-            "linear": (self.lin_s_per_prefill_token * shape.prefill_tokens
-                       + self.lin_s_per_decode_token * shape.decode_tokens, self.lin_weight_s),
-            "attention_prefill": (self.attn_s_per_pair_prefill * shape.prefill_pairs,
-                                  self.kv_read_s_per_token * shape.prefill_context),
-            "attention_decode": (self.attn_s_per_pair_decode * shape.decode_context,
-                                 self.kv_read_s_per_token * shape.decode_context),
+            "linear": (
+                self.lin_s_per_prefill_token * shape.prefill_tokens + self.lin_s_per_decode_token * shape.decode_tokens,
+                self.lin_weight_s,
+            ),
+            "attention_prefill": (
+                self.attn_s_per_pair_prefill * shape.prefill_pairs,
+                self.kv_read_s_per_token * shape.prefill_context,
+            ),
+            "attention_decode": (
+                self.attn_s_per_pair_decode * shape.decode_context,
+                self.kv_read_s_per_token * shape.decode_context,
+            ),
             "lm_head": (self.head_s_per_row * shape.num_emitting, self.head_weight_s if shape.num_emitting else 0.0),
             "kv_write": (0.0, self.kv_write_s_per_token * t),
             "allreduce": (0.0, comm),
@@ -76,8 +82,7 @@ class Roofline:
     def step_time(self, shape: BatchShape) -> float:
         t = shape.prefill_tokens + shape.decode_tokens
         linear = max(
-            self.lin_s_per_prefill_token * shape.prefill_tokens
-            + self.lin_s_per_decode_token * shape.decode_tokens,
+            self.lin_s_per_prefill_token * shape.prefill_tokens + self.lin_s_per_decode_token * shape.decode_tokens,
             self.lin_weight_s,
         )
         attn_prefill = max(
@@ -90,10 +95,7 @@ class Roofline:
         )
         head = max(self.head_s_per_row * shape.num_emitting, self.head_weight_s) if shape.num_emitting else 0.0
         comm = self.allreduce_fixed_s + self.allreduce_s_per_token * t if self.allreduce_fixed_s else 0.0
-        return (
-            linear + attn_prefill + attn_decode + head
-            + self.kv_write_s_per_token * t + comm + self.overhead
-        )
+        return linear + attn_prefill + attn_decode + head + self.kv_write_s_per_token * t + comm + self.overhead
 
 
 def build_roofline(

@@ -106,13 +106,21 @@ class Instance:
             released = sched.finish_step(step, env.now)
             shape = step.shape
             record(
-                index, start, duration, step.batch_size, step.width, shape.prefill_tokens,
-                shape.decode_tokens, step.emitted, kv_used, waiting, step.preempted,
+                index,
+                start,
+                duration,
+                step.batch_size,
+                step.width,
+                shape.prefill_tokens,
+                shape.decode_tokens,
+                step.emitted,
+                kv_used,
+                waiting,
+                step.preempted,
             )
             for req in released:
                 self.outstanding -= 1
                 release(req)
-
 
     def _span(self, step: Step, j: int, first: float) -> Generator:
         """Apply up to ``j`` steady steps that end before the next event; None if < 2."""
@@ -138,8 +146,15 @@ class Instance:
         waiting = self.scheduler.num_waiting()
         kv = self.scheduler.advance(step, m)
         self.log.record_span(
-            self.index, starts, durations, step.batch_size, step.width, shape.decode_tokens, step.emitted,
-            kv.tolist(), waiting,
+            self.index,
+            starts,
+            durations,
+            step.batch_size,
+            step.width,
+            shape.decode_tokens,
+            step.emitted,
+            kv.tolist(),
+            waiting,
         )
         timeout = env.timeout
         for d in durations:

@@ -33,8 +33,9 @@ class StepLog:
         for append, v in zip(self._appends, values, strict=True):
             append(v)
 
-    def record_span(self, instance, starts, durations, batch_size, width, decode_tokens, emitted, kv_blocks,
-                    waiting) -> None:
+    def record_span(
+        self, instance, starts, durations, batch_size, width, decode_tokens, emitted, kv_blocks, waiting
+    ) -> None:
         """Append ``len(starts)`` steady decode steps (no prefill, no preemption) at once."""
         j = len(starts)
         c = self.columns

@@ -33,7 +33,9 @@ def backlog_trend(arrival: np.ndarray, finish: np.ndarray, start: float, end: fl
     done = np.sort(np.where(np.isfinite(finish), finish, np.inf))
     t = np.linspace(start, end, SAMPLES)
     backlog = (np.searchsorted(arrivals_sorted, t, side="right") - np.searchsorted(done, t, side="right")).astype(float)
-    n_window = np.searchsorted(arrivals_sorted, end, side="right") - np.searchsorted(arrivals_sorted, start, side="left")
+    n_window = np.searchsorted(arrivals_sorted, end, side="right") - np.searchsorted(
+        arrivals_sorted, start, side="left"
+    )
     if n_window == 0:
         return 0.0, False
     slope, intercept = np.polyfit(t, backlog, 1)

@@ -59,9 +59,15 @@ def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequen
     groups: dict[tuple, list[RunSpec]] = {}
     for spec in specs:
         groups.setdefault((spec.variant, tuple(cell(v) for _, v in spec.point)), []).append(spec)
-    metrics = [c for c in runs.columns
-               if c not in NOT_METRICS and c not in grid_keys and c not in ("run_id", "variant")
-               and pd.api.types.is_numeric_dtype(runs[c]) and not pd.api.types.is_bool_dtype(runs[c])]
+    metrics = [
+        c
+        for c in runs.columns
+        if c not in NOT_METRICS
+        and c not in grid_keys
+        and c not in ("run_id", "variant")
+        and pd.api.types.is_numeric_dtype(runs[c])
+        and not pd.api.types.is_bool_dtype(runs[c])
+    ]
     by_run = runs.set_index("run")
     out = []
     for (variant, values), members in groups.items():

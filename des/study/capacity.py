@@ -82,8 +82,11 @@ class Evaluation:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "value": self.value, "holds": self.holds, "surely_holds": self.surely_holds,
-            "surely_fails": self.surely_fails, "stable": self.stable,
+            "value": self.value,
+            "holds": self.holds,
+            "surely_holds": self.surely_holds,
+            "surely_fails": self.surely_fails,
+            "stable": self.stable,
             "metrics": {k: {"mean": v[0], "low": v[1], "high": v[2]} for k, v in self.metrics.items()},
         }
 
@@ -129,15 +132,23 @@ class Search:
             else:  # the metric could not be measured (no completed request): a failure
                 metrics[slo.metric] = (math.nan, math.nan, math.nan)
                 verdicts.append((False, False, True))
-        ev = Evaluation(value, metrics, stable, stable and all(v[0] for v in verdicts),
-                        stable and all(v[1] for v in verdicts), (not stable) or any(v[2] for v in verdicts))
+        ev = Evaluation(
+            value,
+            metrics,
+            stable,
+            stable and all(v[0] for v in verdicts),
+            stable and all(v[1] for v in verdicts),
+            (not stable) or any(v[2] for v in verdicts),
+        )
         self.cache[value] = ev
         if self.on_eval:
             self.on_eval(ev)
         return ev
 
 
-def _bisect(search: Search, lo: float, hi: float, ok: Callable[[Evaluation], bool], rel_tol: float) -> tuple[float, float]:
+def _bisect(
+    search: Search, lo: float, hi: float, ok: Callable[[Evaluation], bool], rel_tol: float
+) -> tuple[float, float]:
     """Narrow ``[lo, hi]`` (``ok`` at lo, not at hi) until it is ``rel_tol`` of ``hi`` wide."""
     while True:
         if search.integer:
@@ -213,8 +224,14 @@ def find_min_replicas(search: Search, start: int = 1, limit: int = 1024) -> dict
 def _report(search, value, lo, hi, b_lo, b_hi, note, kind="capacity") -> dict[str, Any]:
     evals = sorted(search.cache.values(), key=lambda e: e.value)
     return {
-        "param": search.param, kind: value, "ci_low": lo, "ci_high": hi, "bracket": [b_lo, b_hi],
-        "slos": [str(s) for s in search.slos], "replications": search.replications, "note": note,
+        "param": search.param,
+        kind: value,
+        "ci_low": lo,
+        "ci_high": hi,
+        "bracket": [b_lo, b_hi],
+        "slos": [str(s) for s in search.slos],
+        "replications": search.replications,
+        "note": note,
         "evaluations": [e.as_dict() for e in evals],
     }
 

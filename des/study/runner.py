@@ -103,8 +103,9 @@ def execute(spec: RunSpec, out_dir: str, keep_tables: bool) -> dict[str, Any]:
     return row_of(spec, json.loads(json_text(result.summary)), wall)
 
 
-def run_local(specs: list[RunSpec], out_dir: Path, keep_tables: bool, workers: int,
-              done: Callable[[dict], None]) -> None:
+def run_local(
+    specs: list[RunSpec], out_dir: Path, keep_tables: bool, workers: int, done: Callable[[dict], None]
+) -> None:
     """Run ``specs`` on a pool of ``workers`` processes (in this process when 1)."""
     if workers <= 1 or len(specs) <= 1:
         for spec in specs:
@@ -125,8 +126,14 @@ def run_local(specs: list[RunSpec], out_dir: Path, keep_tables: bool, workers: i
             raise
 
 
-def run_dask(specs: list[RunSpec], out_dir: Path, keep_tables: bool, workers: int, address: str | None,
-             done: Callable[[dict], None]) -> None:
+def run_dask(
+    specs: list[RunSpec],
+    out_dir: Path,
+    keep_tables: bool,
+    workers: int,
+    address: str | None,
+    done: Callable[[dict], None],
+) -> None:
     """Run ``specs`` on a dask.distributed cluster (a LocalCluster when ``address`` is None)."""
     try:
         from dask.distributed import Client, LocalCluster, as_completed
@@ -134,8 +141,9 @@ def run_dask(specs: list[RunSpec], out_dir: Path, keep_tables: bool, workers: in
         raise RuntimeError("the dask backend needs dask.distributed: pip install 'des[cluster]'") from None
     cluster = None
     if address is None:
-        cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=40)
+        cluster = LocalCluster(
+            n_workers=max(workers, 1), threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+        )
         client = Client(cluster)
     else:
         client = Client(address)

@@ -40,8 +40,9 @@ def sweep(
     out_dir = Path(out_dir)
     with sweep_lock(out_dir):
         staged = Staged(out_dir)
-        staged.write("study.yaml", lambda p: p.write_text(yaml.safe_dump(study.spec.model_dump(mode="json"),
-                                                                          sort_keys=False)))
+        staged.write(
+            "study.yaml", lambda p: p.write_text(yaml.safe_dump(study.spec.model_dump(mode="json"), sort_keys=False))
+        )
         staged.commit()
         todo, rows = pending(study.runs, out_dir)
         total, reused = len(study.runs), len(rows)

@@ -134,8 +134,9 @@ class MMPP(Strict):
         return float(np.dot(self.state_probabilities(), self.rates))
 
     def gaps(self, rng: np.random.Generator):
-        return _MMPPGaps(np.array(self.rates), np.array(self.mean_sojourn), self.jump_matrix,
-                         self.state_probabilities(), rng)
+        return _MMPPGaps(
+            np.array(self.rates), np.array(self.mean_sojourn), self.jump_matrix, self.state_probabilities(), rng
+        )
 
 
 class OnOff(Strict):
@@ -230,4 +231,3 @@ class Trace(Strict):
 
 
 ArrivalConfig = Annotated[Poisson | Gamma | MMPP | OnOff | Closed | Trace, Field(discriminator="process")]
-

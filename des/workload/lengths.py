@@ -259,7 +259,9 @@ def read_lengths(path: Path, column: str | None) -> np.ndarray:
         else:
             frame = pd.read_csv(path, comment="#")
             if column not in frame.columns:
-                raise ValueError(f"{str(path)!r} has no column {column!r}; columns: {', '.join(map(str, frame.columns))}")
+                raise ValueError(
+                    f"{str(path)!r} has no column {column!r}; columns: {', '.join(map(str, frame.columns))}"
+                )
             series = frame[column]
         values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:

@@ -161,7 +161,7 @@ class ContinuousScheduler:
                     fits = np.cumsum(need) <= budget
                     k = need * fits
                     if not fits.all():  # FCFS: nobody after the first request that does not fit
-                        k[int(np.argmin(fits)):] = 0
+                        k[int(np.argmin(fits)) :] = 0
                 tokens = int(k.sum())
             # blocks held cover ``comp`` tokens exactly, so the extra ones are never negative
             extra = (comp + k + (bs - 1)) // bs - self.blk[:n]
@@ -251,8 +251,9 @@ class ContinuousScheduler:
         m = k.size
         if m <= SCALAR_SHAPE:
             shape = BatchShape()
-            for ki, c, g, p in zip(k.tolist(), self.comp[:m].tolist(), self.gen[:m].tolist(),
-                                   self.prompt[:m].tolist(), strict=True):
+            for ki, c, g, p in zip(
+                k.tolist(), self.comp[:m].tolist(), self.gen[:m].tolist(), self.prompt[:m].tolist(), strict=True
+            ):
                 if ki == 0:
                     continue
                 need = p + g - c
