@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench golden clean
+.PHONY: run test test-fast lint bench golden clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,12 +24,18 @@ run: $(STAMP)
 	$(BIN)/des sweep scenarios/lesson-grid.yaml --out results/lesson-grid --quiet
 	$(BIN)/python analysis/report.py --results results --out reports
 
-test: $(STAMP)
-	$(BIN)/ruff check des tests analysis benchmarks
+# Lint (ruff rules and formatting, mypy with the pydantic plugin), then every test.
+test: lint
 	$(BIN)/python -m pytest -q -n auto
+
+# The inner loop: the tests not marked slow.
+test-fast: lint
+	$(BIN)/python -m pytest -q -n auto -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check des tests analysis benchmarks
+	$(BIN)/ruff format --check des tests analysis benchmarks
+	$(BIN)/mypy
 
 # Regenerate the golden summaries of the shipped scenarios (only on purpose).
 golden: $(STAMP)

@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.artist import Artist  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from analysis.common import PALETTE, RATE, Sweep, save, style  # noqa: E402
@@ -134,7 +136,7 @@ def draw(series: list[tuple[dict, pd.DataFrame]], bin_s: float, title: str = "")
     fig, axes = plt.subplots(3, 1, figsize=(13, 9.5), sharex=True)
     ax_b, ax_q, ax_kv = axes
     used = set()
-    handles = []
+    handles: list[Artist] = []
     for k, (info, tl) in enumerate(series):
         color = PALETTE.get(info["variant"])
         if color is None or color in used:
@@ -144,11 +146,11 @@ def draw(series: list[tuple[dict, pd.DataFrame]], bin_s: float, title: str = "")
         for ax, col in ((ax_b, "batch_size"), (ax_q, "num_waiting"), (ax_kv, "kv_pct")):
             ax.fill_between(tl["t"], tl[f"{col}_min"], tl[f"{col}_max"], color=color, alpha=0.15, lw=0, step="mid")
             ax.plot(tl["t"], tl[col], color=color, lw=1.4)
-        handles.append(plt.Line2D([], [], color=color, lw=1.6, label=label))
+        handles.append(Line2D([], [], color=color, lw=1.6, label=label))
         if (tl["batch_width"] > tl["batch_size"] + 1e-9).any():
             ax_b.plot(tl["t"], tl["batch_width"], color=color, lw=1.1, ls="--")
             handles.append(
-                plt.Line2D(
+                Line2D(
                     [], [], color=color, lw=1.1, ls="--", label=f"{info['variant']}: sequences computed (incl. padding)"
                 )
             )
@@ -177,7 +179,7 @@ def draw(series: list[tuple[dict, pd.DataFrame]], bin_s: float, title: str = "")
     if warm > 0:
         handles.append(Patch(color="0.6", alpha=0.25, label=f"warm-up ({warm:g} s, not measured)"))
     if ends:
-        handles.append(plt.Line2D([], [], color="0.25", lw=1, ls=":", label="arrivals stop (horizon); then drain"))
+        handles.append(Line2D([], [], color="0.25", lw=1, ls=":", label="arrivals stop (horizon); then drain"))
     ax_b.set_ylabel("batch size\n(sequences per step)")
     ax_q.set_ylabel("queue length\n(requests left waiting\nafter admission)")
     ax_kv.set_ylabel("KV cache in use\n(% of capacity)")

@@ -6,10 +6,12 @@
 >>> result.summary["ttft_p99"]              # doctest: +SKIP
 """
 
+from importlib.metadata import version
+
 from des.errors import ScenarioError
 from des.metrics import Result
 from des.scenario import Scenario, load_scenario
 from des.simulation import simulate
 
 __all__ = ["load_scenario", "simulate", "Scenario", "Result", "ScenarioError"]
-__version__ = "0.1.0"
+__version__ = version("des")

@@ -139,7 +139,7 @@ def costmodel(
     except ScenarioError as exc:
         _fail(ScenarioError([(f"--{p}", m) for p, m in exc.problems]))
     try:
-        precision = Precision(weights=weights, kv_cache_dtype=kv_cache_dtype)
+        precision = Precision.model_validate({"weights": weights, "kv_cache_dtype": kv_cache_dtype})
     except ValidationError as exc:
         err = exc.errors()[0]
         flag = "--weights" if err["loc"][0] == "weights" else "--kv-cache-dtype"

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Union, get_args
+from typing import Any
 
 import yaml
 from pydantic import (
@@ -30,18 +30,14 @@ from des import catalog
 from des.catalog.memory import MemoryPlan, Precision, plan_memory
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
-from des.cost import COST_MODELS, RooflineConfig
+from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.dotted import deep_copy, set_dotted
 from des.engine.router import ROUTERS
-from des.engine.schedulers import SCHEDULERS, ContinuousConfig
+from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
 from des.errors import ScenarioError
-from des.workload.arrivals import ArrivalConfig, Closed, Trace
-from des.workload.lengths import LengthConfig
-
-# The registries are plain dicts; the tagged unions validating their configs are
-# built from them, so registering a kind is all it takes to make it loadable.
-SchedulerConfig = Annotated[Union[tuple(SCHEDULERS.values())], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
-CostConfig = Annotated[Union[tuple(COST_MODELS.values())], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
+from des.registry import UnknownKind
+from des.workload.arrivals import ARRIVALS, ArrivalConfig, Trace
+from des.workload.lengths import LENGTHS, LengthConfig
 
 
 class Horizon(Strict):
@@ -93,8 +89,10 @@ class ClusterConfig(Strict):
     @field_validator("router")
     @classmethod
     def _known_router(cls, v: str) -> str:
-        if v not in ROUTERS:
-            raise ValueError(f"unknown router {v!r}; valid: {', '.join(ROUTERS)}")
+        try:
+            ROUTERS.get(v)
+        except UnknownKind as exc:
+            raise ValueError(str(exc)) from None
         return v
 
 
@@ -133,10 +131,6 @@ class Scenario(Strict):
             raise ValueError(f"warmup: {self.warmup} s is not shorter than horizon.duration {h.duration} s")
         return self
 
-    @property
-    def is_closed(self) -> bool:
-        return isinstance(self.workload.arrival, Closed)
-
     def memory_plan(self) -> MemoryPlan:
         """KV capacity of one instance; raises ScenarioError if the model does not fit."""
         s = self.scheduler
@@ -146,8 +140,8 @@ class Scenario(Strict):
             precision=self.precision,
             gpu_memory_utilization=s.gpu_memory_utilization,
             block_size=s.block_size,
-            max_num_batched_tokens=getattr(s, "max_num_batched_tokens", 2048),
-            max_num_seqs=getattr(s, "max_num_seqs", getattr(s, "max_batch_size", 128)),
+            max_num_batched_tokens=s.profile_tokens,
+            max_num_seqs=s.max_batch,
             tp=self.cluster.tp,
             num_blocks_override=s.num_gpu_blocks_override,
         )
@@ -160,16 +154,8 @@ class Scenario(Strict):
 # -- loading ------------------------------------------------------------------------
 
 
-def _tags(union) -> set[str]:
-    """The discriminator values of a tagged union's members (pydantic puts them in error paths)."""
-    members = get_args(get_args(union)[0])
-    return {
-        next(iter(m.model_fields[k].default for k in ("process", "dist", "kind") if k in m.model_fields))
-        for m in members
-    }
-
-
-_TAGS = set(SCHEDULERS) | set(COST_MODELS) | _tags(ArrivalConfig) | _tags(LengthConfig)
+#: The kind names of every tagged union (pydantic puts them in error paths; users never wrote them).
+_TAGS = {*SCHEDULERS, *COST_MODELS, *ARRIVALS, *LENGTHS}
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
 
 

@@ -17,6 +17,7 @@ import simpy
 from simpy.core import EmptySchedule
 from simpy.events import URGENT, Event
 
+from des.cost.base import CostContext
 from des.engine.cluster import Cluster
 from des.engine.kvcache import BlockManager
 from des.engine.router import ROUTERS
@@ -43,14 +44,12 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     env = simpy.Environment()
     rng = _generators(scenario.seed)
     plan = scenario.memory_plan()
-    cost = scenario.cost_model.build(
-        gpu=scenario.gpu, model=scenario.model, precision=scenario.precision, tp=scenario.cluster.tp
-    )
+    cost = scenario.cost_model.build(CostContext(scenario.gpu, scenario.model, scenario.precision, scenario.cluster.tp))
     schedulers = [
         scenario.scheduler.build(BlockManager(plan.num_blocks, plan.block_size), scenario.model.max_model_len)
         for _ in range(scenario.cluster.replicas)
     ]
-    cluster = Cluster(env, schedulers, cost, ROUTERS[scenario.cluster.router](rng["router"]), fast_forward)
+    cluster = Cluster(env, schedulers, cost, ROUTERS.get(scenario.cluster.router)(rng["router"]), fast_forward)
 
     h, w = scenario.horizon, scenario.workload
     duration = h.duration if h.duration is not None else math.inf
@@ -72,6 +71,7 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
             )
         ]
     else:
+        assert w.prompt_tokens is not None and w.output_tokens is not None  # required unless replaying a trace
         prompt = LengthStream(w.prompt_tokens, rng["prompt_tokens"])
         output = LengthStream(w.output_tokens, rng["output_tokens"])
         if isinstance(arrival, Closed):

@@ -52,10 +52,11 @@ def generate(path: Path) -> dict:
         pinned(des.simulate(des.load_scenario(sc, [("seed", replication_seed(sc.seed, r))])).summary)
         for r in range(REPLICATIONS)
     ]
-    out = {"scenario": path.name, "seed": sc.seed, "replications": REPLICATIONS, "metrics": {}}
+    metrics: dict[str, dict[str, float | None]] = {}
+    out = {"scenario": path.name, "seed": sc.seed, "replications": REPLICATIONS, "metrics": metrics}
     for m in METRICS:
         vals = np.array([r[m] for r in reps])
-        out["metrics"][m] = {
+        metrics[m] = {
             "own_seed": None if np.isnan(own[m]) else own[m],
             "mean": None if np.isnan(vals).any() else float(vals.mean()),
             "sd": None if np.isnan(vals).any() else float(vals.std(ddof=1)),

@@ -33,6 +33,8 @@ from des import catalog
 from des.cost import COST_MODELS
 from des.engine.router import ROUTERS
 from des.engine.schedulers import SCHEDULERS
+from des.workload.arrivals import Poisson, Trace
+from des.workload.lengths import Empirical
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON_STATIC = ROOT / "scenarios" / "lesson-static.yaml"
@@ -155,23 +157,23 @@ def empirical_scenario(path: Path, **dist) -> dict:
 
 def test_base_scenario_is_valid():
     sc = des.load_scenario(base())
-    assert sc.workload.arrival.rate == 2.0
+    assert isinstance(sc.workload.arrival, Poisson) and sc.workload.arrival.rate == 2.0
     assert sc.scheduler.kind == "continuous"
 
 
 def test_valid_override_is_applied():
     sc = des.load_scenario(base(), ["workload.arrival.rate=3.5", ("cluster.replicas", 2)])
-    assert sc.workload.arrival.rate == 3.5
+    assert isinstance(sc.workload.arrival, Poisson) and sc.workload.arrival.rate == 3.5
     assert sc.cluster.replicas == 2
 
 
 def test_good_trace_and_empirical_files_load(tmp_path):
     trace = write(tmp_path / "t.csv", TRACE_HEADER + "0,1,5\n1.5,2,3\n")
     sc = des.load_scenario(trace_scenario(trace))
-    assert list(sc.workload.arrival.table["output_tokens"]) == [5, 3]
+    assert isinstance(sc.workload.arrival, Trace) and list(sc.workload.arrival.table["output_tokens"]) == [5, 3]
     lengths = write(tmp_path / "lengths.txt", "10\n20\n30\n")
     sc = des.load_scenario(empirical_scenario(lengths))
-    assert sc.workload.prompt_tokens.dist == "empirical"
+    assert isinstance(sc.workload.prompt_tokens, Empirical)
 
 
 # -- unknown names: the bad name and the valid choices --------------------------------

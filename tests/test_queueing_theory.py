@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import des
@@ -55,7 +56,7 @@ def one_slot(rate, prompt, output, cost, n, warmup_requests=2000, seed=1, kind="
     )
 
 
-def measured(result: des.Result) -> np.ndarray:
+def measured(result: des.Result) -> pd.DataFrame:
     r = result.requests
     keep = (r["arrival_time"] >= result.scenario.warmup) & (r["status"] == "completed")
     return r.loc[keep].sort_values("arrival_time")
@@ -175,6 +176,7 @@ def test_littles_law_on_the_default_gpu_scenario():
     e2e, wait = req["e2e"].to_numpy(), req["queue_delay"].to_numpy()
     lam = s["offered_rps"]
     # L = λ W for the whole system and for the queue; edge effects are O(W / window)
+    assert sc.horizon.duration is not None
     window = sc.horizon.duration - sc.warmup
     for level, w in ((s["mean_in_system"], e2e), (s["mean_queue_length"], wait)):
         se = lam * batch_means_se(w)

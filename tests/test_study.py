@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ from des.study import load_study, replication_seed, sweep
 from des.study.runner import SweepLocked, sweep_lock
 from tests.helpers import ROOT, SCENARIOS
 
-SMALL = {
+SMALL: dict[str, Any] = {
     "name": "small",
     "base": str(SCENARIOS / "qwen7b-4090-poisson.yaml"),
     "set": {"horizon.duration": 60, "warmup": 10, "slo": {"ttft": 2.0, "tpot": 0.1}},
@@ -55,7 +56,7 @@ def test_expansion_seeds_and_rows(tmp_path):
     assert len(study.runs) == 2 * 2 * 2
     assert len({r.run_id for r in study.runs}) == len(study.runs)
     # common random numbers: replication r has one seed everywhere, and seeds differ across r
-    by_rep = {}
+    by_rep: dict[int, set[int]] = {}
     for r in study.runs:
         by_rep.setdefault(r.replication, set()).add(r.seed)
     assert all(len(s) == 1 for s in by_rep.values())

@@ -155,7 +155,7 @@ PROGRESS_CASES = {
 def test_simulate_with_a_progress_callback_returns_the_same_result(name):
     path, overrides = PROGRESS_CASES[name]
     sc = des.load_scenario(path, overrides)
-    seen = []
+    seen: list[des.simulation.RunProgress] = []
     with_progress = des.simulate(sc, progress=seen.append)
     without = des.simulate(sc)
     assert with_progress.requests.equals(without.requests)

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
 
 from des.catalog.specs import Efficiency, GPUSpec, ModelSpec
+from des.config import Strict
 from des.dotted import merge
 from des.errors import ScenarioError
+
+Spec = TypeVar("Spec", bound=Strict)
 
 __all__ = ["Efficiency", "GPUSpec", "ModelSpec", "gpu", "model", "gpu_names", "model_names", "resolve"]
 
@@ -53,7 +56,7 @@ def resolve(kind: str, value: Any) -> dict[str, Any]:
     return value
 
 
-def _load(kind: str, cls: type, name: str):
+def _load(kind: str, cls: type[Spec], name: str) -> Spec:
     try:
         return cls.model_validate(resolve(kind, name))
     except ValueError as exc:

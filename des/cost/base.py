@@ -2,14 +2,19 @@
 
 Schedulers describe each GPU step by a :class:`BatchShape` of aggregates (token
 counts and sums of contexts), never by the list of its sequences, so the cost of a
-step is O(1) whatever the batch size, and a later span engine can cost many steps
-from running sums. Cost models are pure functions of the shape and the specs.
+step is O(1) whatever the batch size, and the fast-forward engine can cost a span of
+decode steps from running sums. Cost models are pure functions of the shape and the
+specs, built once per run from a :class:`CostContext`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from des.catalog.memory import Precision
+    from des.catalog.specs import GPUSpec, ModelSpec
 
 
 @dataclass(slots=True)
@@ -57,3 +62,22 @@ class CostModel(Protocol):
     """Seconds one GPU step takes for a batch of the given shape."""
 
     def step_time(self, shape: BatchShape) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CostContext:
+    """What a cost model is built for: ``tp`` GPUs of ``gpu`` serving ``model`` at ``precision``."""
+
+    gpu: GPUSpec
+    model: ModelSpec
+    precision: Precision
+    tp: int = 1
+
+
+class CostKind(Protocol):
+    """What the cost-model registry holds: a configuration that builds a cost model."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def build(self, ctx: CostContext) -> CostModel: ...

@@ -29,7 +29,7 @@ from pydantic import Field
 from des.catalog.memory import Precision
 from des.catalog.specs import Efficiency, GPUSpec, ModelSpec
 from des.config import Strict
-from des.cost.base import BatchShape
+from des.cost.base import BatchShape, CostContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,5 +145,5 @@ class RooflineConfig(Strict):
     kind: Literal["roofline"] = "roofline"
     efficiency: Efficiency | None = Field(None)
 
-    def build(self, *, gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1, **_: object) -> Roofline:
-        return build_roofline(gpu, model, precision, tp, self.efficiency)
+    def build(self, ctx: CostContext) -> Roofline:
+        return build_roofline(ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency)

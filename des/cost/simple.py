@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, PositiveFloat
 
 from des.config import Strict
-from des.cost.base import BatchShape
+from des.cost.base import BatchShape, CostContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ class ConstantConfig(Strict):
     kind: Literal["constant"] = "constant"
     step_time: PositiveFloat
 
-    def build(self, **_: object) -> Constant:
+    def build(self, ctx: CostContext) -> Constant:
         return Constant(self.step_time)
 
 
@@ -61,5 +61,5 @@ class LinearConfig(Strict):
     per_decode_token: float = Field(0.0, ge=0)
     per_context_token: float = Field(0.0, ge=0)
 
-    def build(self, **_: object) -> Linear:
+    def build(self, ctx: CostContext) -> Linear:
         return Linear(self.base, self.per_prefill_token, self.per_decode_token, self.per_context_token)

@@ -19,6 +19,7 @@ gives, to the bit, at a fraction of the per-step cost.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from typing import Any
 
 import simpy
 from simpy.events import Event, EventPriority
@@ -77,7 +78,7 @@ class Instance:
         if wake is not None and not wake.triggered:
             wake.succeed()
 
-    def _run(self) -> Generator:
+    def _run(self) -> Generator[Event, Any, None]:
         env, sched, cost, record = self.env, self.scheduler, self.cost, self.log.record
         index, release = self.index, self.on_release
         while True:
@@ -122,7 +123,7 @@ class Instance:
                 self.outstanding -= 1
                 release(req)
 
-    def _span(self, step: Step, j: int, first: float) -> Generator:
+    def _span(self, step: Step[Any], j: int, first: float) -> Generator[Event, Any, float | None]:
         """Apply up to ``j`` steady steps that end before the next event; None if < 2."""
         env = self.env
         limit = env.peek()

@@ -1,38 +1,48 @@
-"""Routers: which instance of a cluster receives each arriving request.
+"""Routers: which instance of a pool receives each request.
 
 - ``round_robin``: instances in turn.
 - ``least_outstanding``: the instance with the fewest requests routed to it and not
   yet released (ties to the lowest index), as load balancers' least-connections.
 - ``random``: uniformly at random, from the router's own generator.
+
+``ROUTERS`` maps each name to a factory taking the run's router generator.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
 
+from des.registry import Registry
+
+
+class Routable(Protocol):
+    """What a router may look at: requests routed to an instance and not yet released."""
+
+    @property
+    def outstanding(self) -> int: ...
+
 
 class Router(Protocol):
-    def pick(self, instances: Sequence) -> int: ...
+    def pick(self, instances: Sequence[Routable]) -> int:
+        """Index of the instance (in ``instances``) that receives the next request."""
+        ...
 
 
 class RoundRobin:
-    def __init__(self, rng: np.random.Generator):
+    def __init__(self) -> None:
         self._next = 0
 
-    def pick(self, instances: Sequence) -> int:
+    def pick(self, instances: Sequence[Routable]) -> int:
         i = self._next % len(instances)
         self._next = i + 1
         return i
 
 
 class LeastOutstanding:
-    def __init__(self, rng: np.random.Generator):
-        pass
-
-    def pick(self, instances: Sequence) -> int:
+    def pick(self, instances: Sequence[Routable]) -> int:
         best, load = 0, instances[0].outstanding
         for i in range(1, len(instances)):
             if instances[i].outstanding < load:
@@ -44,8 +54,12 @@ class Random:
     def __init__(self, rng: np.random.Generator):
         self._rng = rng
 
-    def pick(self, instances: Sequence) -> int:
+    def pick(self, instances: Sequence[Routable]) -> int:
         return int(self._rng.integers(len(instances)))
 
 
-ROUTERS = {"round_robin": RoundRobin, "least_outstanding": LeastOutstanding, "random": Random}
+RouterFactory = Callable[[np.random.Generator], Router]
+ROUTERS: Registry[RouterFactory] = Registry("router")
+ROUTERS.register("round_robin", lambda rng: RoundRobin())
+ROUTERS.register("least_outstanding", lambda rng: LeastOutstanding())
+ROUTERS.register("random", Random)

@@ -39,7 +39,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
         end=end,
         replicas=scenario.cluster.replicas,
         kv_capacity_tokens=cluster.kv_capacity_tokens,
-        max_batch=getattr(s, "max_num_seqs", None) or getattr(s, "max_batch_size", 1),
+        max_batch=s.max_batch,
         slo=scenario.slo.limits() if scenario.slo is not None else None,
     )
     return Result(scenario, requests, steps, summary)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,7 +215,8 @@ def find_min_replicas(search: Search, start: int = 1, limit: int = 1024) -> dict
             if n > limit:
                 return _report(search, None, None, None, lo, n, f"the SLOs fail even with {limit} replicas")
         # lo fails, n holds: bisect for the smallest that holds
-        _, need = _bisect(search, lo, n, lambda e: not e.holds, 0)
+        _, upper = _bisect(search, lo, n, lambda e: not e.holds, 0)
+        need = int(upper)
     sure = need
     while not search.evaluate(sure).surely_holds and sure < limit:
         sure += 1
@@ -242,12 +244,11 @@ class SummaryPool:
 
     def __init__(self, workers: int):
         self.workers = workers
-        self._pool = None
+        self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> SummaryPool:
         if self.workers > 1:
             import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
 
             ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)

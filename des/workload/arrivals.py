@@ -38,6 +38,7 @@ from pydantic import (
 )
 
 from des.config import Strict, resolve_path
+from des.registry import Registry, check_union, kind_of
 from des.workload.trace import read_trace
 
 CHUNK = 1024
@@ -177,7 +178,7 @@ class _MMPPGaps:
                 return gap + t
             gap += self.left
             row = self.cum_jumps[self.state]
-            self.state = int(min(np.searchsorted(row, self.rng.random(), side="right"), len(row) - 1))
+            self.state = min(int(np.searchsorted(row, self.rng.random(), side="right")), len(row) - 1)
             self.left = self.rng.exponential(self.sojourn[self.state])
 
 
@@ -230,4 +231,9 @@ class Trace(Strict):
         return t
 
 
+ARRIVALS: Registry[type[Strict]] = Registry("arrival process")
+for _cls in (Poisson, Gamma, MMPP, OnOff, Closed, Trace):
+    ARRIVALS.register(kind_of(_cls), _cls)
+
 ArrivalConfig = Annotated[Poisson | Gamma | MMPP | OnOff | Closed | Trace, Field(discriminator="process")]
+check_union(ArrivalConfig, ARRIVALS)

@@ -36,6 +36,7 @@ from pydantic import (
 from scipy import special
 
 from des.config import Strict, resolve_path
+from des.registry import Registry, check_union, kind_of
 from des.workload.trace import MAX_TOKENS, first_line, show
 
 #: Draws are generated in chunks of this many for speed (a fixed size, so runs repeat).
@@ -285,7 +286,12 @@ def _is_number(x) -> bool:
     return True
 
 
+LENGTHS: Registry[type[LengthDist]] = Registry("length distribution")
+for _cls in (Fixed, Uniform, Geometric, LogNormal, Empirical):
+    LENGTHS.register(kind_of(_cls), _cls)
+
 LengthConfig = Annotated[Fixed | Uniform | Geometric | LogNormal | Empirical, Field(discriminator="dist")]
+check_union(LengthConfig, LENGTHS)
 
 
 class LengthStream:

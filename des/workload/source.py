@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, Protocol
 
 import simpy
 
-Submit = Callable[[int, int, bool], Any]
+Submit = Callable[[int, int, bool], Any]  # returns a simpy.Event when notify is true
+
+
+class Outcome(Protocol):
+    """What a closed-loop user learns of its request when it leaves the system."""
+
+    status: str
 
 
 class Budget:
@@ -40,7 +46,7 @@ def open_loop(
     submit: Submit,
     duration: float,
     budget: Budget,
-) -> Generator:
+) -> Generator[simpy.Event, Any, None]:
     """Requests at the epochs of a point process starting at t = 0, until the horizon."""
     t = 0.0
     while True:
@@ -59,7 +65,7 @@ def trace_replay(
     submit: Submit,
     duration: float,
     budget: Budget,
-) -> Generator:
+) -> Generator[simpy.Event, Any, None]:
     """Requests at the recorded times with the recorded lengths, until the horizon."""
     for t, p, o in zip(times, prompts, outputs, strict=True):
         if t >= duration or not budget.take():
@@ -78,7 +84,7 @@ def closed_user(
     duration: float,
     budget: Budget,
     retry_delay: float,
-) -> Generator:
+) -> Generator[simpy.Event, Any, None]:
     """One user: send, wait for the answer, think, repeat until the horizon.
 
     After a rejection the user waits ``retry_delay`` seconds more than its think time,
@@ -86,7 +92,7 @@ def closed_user(
     zero-think workload is rejected).
     """
     while env.now < duration and budget.take():
-        request = yield submit(prompt(), output(), True)
+        request: Outcome = yield submit(prompt(), output(), True)
         pause = think() + (retry_delay if request.status == "rejected" else 0.0)
         if pause > 0:
             yield env.timeout(pause)

@@ -1,33 +1,34 @@
 """Batching policies, registered by ``scheduler.kind``.
 
-``SCHEDULERS`` maps each kind to its configuration class, whose ``build(kv,
-max_model_len)`` returns the scheduler. :func:`register` refuses duplicate kinds and
-:func:`scheduler_config` names the valid kinds when given an unknown one.
+``SCHEDULERS`` holds each kind's configuration class (a :class:`SchedulerKind`), whose
+``build(kv, max_model_len)`` returns the scheduler; ``SchedulerConfig`` is the tagged
+union the scenario validates ``scheduler`` with, written out so a type checker sees its
+members (checked against the registry at import).
 """
 
 from __future__ import annotations
 
-from des.engine.schedulers.base import Scheduler, Step
+from typing import Annotated
+
+from pydantic import Field
+
+from des.engine.schedulers.base import Scheduler, SchedulerKind, Step
 from des.engine.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 from des.engine.schedulers.static import StaticConfig, StaticScheduler
+from des.registry import Registry, check_union, config_registrar
 
-SCHEDULERS: dict[str, type] = {}
-
-
-def register(config_cls: type) -> type:
-    """Add a scheduler's configuration class under its ``kind``; duplicates are errors."""
-    kind = config_cls.model_fields["kind"].default
-    if kind in SCHEDULERS:
-        raise ValueError(f"scheduler kind {kind!r} is already registered")
-    SCHEDULERS[kind] = config_cls
-    return config_cls
-
-
+SCHEDULERS: Registry[type[SchedulerKind]] = Registry("scheduler kind")
+register = config_registrar(SCHEDULERS)
 register(StaticConfig)
 register(ContinuousConfig)
 
+SchedulerConfig = Annotated[StaticConfig | ContinuousConfig, Field(discriminator="kind")]
+check_union(SchedulerConfig, SCHEDULERS)
+
 __all__ = [
     "SCHEDULERS",
+    "SchedulerConfig",
+    "SchedulerKind",
     "register",
     "Scheduler",
     "Step",

@@ -9,8 +9,8 @@ Schedulers never scan requests beyond their batch and the head of their queue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -18,19 +18,22 @@ from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager
 from des.engine.request import Request
 
+Items = TypeVar("Items")
+
 
 @dataclass(slots=True)
-class Step:
+class Step(Generic[Items]):
     """One GPU step: its cost shape, its members and its bookkeeping counts.
 
-    ``items`` holds the scheduler's own description of the members (for example
-    ``(request, tokens)`` pairs); ``batch_size`` counts sequences doing useful work,
-    ``width`` the sequences the GPU computes (more than ``batch_size`` when a static
+    ``items`` holds the scheduler's own description of the members (the static
+    batch's requests; the continuous scheduler's tokens per running sequence);
+    ``batch_size`` counts sequences doing useful work, ``width`` the sequences the GPU
+    computes (more than ``batch_size`` when a static
     batch carries finished, padded rows).
     """
 
     shape: BatchShape
-    items: list = field(default_factory=list)
+    items: Items
     batch_size: int = 0
     width: int = 0
     preempted: int = 0
@@ -51,25 +54,34 @@ class Scheduler(Protocol):
 
     def num_waiting(self) -> int: ...
 
-    def schedule(self, now: float) -> Step | None:
+    def schedule(self, now: float) -> Step[Any] | None:
         """The next step's batch, or None when nothing can start now."""
 
     def wakeup_time(self) -> float | None:
         """When ``schedule`` may return a step with no new arrival (static ``max_wait``)."""
 
-    def finish_step(self, step: Step, now: float) -> list[Request]:
+    def finish_step(self, step: Step[Any], now: float) -> list[Request]:
         """Apply the step's progress at its end time ``now``; return the requests released."""
 
     def sync(self) -> None:
         """Bring the Request objects of the requests it holds up to date (at the end of a run)."""
 
-    def steady_steps(self, step: Step, limit: int) -> int:
+    def steady_steps(self, step: Step[Any], limit: int) -> int:
         """How many steps, from ``step`` on and at most ``limit``, are pure decodes of the
         same members that release nobody (so many can be applied at once); at least 1."""
 
-    def advance(self, step: Step, j: int) -> np.ndarray:
+    def advance(self, step: Step[Any], j: int) -> np.ndarray:
         """Apply ``j`` such steady steps at once (instead of ``finish_step``); return the
         KV blocks in use during each."""
+
+
+class SchedulerKind(Protocol):
+    """What the scheduler registry holds: a configuration that builds a scheduler."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def build(self, kv: BlockManager, max_model_len: int) -> Scheduler: ...
 
 
 def length_rejection(req: Request, max_model_len: int, kv: BlockManager, width: int = 1) -> str | None:

@@ -47,6 +47,16 @@ class ContinuousConfig(Strict):
     max_model_len: int | None = Field(None, ge=1)
     num_gpu_blocks_override: int | None = Field(None, ge=1)
 
+    @property
+    def max_batch(self) -> int:
+        """Most sequences in one step."""
+        return self.max_num_seqs
+
+    @property
+    def profile_tokens(self) -> int:
+        """Tokens of the largest step, for the activation memory of the KV plan."""
+        return self.max_num_batched_tokens
+
     def build(self, kv: BlockManager, max_model_len: int) -> ContinuousScheduler:
         return ContinuousScheduler(self, kv, self.max_model_len or max_model_len)
 
@@ -141,7 +151,7 @@ class ContinuousScheduler:
         self.waiting.appendleft(req)
 
     # -- scheduling -----------------------------------------------------------------
-    def schedule(self, now: float) -> Step | None:
+    def schedule(self, now: float) -> Step[np.ndarray] | None:
         kv, bs, n = self.kv, self.bs, self.n
         budget = self.max_tokens
         preempted = 0
@@ -279,7 +289,7 @@ class ContinuousScheduler:
             num_emitting=int((k == need).sum()),
         )
 
-    def finish_step(self, step: Step, now: float) -> list[Request]:
+    def finish_step(self, step: Step[np.ndarray], now: float) -> list[Request]:
         k = step.items
         m = k.size
         comp, gen = self.comp[:m], self.gen[:m]
@@ -316,7 +326,7 @@ class ContinuousScheduler:
         return done
 
     # -- fast-forward ------------------------------------------------------------------
-    def steady_steps(self, step: Step, limit: int) -> int:
+    def steady_steps(self, step: Step[np.ndarray], limit: int) -> int:
         """How many steps from ``step`` on (at most ``limit``) keep the same members,
         are pure decodes and release nobody; 1 when ``step`` itself is not one."""
         n = self.n
@@ -343,7 +353,7 @@ class ContinuousScheduler:
             j = lo
         return j
 
-    def advance(self, step: Step, j: int) -> np.ndarray:
+    def advance(self, step: Step[np.ndarray], j: int) -> np.ndarray:
         """Apply ``j`` steady decode steps at once; returns the KV blocks in use at each."""
         n, bs = self.n, self.bs
         comp = self.comp[:n]

@@ -38,6 +38,16 @@ class StaticConfig(Strict):
     max_model_len: int | None = Field(None, ge=1)
     num_gpu_blocks_override: int | None = Field(None, ge=1)
 
+    @property
+    def max_batch(self) -> int:
+        """Most sequences in one step."""
+        return self.max_batch_size
+
+    @property
+    def profile_tokens(self) -> int:
+        """Tokens of the largest step, for the activation memory of the KV plan."""
+        return 2048
+
     def build(self, kv: BlockManager, max_model_len: int) -> StaticScheduler:
         return StaticScheduler(self, kv, self.max_model_len or max_model_len)
 
@@ -110,7 +120,7 @@ class StaticScheduler:
             req.scheduled_time = now
         return _Batch(members, prompt, length, reserved)
 
-    def schedule(self, now: float) -> Step | None:
+    def schedule(self, now: float) -> Step[list[Request]] | None:
         batch = self.batch
         if batch is None:
             batch = self.batch = self._form(now)
@@ -132,7 +142,7 @@ class StaticScheduler:
     def sync(self) -> None:
         """Requests are updated in place as steps end: nothing to copy."""
 
-    def steady_steps(self, step: Step, limit: int) -> int:
+    def steady_steps(self, step: Step[list[Request]], limit: int) -> int:
         """Steps from ``step`` on (at most ``limit``) that are decodes releasing nobody."""
         batch = self.batch
         if batch is None or batch.steps_done == 0 or not batch.members:
@@ -140,7 +150,7 @@ class StaticScheduler:
         left = min(r.output_tokens - r.generated for r in batch.members)
         return max(min(left - 1, limit), 1)
 
-    def advance(self, step: Step, j: int) -> np.ndarray:
+    def advance(self, step: Step[list[Request]], j: int) -> np.ndarray:
         """Apply ``j`` steady decode steps at once; returns the KV blocks in use at each."""
         batch = self.batch
         assert batch is not None
@@ -149,7 +159,7 @@ class StaticScheduler:
             req.generated += j
         return np.full(j, self.kv.used, np.int64)
 
-    def finish_step(self, step: Step, now: float) -> list[Request]:
+    def finish_step(self, step: Step[list[Request]], now: float) -> list[Request]:
         batch = self.batch
         assert batch is not None
         batch.steps_done += 1
