@@ -21,7 +21,7 @@ PROMPTS = (128, 512, 1024, 2048, 4096, 8192)
 
 def decode_shape(batch: int, context: int) -> BatchShape:
     """``batch`` sequences decoding one token each with ``context`` tokens of KV before it."""
-    return BatchShape(num_seqs=batch, decode_tokens=batch, decode_context=batch * (context + 1), num_emitting=batch)
+    return BatchShape.decodes(batch, batch * context)
 
 
 def prefill_shape(prompt: int) -> BatchShape:

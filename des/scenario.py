@@ -27,11 +27,12 @@ from pydantic import (
 )
 
 from des import catalog
-from des.catalog.memory import MemoryPlan, Precision, plan_memory
+from des.catalog.memory import MemoryPlan, Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.dotted import deep_copy, set_dotted
+from des.engine.plan import Plan, PlanContext
 from des.engine.router import ROUTERS
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
 from des.errors import ScenarioError
@@ -131,20 +132,20 @@ class Scenario(Strict):
             raise ValueError(f"warmup: {self.warmup} s is not shorter than horizon.duration {h.duration} s")
         return self
 
+    def plan(self) -> Plan:
+        """The pools of instances the scheduler kind asks for (:mod:`des.engine.plan`)."""
+        c = self.cluster
+        return self.scheduler.plan(PlanContext(self.gpu, self.model, self.precision, c.replicas, c.tp, c.router))
+
     def memory_plan(self) -> MemoryPlan:
-        """KV capacity of one instance; raises ScenarioError if the model does not fit."""
-        s = self.scheduler
-        return plan_memory(
-            self.gpu,
-            self.model,
-            precision=self.precision,
-            gpu_memory_utilization=s.gpu_memory_utilization,
-            block_size=s.block_size,
-            max_num_batched_tokens=s.profile_tokens,
-            max_num_seqs=s.max_batch,
-            tp=self.cluster.tp,
-            num_blocks_override=s.num_gpu_blocks_override,
-        )
+        """The KV cache of one instance of the pool requests finish in (the only pool of
+        colocated serving, the decode pool of disaggregated serving)."""
+        plan = self.plan().pools[-1]
+        return plan.memory(self.model, self.precision)
+
+    def memory_plans(self) -> list[MemoryPlan]:
+        """The KV cache of one instance of each pool; raises ScenarioError if the model does not fit."""
+        return [pool.memory(self.model, self.precision) for pool in self.plan().pools]
 
     def resolved(self) -> dict[str, Any]:
         """The scenario with every default filled in, as plain data (for provenance)."""
@@ -278,7 +279,7 @@ def load_scenario(
         raise ScenarioError(problems_of(exc)) from None
     except ScenarioError:
         raise
-    scenario.memory_plan()  # fail now, not mid-run, if the model does not fit
+    scenario.memory_plans()  # fail now, not mid-run, if the model does not fit
     return scenario
 
 

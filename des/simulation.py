@@ -17,17 +17,18 @@ import simpy
 from simpy.core import EmptySchedule
 from simpy.events import URGENT, Event
 
-from des.cost.base import CostContext
 from des.engine.cluster import Cluster
-from des.engine.kvcache import BlockManager
-from des.engine.router import ROUTERS
-from des.metrics import Result, build_result
+from des.metrics import Result, requests_table, steps_table, summarize
 from des.scenario import Scenario
 from des.workload.arrivals import Closed, Trace
 from des.workload.lengths import LengthStream
 from des.workload.source import Budget, closed_user, open_loop, trace_replay
 
-STREAMS = ("arrivals", "prompt_tokens", "output_tokens", "router", "think")
+#: Named random streams, spawned in this order from the run's seed. New streams go at
+#: the end, so the existing ones keep their draws.
+STREAMS = ("arrivals", "prompt_tokens", "output_tokens", "router", "think", "router_decode")
+#: The router stream of each pool, in pool order.
+ROUTER_STREAMS = ("router", "router_decode")
 
 
 def _generators(seed: int) -> dict[str, np.random.Generator]:
@@ -43,13 +44,10 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     """
     env = simpy.Environment()
     rng = _generators(scenario.seed)
-    plan = scenario.memory_plan()
-    cost = scenario.cost_model.build(CostContext(scenario.gpu, scenario.model, scenario.precision, scenario.cluster.tp))
-    schedulers = [
-        scenario.scheduler.build(BlockManager(plan.num_blocks, plan.block_size), scenario.model.max_model_len)
-        for _ in range(scenario.cluster.replicas)
-    ]
-    cluster = Cluster(env, schedulers, cost, ROUTERS.get(scenario.cluster.router)(rng["router"]), fast_forward)
+    routers = [rng[name] for name in ROUTER_STREAMS]
+    cluster = Cluster(
+        env, scenario.plan(), scenario.model, scenario.precision, scenario.cost_model, routers, fast_forward
+    )
 
     h, w = scenario.horizon, scenario.workload
     duration = h.duration if h.duration is not None else math.inf
@@ -198,3 +196,23 @@ def simulate(scenario: Scenario, progress: Progress | None = None, fast_forward:
 
     run_until(env, stop, observe)
     return build_result(scenario, cluster, end_time=env.now)
+
+
+def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Result:
+    """The tables and summary of a run of ``scenario`` on ``cluster`` that stopped at ``end_time``."""
+    cluster.settle()
+    requests = requests_table(cluster.requests)
+    steps = steps_table(cluster.log)
+    h = scenario.horizon
+    last = cluster.topology.pools[-1]
+    summary = summarize(
+        requests,
+        steps,
+        warmup=scenario.warmup,
+        end=h.duration if h.duration is not None else end_time,
+        replicas=len(cluster.instances),
+        kv_capacity_tokens=last.memory.kv_capacity_tokens,
+        max_batch=last.plan.policy.max_batch,
+        slo=scenario.slo.limits() if scenario.slo is not None else None,
+    )
+    return Result(scenario, requests, steps, summary)

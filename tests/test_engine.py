@@ -249,3 +249,71 @@ def test_scheduler_registry_refuses_duplicates_and_an_unknown_kind_lists_the_reg
     (path, message), *_ = err.value.problems
     assert path == "scheduler.kind" and "bogus" in message
     assert all(name in message for name in SCHEDULERS)
+
+
+# -- the engine's seams: reservations, holdings by request id, pools and roles ----------
+
+
+def test_block_reservations_wait_and_are_served_first_come_first_served():
+    import simpy
+
+    from des.engine.kvcache import BlockManager
+
+    env = simpy.Environment()
+    kv = BlockManager(10, 16, env)
+    kv.take(8)
+    first, second, third = kv.reserve(3), kv.reserve(1), kv.reserve(2)
+    assert not first.triggered and not second.triggered  # FIFO: 1 block would fit, but 3 come first
+    assert kv.num_waiting == 3
+    kv.give(1)  # 3 free: the first is served, the others still wait behind it
+    assert first.triggered and first.value == 3 and not second.triggered
+    assert kv.free == 0
+    kv.give(3)
+    assert second.triggered and third.triggered and kv.free == 0 and kv.num_waiting == 0
+    with pytest.raises(ValueError, match="can never be reserved"):
+        kv.reserve(11)
+    with pytest.raises(RuntimeError, match="returned twice"):
+        kv.give(11)
+
+
+def test_a_completed_request_frees_its_blocks_at_the_exit_and_holds_none_after(tmp_path):
+    from des.engine.schedulers import ContinuousScheduler
+    from des.simulation import build, run_until, stop_event
+
+    sc = trace_scenario(tmp_path, [(0, 30, 4), (0.5, 10, 3)], {"kind": "continuous", "block_size": 4})
+    env, cluster, procs = build(sc)
+    (inst,) = cluster.instances
+    sched = inst.scheduler
+    assert isinstance(sched, ContinuousScheduler)
+    seen = []
+
+    def watch(req, instance, _leave=cluster.leave):
+        seen.append((req.id, instance.kv.used, dict(sched.held)))
+        _leave(req, instance)
+
+    inst.leave = watch
+    run_until(env, stop_event(sc, env, cluster, procs))
+    # both finish in the step ending at t = 4 and leave still holding their blocks (33 and 12
+    # tokens of KV in blocks of 4: 9 and 3), which the exit frees one request at a time
+    assert [(rid, held) for rid, _, held in seen] == [(0, {0: 9, 1: 3}), (1, {1: 3})]
+    assert [used for _, used, _ in seen] == [12, 3]
+    assert inst.kv.free == inst.kv.num_blocks and not sched.held
+
+
+def test_memory_knobs_are_one_cache_config_shared_by_every_policy():
+    from des.engine.kvcache import CacheConfig
+    from des.engine.schedulers import SCHEDULERS
+
+    for kind in ("static", "continuous"):
+        cfg = SCHEDULERS.get(kind)
+        assert issubclass(cfg, CacheConfig)
+        assert set(CacheConfig.model_fields) <= set(cfg.model_fields)
+
+
+def test_colocated_serving_is_one_pool_whose_steps_have_the_colocated_role(tmp_path):
+    sc = trace_scenario(tmp_path, [(0, 8, 3), (0, 8, 2)], {"kind": "continuous"}, cluster={"replicas": 2})
+    plan = sc.plan()
+    assert [(p.role, p.instances) for p in plan.pools] == [("colocated", 2)] and plan.link is None
+    r = des.simulate(sc)
+    assert set(r.steps["role"].astype(str)) == {"colocated"}
+    assert (r.requests["prefill_instance"] == -1).all() and r.requests["transfer_start"].isna().all()

@@ -151,16 +151,10 @@ def plan_memory(
     return MemoryPlan(tp, budget, weights, acts, reserve, kv_per_token, block_size, int(blocks))
 
 
-def blocks_for(tokens: int, block_size: int) -> int:
-    """Blocks needed to hold ``tokens`` tokens."""
-    return -(-tokens // block_size) if tokens > 0 else 0
-
-
 __all__ = [
     "Precision",
     "MemoryPlan",
     "plan_memory",
     "weight_bytes",
     "activation_bytes",
-    "blocks_for",
 ]

@@ -38,6 +38,12 @@ class BatchShape:
     decode_context: int = 0
     num_emitting: int = 0
 
+    @classmethod
+    def decodes(cls, num: int, context: int) -> BatchShape:
+        """``num`` sequences decoding one token each, whose KV holds ``context`` tokens in
+        all before the step (each reads its context plus the new token)."""
+        return cls(num_seqs=num, decode_tokens=num, decode_context=context + num, num_emitting=num)
+
     @property
     def new_tokens(self) -> int:
         return self.prefill_tokens + self.decode_tokens

@@ -1,9 +1,12 @@
-"""A cluster: instances behind a router, and the ledger of every request that arrived.
+"""A cluster: pools of instances, the route between them, and the ledger of every request.
 
 ``submit`` creates each request (ids from this cluster's own counter), rejects it
-with a reason when it can never be served, and otherwise routes it. Released
-requests are marked completed; whatever is neither completed nor rejected when the
-simulation stops stays ``unfinished``.
+with a reason when some pool on its path can never serve it, and otherwise admits it
+to the first pool. Every instance hands each request that leaves it to
+:meth:`Cluster.leave`, its only exit: the topology's route names the request's next
+stage (a KV link to the decode pool), or none, and then the request is completed and
+its KV blocks freed on the instance it left. Whatever is neither completed nor
+rejected when the simulation stops stays ``unfinished``.
 
 The cluster also knows when it is *drained*: once :meth:`close` says no more
 requests will arrive, the :attr:`drained` event fires as soon as no admitted request
@@ -15,53 +18,77 @@ of SimPy's event queue (which holds unrelated events, e.g. the stop events that
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import simpy
 
-from des.cost.base import CostModel
+from des.catalog.memory import Precision
+from des.catalog.specs import ModelSpec
+from des.cost.base import CostKind
 from des.engine.instance import Instance
+from des.engine.plan import Plan
 from des.engine.request import COMPLETED, REJECTED, Request
-from des.engine.router import Router
-from des.engine.schedulers.base import Scheduler
+from des.engine.schedulers.base import SpanScheduler
 from des.engine.steplog import StepLog
+from des.engine.topology import build_topology
 
 
 class Cluster:
-    """Identical instances (one per scheduler given) behind ``router``."""
+    """The pools ``plan`` asks for (of ``model`` at ``precision``, step times from
+    ``cost``), router ``i`` drawing from ``routers[i]``; every step logged."""
 
     def __init__(
         self,
         env: simpy.Environment,
-        schedulers: Sequence[Scheduler],
-        cost: CostModel,
-        router: Router,
+        plan: Plan,
+        model: ModelSpec,
+        precision: Precision,
+        cost: CostKind,
+        routers: Sequence[np.random.Generator],
         fast_forward: bool = True,
     ):
         self.env = env
-        self.requests: list[Request] = []
+        self.plan = plan
         self.log = StepLog()
-        self.router = router
-        self.instances = [
-            Instance(env, i, s, cost, self.log, self._release, fast_forward) for i, s in enumerate(schedulers)
-        ]
+        self.topology = build_topology(env, plan, model, precision, cost, routers, self.log, self.leave, fast_forward)
+        self.requests: list[Request] = []
         self.in_system = 0  # admitted requests not yet completed
         self.closed = False  # no more arrivals
         self.drained = env.event()  # fires once closed and nothing is left in the system
 
-    def submit(self, prompt_tokens: int, output_tokens: int, notify: bool = False):
+    @property
+    def instances(self) -> list[Instance]:
+        return self.topology.instances
+
+    def submit(self, prompt_tokens: int, output_tokens: int, notify: bool = False) -> Any:
         """A request arrives now; returns an event fired when it leaves if ``notify``."""
         env = self.env
         req = Request(len(self.requests), env.now, prompt_tokens, output_tokens)
         self.requests.append(req)
-        reason = self.instances[0].scheduler.rejection(req)
+        reason = self.topology.rejection(req)
         if reason is not None:
             req.status, req.reason = REJECTED, reason
             return env.event().succeed(req) if notify else None
         if notify:
             req.done = env.event()
         self.in_system += 1
-        self.instances[self.router.pick(self.instances)].submit(req)
+        self.topology.entry.admit(req)
         return req.done
+
+    def leave(self, req: Request, inst: Instance) -> None:
+        """``req`` leaves ``inst``: on to its next stage, or out of the system."""
+        nxt = self.topology.route(req, inst)
+        if nxt is not None:
+            nxt.admit(req)
+            return
+        inst.scheduler.free(req.id)
+        req.status = COMPLETED
+        self.in_system -= 1
+        if req.done is not None:
+            req.done.succeed(req)
+        if self.in_system == 0:
+            self._check_drained()
 
     def close(self) -> None:
         """No more requests will arrive: :attr:`drained` fires once the system is empty."""
@@ -72,21 +99,8 @@ class Cluster:
         if self.closed and self.in_system == 0 and not self.drained.triggered:
             self.drained.succeed()
 
-    @property
-    def kv_capacity_tokens(self) -> int:
-        """KV-cache capacity of one instance, tokens."""
-        kv = self.instances[0].scheduler.kv
-        return kv.num_blocks * kv.block_size
-
     def settle(self) -> None:
         """Bring every request still held by a scheduler up to date (the run has stopped)."""
         for inst in self.instances:
-            inst.scheduler.sync()
-
-    def _release(self, req: Request) -> None:
-        req.status = COMPLETED
-        self.in_system -= 1
-        if req.done is not None:
-            req.done.succeed(req)
-        if self.in_system == 0:
-            self._check_drained()
+            if isinstance(inst.scheduler, SpanScheduler):
+                inst.scheduler.sync()

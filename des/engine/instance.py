@@ -1,33 +1,39 @@
 """A GPU instance: one SimPy process per GPU (or tensor-parallel group).
 
-It sleeps while it has no work; otherwise it loops: ask the scheduler for a batch,
-cost it, hold the GPU for that long, apply the step, release finished requests.
-Batches are formed after every other event at the same instant (a late-priority
-barrier), so requests arriving at time ``t`` can join the batch formed at ``t``.
+It owns its KV cache (a :class:`~des.engine.kvcache.BlockManager`) and runs one
+batching policy over it. It sleeps while it has no work; otherwise it loops: ask the
+scheduler for a batch, cost it, hold the GPU for that long, apply the step, and hand
+every request that leaves to its one exit, ``leave(request, instance)``, which asks
+the cluster's route for the request's next stage. Batches are formed after every
+other event at the same instant (a late-priority barrier), so requests arriving at
+time ``t`` can join the batch formed at ``t``.
 
-Fast-forward: when the scheduler says the next ``j`` steps are pure decodes of the
-same members that release nobody, the instance costs them one by one (each step's
-decode context grows by its batch size), keeps those that end strictly before the
-next event anywhere in the simulation, logs them and applies them to the scheduler at
-once. It then lets the clock run through them step by step (one bare timeout each, so
-the clock follows the very chain of sums the per-step path computes; no single delay
-can land on the sum of many in floating point). Nothing else can happen in between,
-so the result is the one the per-step path (``fast_forward=False``, the reference)
-gives, to the bit, at a fraction of the per-step cost.
+Fast-forward: when the scheduler (a :class:`SpanScheduler`) says the next ``j`` steps
+are pure decodes of the same members that release nobody, the instance costs them
+one by one (each step's decode context grows by its batch size), keeps those that
+end strictly before the next event anywhere in the simulation, logs them and applies
+them to the scheduler at once. It then lets the clock run through them step by step
+(one bare timeout each, so the clock follows the very chain of sums the per-step path
+computes; no single delay can land on the sum of many in floating point). Nothing
+else can happen in between, so the result is the one the per-step path
+(``fast_forward=False``, the reference) gives, to the bit, at a fraction of the
+per-step cost.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import replace
 from typing import Any
 
 import simpy
 from simpy.events import Event, EventPriority
 
-from des.cost.base import BatchShape, CostModel
+from des.cost.base import CostModel
+from des.engine.kvcache import BlockManager
 from des.engine.request import Request
-from des.engine.schedulers.base import Scheduler, Step
-from des.engine.steplog import StepLog
+from des.engine.schedulers.base import Role, Scheduler, SpanScheduler, Step
+from des.engine.steplog import ROLE_CODE, StepLog
 
 #: Priority of the batch-formation barrier: after SimPy's URGENT (0) and NORMAL (1).
 LATE = EventPriority(2)
@@ -46,41 +52,60 @@ class _Barrier(Event):
 
 
 class Instance:
-    """Runs ``scheduler``'s batches with step times from ``cost``; logs every step."""
+    """Runs ``scheduler``'s batches over ``kv`` with step times from ``cost``; logs every step.
+
+    ``index`` numbers the instance across the cluster; ``role`` is the part of a
+    request's life it serves; ``leave(request, instance)`` is called for every
+    request that leaves it.
+    """
 
     def __init__(
         self,
         env: simpy.Environment,
         index: int,
+        role: Role,
         scheduler: Scheduler,
+        kv: BlockManager,
         cost: CostModel,
         log: StepLog,
-        on_release: Callable[[Request], None],
+        leave: Callable[[Request, Instance], None],
         fast_forward: bool = True,
     ):
         self.env = env
         self.index = index
+        self.role = role
+        self.role_code = ROLE_CODE[role]
         self.scheduler = scheduler
+        self.kv = kv
         self.cost = cost
         self.log = log
-        self.on_release = on_release
-        self.fast_forward = fast_forward
-        self.outstanding = 0  # requests routed here and not yet released
+        self.leave = leave
+        self.spans: SpanScheduler | None = scheduler if fast_forward and isinstance(scheduler, SpanScheduler) else None
+        self.outstanding = 0  # requests routed here and not yet left
         self._wake: Event | None = None
         self.process = env.process(self._run())
 
-    def submit(self, req: Request) -> None:
-        """Hand a request to this instance's scheduler and wake the instance if idle."""
+    @property
+    def free_blocks(self) -> int:
+        """KV blocks free (not held or reserved) on this instance."""
+        return self.kv.free
+
+    def submit(self, req: Request, blocks: int = 0) -> None:
+        """Hand a request (holding ``blocks`` KV blocks here) to the scheduler; wake the instance if idle."""
         req.instance = self.index
+        if self.role == "prefill":
+            req.prefill_instance = self.index
+        elif self.role == "decode":
+            req.decode_instance = self.index
         self.outstanding += 1
-        self.scheduler.add(req)
+        self.scheduler.add(req, blocks)
         wake = self._wake
         if wake is not None and not wake.triggered:
             wake.succeed()
 
     def _run(self) -> Generator[Event, Any, None]:
-        env, sched, cost, record = self.env, self.scheduler, self.cost, self.log.record
-        index, release = self.index, self.on_release
+        env, sched, cost, record, kv = self.env, self.scheduler, self.cost, self.log.record, self.kv
+        leave = self.leave
         while True:
             if env.peek() == env.now:
                 yield _Barrier(env)  # let every arrival due now join this batch
@@ -96,40 +121,27 @@ class Instance:
                 continue
             start = env.now
             duration = cost.step_time(step.shape)
-            if self.fast_forward and start + duration < env.peek():
-                j = sched.steady_steps(step, MAX_SPAN)
+            if self.spans is not None and start + duration < env.peek():
+                j = self.spans.steady_steps(step, MAX_SPAN)
                 if j > 1:
-                    end = yield from self._span(step, j, duration)
+                    end = yield from self._span(self.spans, step, j, duration)
                     if end is not None:
                         continue
-            kv_used, waiting = sched.kv.used, sched.num_waiting()
+            kv_used, waiting = kv.used, sched.num_waiting()
             yield env.timeout(duration)
             released = sched.finish_step(step, env.now)
-            shape = step.shape
-            record(
-                index,
-                start,
-                duration,
-                step.batch_size,
-                step.width,
-                shape.prefill_tokens,
-                shape.decode_tokens,
-                step.emitted,
-                kv_used,
-                waiting,
-                step.preempted,
-            )
+            record(self, start, duration, step, kv_used, waiting)
             for req in released:
                 self.outstanding -= 1
-                release(req)
+                leave(req, self)
 
-    def _span(self, step: Step[Any], j: int, first: float) -> Generator[Event, Any, float | None]:
+    def _span(self, sched: SpanScheduler, step: Step[Any], j: int, first: float) -> Generator[Event, Any, float | None]:
         """Apply up to ``j`` steady steps that end before the next event; None if < 2."""
         env = self.env
         limit = env.peek()
         shape = step.shape
         grow = shape.decode_tokens
-        probe = BatchShape(shape.num_seqs, 0, 0.0, 0, shape.decode_tokens, shape.decode_context, shape.num_emitting)
+        probe = replace(shape)  # a decode step's shape; only its context grows
         starts, durations = [], []
         t, d = env.now, first
         for _ in range(j):
@@ -144,19 +156,9 @@ class Instance:
         m = len(starts)
         if m < 2:
             return None
-        waiting = self.scheduler.num_waiting()
-        kv = self.scheduler.advance(step, m)
-        self.log.record_span(
-            self.index,
-            starts,
-            durations,
-            step.batch_size,
-            step.width,
-            shape.decode_tokens,
-            step.emitted,
-            kv.tolist(),
-            waiting,
-        )
+        waiting = sched.num_waiting()
+        kv = sched.advance(step, m)
+        self.log.record_span(self, starts, durations, step, kv.tolist(), waiting)
         timeout = env.timeout
         for d in durations:
             yield timeout(d)

@@ -1,25 +1,64 @@
-"""Paged KV-cache block accounting for one instance.
+"""Paged KV-cache blocks of one instance: the memory knobs, and the block accounting.
 
-Blocks of ``block_size`` tokens are interchangeable, so the manager keeps counts, not
-block ids: the manager counts the free ones, the schedulers how many each request (or
-static batch) holds. Every operation is O(1); the manager refuses to go below zero
-free blocks or above its capacity.
+:class:`CacheConfig` holds the knobs that size an instance's KV cache (block size,
+memory share, block-count override, context limit); every batching policy's
+configuration inherits them, so they are written once.
+
+:class:`BlockManager` counts an instance's blocks of ``block_size`` tokens. Blocks
+are interchangeable, so it keeps counts, not block ids: the schedulers record how
+many each request (or static batch) holds, keyed by request id. ``take``/``give``
+are O(1) and refuse to go below zero free blocks or above the capacity.
+:meth:`~BlockManager.reserve` is the waitable form of ``take``, as SimPy's
+``Container.get``: it returns an event that fires once the blocks have been taken,
+serving waiters first come, first served as blocks are given back (a disaggregated
+decode instance reserves the blocks of a prompt's KV before its transfer starts).
 """
 
 from __future__ import annotations
 
-from des.engine.request import Request
+from collections import deque
+from typing import TypeVar
+
+import numpy as np
+import simpy
+from pydantic import Field
+
+from des.config import Strict
+
+
+class CacheConfig(Strict):
+    """KV-cache sizing of an instance, as vLLM's engine arguments (sizes in tokens).
+
+    ``gpu_memory_utilization``: share of each GPU's memory the engine may use;
+    ``num_gpu_blocks_override``: fix the block count (once the model fits);
+    ``max_model_len``: context limit (default: the model's).
+    """
+
+    block_size: int = Field(16, ge=1)
+    gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=1)
+    num_gpu_blocks_override: int | None = Field(None, ge=1)
+
+
+IntOrArray = TypeVar("IntOrArray", int, "np.ndarray")
+
+
+def ceil_div(a: IntOrArray, b: int) -> IntOrArray:
+    """``ceil(a / b)`` for integers, or elementwise for numpy integer arrays."""
+    return -(-a // b)
 
 
 class BlockManager:
-    """``num_blocks`` blocks of ``block_size`` tokens."""
+    """``num_blocks`` blocks of ``block_size`` tokens; ``env`` serves :meth:`reserve` waiters."""
 
-    __slots__ = ("num_blocks", "block_size", "free")
+    __slots__ = ("env", "num_blocks", "block_size", "free", "_waiters")
 
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_blocks: int, block_size: int, env: simpy.Environment | None = None):
+        self.env = env
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.free = num_blocks
+        self._waiters: deque[tuple[int, simpy.Event]] = deque()
 
     @property
     def used(self) -> int:
@@ -27,12 +66,7 @@ class BlockManager:
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks that hold ``tokens`` tokens."""
-        return -(-tokens // self.block_size)
-
-    def release(self, req: Request) -> None:
-        """Return all of ``req``'s blocks."""
-        self.free += req.blocks
-        req.blocks = 0
+        return ceil_div(tokens, self.block_size)
 
     def take(self, n: int) -> None:
         """Hand out ``n`` free blocks; refuses to over-allocate."""
@@ -41,7 +75,35 @@ class BlockManager:
         self.free -= n
 
     def give(self, n: int) -> None:
-        """Return ``n`` blocks handed out with :meth:`take`."""
+        """Return ``n`` blocks handed out with :meth:`take` or :meth:`reserve`; serve waiters."""
         self.free += n
         if self.free > self.num_blocks:
             raise RuntimeError("KV blocks returned twice")
+        if self._waiters:
+            self._serve()
+
+    def reserve(self, n: int) -> simpy.Event:
+        """An event that fires once ``n`` blocks have been taken for the caller (FIFO).
+
+        Raises ValueError if ``n`` exceeds the capacity (it could never fire).
+        """
+        if n > self.num_blocks:
+            raise ValueError(f"{n} blocks can never be reserved from {self.num_blocks}")
+        if self.env is None:
+            raise RuntimeError("this block manager has no environment to wait in")
+        event = self.env.event()
+        self._waiters.append((n, event))
+        self._serve()
+        return event
+
+    @property
+    def num_waiting(self) -> int:
+        """Reservations not yet served."""
+        return len(self._waiters)
+
+    def _serve(self) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= self.free:
+            n, event = waiters.popleft()
+            self.free -= n
+            event.succeed(n)

@@ -6,6 +6,12 @@ the engine must compute ``remaining = prompt_tokens + generated - computed`` tok
 the whole prompt for a new request, one token for a decoding one, and the prompt plus
 everything generated so far for a request preempted by recomputation. The step that
 brings ``remaining`` to zero emits one token.
+
+A request visits one instance (colocated serving) or two (a prefill instance, then a
+decode instance its KV cache is transferred to); the instances record themselves in
+its per-visit fields. The KV blocks a request holds are kept by each instance's
+scheduler, keyed by request id, never on the request: during a transfer it holds
+blocks on two instances at once.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ COMPLETED, REJECTED, UNFINISHED = "completed", "rejected", "unfinished"
 
 @dataclass(slots=True, eq=False)
 class Request:
-    """One request. Times in seconds, sizes in tokens; ``blocks`` counts KV blocks held."""
+    """One request. Times in seconds, sizes in tokens; instances by their cluster-wide index (-1: none)."""
 
     id: int
     arrival_time: float
@@ -31,10 +37,13 @@ class Request:
     preemptions: int = 0
     status: str = UNFINISHED
     reason: str = ""
-    instance: int = -1
+    instance: int = -1  # the last instance that served it
+    prefill_instance: int = -1
+    decode_instance: int = -1
+    transfer_start: float = math.nan
+    transfer_end: float = math.nan
     generated: int = 0
     computed: int = 0
-    blocks: int = 0
     done: Any = None  # a simpy.Event fired when the request leaves, for closed-loop users
 
     @property

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from des.engine.request import Request
+from des.engine.schedulers.base import ROLES
 from des.engine.steplog import STEP_COLUMNS, StepLog
 
 REQUEST_COLUMNS = (
@@ -24,6 +25,10 @@ REQUEST_COLUMNS = (
     "status",
     "instance",
     "reason",
+    "prefill_instance",
+    "decode_instance",
+    "transfer_start",
+    "transfer_end",
 )
 
 
@@ -59,11 +64,18 @@ def requests_table(requests: list[Request]) -> pd.DataFrame:
             "status": pd.array([r.status for r in requests], dtype="string"),
             "instance": np.fromiter((r.instance for r in requests), np.int64, n),
             "reason": pd.array([r.reason for r in requests], dtype="string"),
+            "prefill_instance": np.fromiter((r.prefill_instance for r in requests), np.int64, n),
+            "decode_instance": np.fromiter((r.decode_instance for r in requests), np.int64, n),
+            "transfer_start": np.fromiter((r.transfer_start for r in requests), float, n),
+            "transfer_end": np.fromiter((r.transfer_end for r in requests), float, n),
         },
         columns=list(REQUEST_COLUMNS),
     )
 
 
 def steps_table(log: StepLog) -> pd.DataFrame:
-    """One row per GPU step: start and duration in seconds, sizes in sequences/tokens/blocks."""
-    return pd.DataFrame({name: np.asarray(log.columns[name]) for name in STEP_COLUMNS}, columns=list(STEP_COLUMNS))
+    """One row per GPU step: start and duration in seconds, sizes in sequences/tokens/blocks;
+    ``role`` is the instance's part in serving (colocated, prefill, decode)."""
+    columns = {name: np.asarray(log.columns[name]) for name in STEP_COLUMNS}
+    columns["role"] = pd.Categorical.from_codes(columns["role"], categories=list(ROLES))
+    return pd.DataFrame(columns, columns=list(STEP_COLUMNS))

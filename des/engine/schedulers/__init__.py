@@ -1,7 +1,8 @@
 """Batching policies, registered by ``scheduler.kind``.
 
 ``SCHEDULERS`` holds each kind's configuration class (a :class:`SchedulerKind`), whose
-``build(kv, max_model_len)`` returns the scheduler; ``SchedulerConfig`` is the tagged
+``plan(ctx)`` says which pools of instances to build (:mod:`des.engine.plan`); a
+pool's policy configuration ``build``s each instance's scheduler. ``SchedulerConfig`` is the tagged
 union the scenario validates ``scheduler`` with, written out so a type checker sees its
 members (checked against the registry at import).
 """
@@ -12,7 +13,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from des.engine.schedulers.base import Scheduler, SchedulerKind, Step
+from des.engine.plan import SchedulerKind
+from des.engine.schedulers.base import Scheduler, SpanScheduler, Step
 from des.engine.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 from des.engine.schedulers.static import StaticConfig, StaticScheduler
 from des.registry import Registry, check_union, config_registrar
@@ -31,6 +33,7 @@ __all__ = [
     "SchedulerKind",
     "register",
     "Scheduler",
+    "SpanScheduler",
     "Step",
     "StaticConfig",
     "StaticScheduler",

@@ -1,16 +1,27 @@
-"""The scheduler interface every batching policy implements.
+"""The scheduler interface every batching policy implements, and what they share.
 
 An instance calls ``schedule(now)`` before every step; the scheduler re-decides the
 batch and returns a :class:`Step` (or ``None`` when nothing can run now). After the
 step's duration the instance calls ``finish_step(step, now)``, which applies the
-step's progress and returns the requests that leave the instance at ``now``.
-Schedulers never scan requests beyond their batch and the head of their queue.
+step's progress and returns the requests that leave the instance at ``now``. A
+request that leaves keeps its KV blocks until whoever knows its next stage calls
+``free(request_id)``: the cluster's exit right away when it is done, a KV link once
+its cache has been transferred to a decode instance. Schedulers never scan requests
+beyond their batch and the head of their queue.
+
+A scheduler that can also say how many of the coming steps are steady decodes (and
+apply them at once) implements :class:`SpanScheduler`; the instance then
+fast-forwards through such spans.
+
+An instance plays one :data:`Role`: ``colocated`` (a request's whole life),
+``prefill`` (up to its first token, then it leaves) or ``decode`` (from a
+transferred prompt's KV on).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -19,6 +30,8 @@ from des.engine.kvcache import BlockManager
 from des.engine.request import Request
 
 Items = TypeVar("Items")
+Role = Literal["colocated", "prefill", "decode"]
+ROLES: tuple[Role, ...] = ("colocated", "prefill", "decode")
 
 
 @dataclass(slots=True)
@@ -28,8 +41,9 @@ class Step(Generic[Items]):
     ``items`` holds the scheduler's own description of the members (the static
     batch's requests; the continuous scheduler's tokens per running sequence);
     ``batch_size`` counts sequences doing useful work, ``width`` the sequences the GPU
-    computes (more than ``batch_size`` when a static
-    batch carries finished, padded rows).
+    computes (more than ``batch_size`` when a static batch carries finished, padded
+    rows); ``preempted`` the requests preempted to make room for it; ``emitted`` the
+    tokens it emits; ``decoding``: every member decodes one token.
     """
 
     shape: BatchShape
@@ -38,56 +52,101 @@ class Step(Generic[Items]):
     width: int = 0
     preempted: int = 0
     emitted: int = 0
-    decoding: bool = False  # every member decodes one token
+    decoding: bool = False
 
 
 class Scheduler(Protocol):
-    kv: BlockManager
+    """One instance's batching policy over the instance's KV blocks."""
 
     def rejection(self, req: Request) -> str | None:
         """Why ``req`` can never be served here (a short reason), or None."""
+        ...
 
-    def add(self, req: Request) -> None:
-        """Queue a newly arrived request."""
-
-    def has_work(self) -> bool: ...
-
-    def num_waiting(self) -> int: ...
+    def add(self, req: Request, blocks: int = 0) -> None:
+        """Queue a request that already holds ``blocks`` KV blocks here (a transferred prompt's)."""
+        ...
 
     def schedule(self, now: float) -> Step[Any] | None:
         """The next step's batch, or None when nothing can start now."""
+        ...
+
+    def finish_step(self, step: Step[Any], now: float) -> list[Request]:
+        """Apply the step's progress at its end time ``now``; return the requests leaving."""
+        ...
+
+    def free(self, req_id: int) -> None:
+        """Give back the KV blocks a request that left still holds."""
+        ...
+
+    def num_waiting(self) -> int: ...
 
     def wakeup_time(self) -> float | None:
         """When ``schedule`` may return a step with no new arrival (static ``max_wait``)."""
+        ...
 
-    def finish_step(self, step: Step[Any], now: float) -> list[Request]:
-        """Apply the step's progress at its end time ``now``; return the requests released."""
+
+@runtime_checkable
+class SpanScheduler(Scheduler, Protocol):
+    """A scheduler whose steady decode spans the instance may apply at once."""
 
     def sync(self) -> None:
-        """Bring the Request objects of the requests it holds up to date (at the end of a run)."""
+        """Bring the Request objects it holds up to date (at the end of a run)."""
+        ...
 
     def steady_steps(self, step: Step[Any], limit: int) -> int:
         """How many steps, from ``step`` on and at most ``limit``, are pure decodes of the
         same members that release nobody (so many can be applied at once); at least 1."""
+        ...
 
     def advance(self, step: Step[Any], j: int) -> np.ndarray:
         """Apply ``j`` such steady steps at once (instead of ``finish_step``); return the
         KV blocks in use during each."""
+        ...
 
 
-class SchedulerKind(Protocol):
-    """What the scheduler registry holds: a configuration that builds a scheduler."""
+class PolicyConfig(Protocol):
+    """The configuration of a batching policy that runs on an instance."""
 
     @property
     def kind(self) -> str: ...
 
-    def build(self, kv: BlockManager, max_model_len: int) -> Scheduler: ...
+    @property
+    def max_batch(self) -> int:
+        """Most sequences in one step."""
+        ...
+
+    @property
+    def profile_tokens(self) -> int:
+        """Tokens of the largest step, for the activation memory of the KV plan."""
+        ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    @property
+    def gpu_memory_utilization(self) -> float: ...
+
+    @property
+    def max_model_len(self) -> int | None: ...
+
+    @property
+    def num_gpu_blocks_override(self) -> int | None: ...
+
+    def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> Scheduler: ...
 
 
-def length_rejection(req: Request, max_model_len: int, kv: BlockManager, width: int = 1) -> str | None:
+def held_tokens(req: Request, role: Role) -> int:
+    """The most KV tokens ``req`` ever holds on an instance of ``role``: its prompt on a
+    prefill instance, ``prompt + output - 1`` elsewhere."""
+    return req.prompt_tokens if role == "prefill" else req.peak_tokens
+
+
+def length_rejection(
+    req: Request, max_model_len: int, kv: BlockManager, role: Role = "colocated", width: int = 1
+) -> str | None:
     """Reasons shared by all schedulers: the context limit and the KV cache's size."""
     if req.prompt_tokens + req.output_tokens > max_model_len:
         return "exceeds_max_model_len"
-    if width * kv.blocks_for(req.peak_tokens) > kv.num_blocks:
+    if width * kv.blocks_for(held_tokens(req, role)) > kv.num_blocks:
         return "exceeds_kv_capacity"
     return None

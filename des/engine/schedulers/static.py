@@ -8,7 +8,9 @@ so every step costs the full width. The KV cache is contiguous: each row reserve
 ``longest prompt + longest output - 1`` tokens for the whole batch, and a request
 joins the batch only while the reservation fits. Results are released at the end of
 the batch (``release_on: batch_end``, as a non-streaming server returns them) or at
-each request's own last token (``release_on: finish``).
+each request's own last token (``release_on: finish``). Either way the batch's
+reservation is returned when the batch ends, so ``free`` has nothing to give back.
+Static batching serves whole requests: its instances are ``colocated`` only.
 """
 
 from __future__ import annotations
@@ -19,24 +21,20 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, NonNegativeFloat
 
-from des.config import Strict
 from des.cost.base import BatchShape
-from des.engine.kvcache import BlockManager
+from des.engine.kvcache import BlockManager, CacheConfig
+from des.engine.plan import Plan, PlanContext, colocated
 from des.engine.request import Request
-from des.engine.schedulers.base import Step, length_rejection
+from des.engine.schedulers.base import Role, Step, length_rejection
 
 
-class StaticConfig(Strict):
+class StaticConfig(CacheConfig):
     """Static batching. ``max_wait`` in seconds."""
 
     kind: Literal["static"] = "static"
     max_batch_size: int = Field(8, ge=1)
     max_wait: NonNegativeFloat = 0.0
     release_on: Literal["batch_end", "finish"] = "batch_end"
-    block_size: int = Field(16, ge=1)
-    gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
-    max_model_len: int | None = Field(None, ge=1)
-    num_gpu_blocks_override: int | None = Field(None, ge=1)
 
     @property
     def max_batch(self) -> int:
@@ -48,7 +46,13 @@ class StaticConfig(Strict):
         """Tokens of the largest step, for the activation memory of the KV plan."""
         return 2048
 
-    def build(self, kv: BlockManager, max_model_len: int) -> StaticScheduler:
+    def plan(self, ctx: PlanContext) -> Plan:
+        """One pool of ``cluster.replicas`` instances serving whole requests."""
+        return colocated(self, ctx)
+
+    def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> StaticScheduler:
+        if role != "colocated":
+            raise ValueError(f"static batching serves whole requests; it cannot be a {role} pool")
         return StaticScheduler(self, kv, self.max_model_len or max_model_len)
 
 
@@ -80,11 +84,13 @@ class StaticScheduler:
     def rejection(self, req: Request) -> str | None:
         return length_rejection(req, self.max_model_len, self.kv)
 
-    def add(self, req: Request) -> None:
+    def add(self, req: Request, blocks: int = 0) -> None:
+        if blocks:
+            raise ValueError("static batching takes no request that already holds KV blocks")
         self.waiting.append(req)
 
-    def has_work(self) -> bool:
-        return bool(self.waiting) or self.batch is not None
+    def free(self, req_id: int) -> None:
+        """Nothing to give back: a batch's reservation returns when the batch ends."""
 
     def num_waiting(self) -> int:
         return len(self.waiting)

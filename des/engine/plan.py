@@ -1,0 +1,97 @@
+"""What a scheduler kind asks to be built: pools of instances, and the way between them.
+
+A :class:`Plan` is plain data. Colocated kinds (``static``, ``continuous``) plan one
+pool of identical instances (:func:`colocated`); ``disaggregated`` plans a prefill
+pool, a decode pool and a KV link between them. :mod:`des.engine.topology` builds it.
+Every scheduler kind registered in :data:`des.engine.schedulers.SCHEDULERS` is a
+:class:`SchedulerKind`: a configuration with a ``plan``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from des.catalog.memory import MemoryPlan, Precision, plan_memory
+from des.catalog.specs import GPUSpec, ModelSpec
+
+if TYPE_CHECKING:  # the policies import this module to plan themselves
+    from des.engine.schedulers.base import PolicyConfig, Role
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """The scenario's defaults a scheduler kind plans with: hardware, model and cluster."""
+
+    gpu: GPUSpec
+    model: ModelSpec
+    precision: Precision
+    replicas: int = 1
+    tp: int = 1
+    router: str = "round_robin"
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """``instances`` instances of ``tp`` x ``gpu`` playing ``role`` with batching ``policy``."""
+
+    role: Role
+    instances: int
+    policy: PolicyConfig
+    gpu: GPUSpec
+    tp: int
+    router: str
+
+    def memory(self, model: ModelSpec, precision: Precision) -> MemoryPlan:
+        """The KV cache of one instance; raises ScenarioError if the model does not fit."""
+        p = self.policy
+        return plan_memory(
+            self.gpu,
+            model,
+            precision=precision,
+            gpu_memory_utilization=p.gpu_memory_utilization,
+            block_size=p.block_size,
+            max_num_batched_tokens=p.profile_tokens,
+            max_num_seqs=p.max_batch,
+            tp=self.tp,
+            num_blocks_override=p.num_gpu_blocks_override,
+        )
+
+    @property
+    def num_gpus(self) -> int:
+        return self.instances * self.tp
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    """A KV link per prefill instance: ``bandwidth`` bytes/s, ``latency`` seconds per transfer."""
+
+    bandwidth: float
+    latency: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The pools a request passes through, in order, and the link between consecutive ones."""
+
+    pools: tuple[PoolPlan, ...]
+    link: LinkPlan | None = None
+    first_token_from: Literal["prefill", "decode"] = "prefill"
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(p.num_gpus for p in self.pools)
+
+
+class SchedulerKind(Protocol):
+    """What the scheduler registry holds: a configuration that plans the cluster's pools."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def plan(self, ctx: PlanContext) -> Plan: ...
+
+
+def colocated(policy: PolicyConfig, ctx: PlanContext) -> Plan:
+    """One pool of ``ctx.replicas`` identical instances serving whole requests with ``policy``."""
+    return Plan((PoolPlan("colocated", ctx.replicas, policy, ctx.gpu, ctx.tp, ctx.router),))

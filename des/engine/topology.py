@@ -1,0 +1,141 @@
+"""The pools of a cluster and the route between them, built from a scheduler kind's plan.
+
+:func:`build_pools` turns a :class:`~des.engine.plan.Plan` into SimPy objects: for
+each pool its instances (numbered across the cluster in pool order), each with its
+own KV cache sized by the pool's memory plan, its own scheduler and the pool's cost
+model, and a router; then the :class:`Topology` that routes a request leaving an
+instance to its next stage, like Ciw's node → routing → exit node: another pool
+through a link, or ``None`` for leaving the system.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import simpy
+
+from des.catalog.memory import MemoryPlan, Precision
+from des.catalog.specs import ModelSpec
+from des.cost.base import CostContext, CostKind
+from des.engine.instance import Instance
+from des.engine.kvcache import BlockManager
+from des.engine.plan import Plan, PoolPlan
+from des.engine.request import Request
+from des.engine.router import ROUTERS, Router
+from des.engine.schedulers.base import Role
+from des.engine.steplog import StepLog
+
+
+class Stage(Protocol):
+    """Somewhere a request can be sent next: a pool, or a link to one."""
+
+    def admit(self, req: Request) -> None: ...
+
+
+class Pool:
+    """Instances of one role behind a router."""
+
+    def __init__(self, role: Role, instances: list[Instance], router: Router, plan: PoolPlan, memory: MemoryPlan):
+        self.role = role
+        self.instances = instances
+        self.router = router
+        self.plan = plan
+        self.memory = memory
+
+    def pick(self) -> Instance:
+        """The instance the router sends the next request to."""
+        return self.instances[self.router.pick(self.instances)]
+
+    def admit(self, req: Request) -> None:
+        self.pick().submit(req)
+
+    def rejection(self, req: Request) -> str | None:
+        """Why ``req`` can never be served by this pool (its instances are identical)."""
+        return self.instances[0].scheduler.rejection(req)
+
+
+@dataclass
+class Topology:
+    """The pools of a cluster and the route between them.
+
+    A request enters the first pool. When it leaves an instance it goes on to the next
+    pool through that instance's link, unless it is done (all its tokens emitted) or
+    the instance is in the last pool: then it leaves the system.
+    """
+
+    pools: list[Pool]
+    links: dict[int, Stage] = field(default_factory=dict)  # instance index -> its outbound link
+
+    @property
+    def entry(self) -> Pool:
+        return self.pools[0]
+
+    @property
+    def instances(self) -> list[Instance]:
+        return [inst for pool in self.pools for inst in pool.instances]
+
+    def route(self, req: Request, inst: Instance) -> Stage | None:
+        """The next stage of ``req`` leaving ``inst``, or None when it leaves the system."""
+        if req.generated >= req.output_tokens:
+            return None
+        return self.links.get(inst.index)
+
+    def rejection(self, req: Request) -> str | None:
+        """Why ``req`` can never be served on its path (every pool is asked)."""
+        for pool in self.pools:
+            reason = pool.rejection(req)
+            if reason is not None:
+                return reason
+        return None
+
+
+Leave = Callable[[Request, Instance], None]
+
+
+def build_topology(
+    env: simpy.Environment,
+    plan: Plan,
+    model: ModelSpec,
+    precision: Precision,
+    cost: CostKind,
+    routers: Sequence[np.random.Generator],
+    log: StepLog,
+    leave: Leave,
+    fast_forward: bool = True,
+) -> Topology:
+    """The pools (and links) of ``plan``, every instance leaving through ``leave``."""
+    pools = build_pools(env, plan, model, precision, cost, routers, log, leave, fast_forward)
+    if plan.link is not None:
+        raise NotImplementedError("links between pools")
+    return Topology(pools)
+
+
+def build_pools(
+    env: simpy.Environment,
+    plan: Plan,
+    model: ModelSpec,
+    precision: Precision,
+    cost: CostKind,
+    routers: Sequence[np.random.Generator],
+    log: StepLog,
+    leave: Leave,
+    fast_forward: bool = True,
+) -> list[Pool]:
+    """The pools of ``plan``: instances numbered in pool order, router ``i`` drawing from ``routers[i]``."""
+    pools = []
+    index = 0
+    for pool_plan, rng in zip(plan.pools, routers[: len(plan.pools)], strict=True):
+        memory = pool_plan.memory(model, precision)
+        cost_model = cost.build(CostContext(pool_plan.gpu, model, precision, pool_plan.tp))
+        max_len = model.max_model_len
+        instances = []
+        for _ in range(pool_plan.instances):
+            kv = BlockManager(memory.num_blocks, memory.block_size, env)
+            sched = pool_plan.policy.build(kv, max_len, pool_plan.role)
+            instances.append(Instance(env, index, pool_plan.role, sched, kv, cost_model, log, leave, fast_forward))
+            index += 1
+        pools.append(Pool(pool_plan.role, instances, ROUTERS.get(pool_plan.router)(rng), pool_plan, memory))
+    return pools
