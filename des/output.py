@@ -92,13 +92,16 @@ def check_writable(out_dir: Path) -> None:
 
 
 def write_result(result: Result, out_dir: Path) -> list[Path]:
-    """Write the four files of ``result`` into ``out_dir`` (created if missing)."""
+    """Write the files of ``result`` into ``out_dir`` (created if missing): requests, steps
+    and (for disaggregated serving) transfers tables, the summary and the scenario."""
     out_dir.mkdir(parents=True, exist_ok=True)
     staged = Staged(out_dir)
     scenario_text = yaml.safe_dump(result.scenario.resolved(), sort_keys=False)
     try:
         staged.write("requests.parquet", parquet_writer(result.requests))
         staged.write("steps.parquet", parquet_writer(result.steps))
+        if result.transfers is not None:
+            staged.write("transfers.parquet", parquet_writer(result.transfers))
         staged.write("summary.json", lambda tmp: tmp.write_text(json_text(result.summary)))
         staged.write("scenario.yaml", lambda tmp: tmp.write_text(scenario_text))
     except BaseException:

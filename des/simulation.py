@@ -18,7 +18,15 @@ from simpy.core import EmptySchedule
 from simpy.events import URGENT, Event
 
 from des.engine.cluster import Cluster
-from des.metrics import Result, requests_table, steps_table, summarize
+from des.metrics import (
+    Result,
+    pool_metrics,
+    requests_table,
+    steps_table,
+    summarize,
+    transfer_metrics,
+    transfers_table,
+)
 from des.scenario import Scenario
 from des.workload.arrivals import Closed, Trace
 from des.workload.lengths import LengthStream
@@ -203,16 +211,23 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     cluster.settle()
     requests = requests_table(cluster.requests)
     steps = steps_table(cluster.log)
+    transfers = transfers_table(cluster.transfers)
     h = scenario.horizon
-    last = cluster.topology.pools[-1]
+    end = h.duration if h.duration is not None else end_time
+    pools = cluster.topology.pools
+    last = pools[-1]
     summary = summarize(
         requests,
         steps,
         warmup=scenario.warmup,
-        end=h.duration if h.duration is not None else end_time,
+        end=end,
         replicas=len(cluster.instances),
         kv_capacity_tokens=last.memory.kv_capacity_tokens,
         max_batch=last.plan.policy.max_batch,
         slo=scenario.slo.limits() if scenario.slo is not None else None,
     )
-    return Result(scenario, requests, steps, summary)
+    instances: dict[str, int] = {p.role: len(p.instances) for p in pools}
+    blocks: dict[str, int] = {p.role: p.memory.num_blocks for p in pools}
+    summary.update(pool_metrics(steps, instances, blocks, scenario.warmup, end))
+    summary.update(transfer_metrics(transfers, requests, scenario.warmup, end))
+    return Result(scenario, requests, steps, summary, transfers if cluster.plan.link is not None else None)

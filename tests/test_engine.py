@@ -263,13 +263,17 @@ def test_block_reservations_wait_and_are_served_first_come_first_served():
     kv = BlockManager(10, 16, env)
     kv.take(8)
     first, second, third = kv.reserve(3), kv.reserve(1), kv.reserve(2)
+    kv.serve()
     assert not first.triggered and not second.triggered  # FIFO: 1 block would fit, but 3 come first
-    assert kv.num_waiting == 3
-    kv.give(1)  # 3 free: the first is served, the others still wait behind it
+    assert kv.num_reserving == 3
+    kv.give(1)
+    assert not first.triggered  # blocks go to reservations only when the owner serves them
+    kv.serve()  # 3 free: the first is served, the others still wait behind it
     assert first.triggered and first.value == 3 and not second.triggered
     assert kv.free == 0
     kv.give(3)
-    assert second.triggered and third.triggered and kv.free == 0 and kv.num_waiting == 0
+    kv.serve()
+    assert second.triggered and third.triggered and kv.free == 0 and kv.num_reserving == 0
     with pytest.raises(ValueError, match="can never be reserved"):
         kv.reserve(11)
     with pytest.raises(RuntimeError, match="returned twice"):

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from des.config import Strict
 from des.cost import COST_MODELS, CostConfig
-from des.engine.router import ROUTERS
+from des.engine.router import ROUTERS, Routable
 from des.engine.schedulers import SCHEDULERS, SchedulerConfig
 from des.registry import Registry, UnknownKind, check_union, config_registrar, kind_of, union_members
 from des.workload.arrivals import ARRIVALS, ArrivalConfig
@@ -80,10 +80,11 @@ def test_router_factories_build_routers_that_pick_an_index():
     import numpy as np
 
     class Inst:
-        def __init__(self, outstanding: int):
+        def __init__(self, outstanding: int, free_blocks: int):
             self.outstanding = outstanding
+            self.free_blocks = free_blocks
 
-    pool = [Inst(3), Inst(1), Inst(2)]
+    pool: list[Routable] = [Inst(3, 5), Inst(1, 9), Inst(2, 1)]
     for name in ROUTERS:
         router = ROUTERS.get(name)(np.random.default_rng(0))
         assert 0 <= router.pick(pool) < len(pool)

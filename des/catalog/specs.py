@@ -43,6 +43,15 @@ class Measurement(Strict):
     source: str = ""
 
 
+class KVLinkSpec(Strict):
+    """How fast a prompt's KV cache moves between two such GPUs (disaggregated serving):
+    ``bandwidth`` in bytes/s, ``latency`` in seconds per transfer."""
+
+    bandwidth: PositiveFloat
+    latency: float = Field(ge=0)
+    source: str = ""
+
+
 class GPUSpec(Strict):
     """One accelerator. Units: bytes, bytes/s, FLOP/s."""
 
@@ -55,6 +64,7 @@ class GPUSpec(Strict):
     interconnect_latency: float = Field(20e-6, ge=0)
     l2_bytes: int = Field(0, ge=0)
     runtime_reserve_bytes: int = Field(1 << 30, ge=0)
+    kv_link: KVLinkSpec | None = None
     source: str = ""
     efficiency: Efficiency
     calibration: list[Measurement] = []

@@ -27,6 +27,7 @@ from des.catalog.memory import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind
 from des.engine.instance import Instance
+from des.engine.link import TransferLog
 from des.engine.plan import Plan
 from des.engine.request import COMPLETED, REJECTED, Request
 from des.engine.schedulers.base import SpanScheduler
@@ -51,7 +52,10 @@ class Cluster:
         self.env = env
         self.plan = plan
         self.log = StepLog()
-        self.topology = build_topology(env, plan, model, precision, cost, routers, self.log, self.leave, fast_forward)
+        self.transfers = TransferLog()
+        self.topology = build_topology(
+            env, plan, model, precision, cost, routers, self.log, self.transfers, self.leave, fast_forward
+        )
         self.requests: list[Request] = []
         self.in_system = 0  # admitted requests not yet completed
         self.closed = False  # no more arrivals
@@ -82,7 +86,7 @@ class Cluster:
         if nxt is not None:
             nxt.admit(req)
             return
-        inst.scheduler.free(req.id)
+        inst.free(req.id)
         req.status = COMPLETED
         self.in_system -= 1
         if req.done is not None:

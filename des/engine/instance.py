@@ -90,6 +90,20 @@ class Instance:
         """KV blocks free (not held or reserved) on this instance."""
         return self.kv.free
 
+    def reserve(self, blocks: int) -> Event:
+        """An event that fires once ``blocks`` KV blocks are set aside here for a request
+        still to arrive (its scheduler serves reservations at step boundaries); wakes the
+        instance if idle so that it can."""
+        event = self.kv.reserve(blocks)
+        self._wake_up()
+        return event
+
+    def free(self, req_id: int) -> None:
+        """Give back the KV blocks a request that left still holds here; wake the instance
+        if idle, since waiting requests may fit now."""
+        self.scheduler.free(req_id)
+        self._wake_up()
+
     def submit(self, req: Request, blocks: int = 0) -> None:
         """Hand a request (holding ``blocks`` KV blocks here) to the scheduler; wake the instance if idle."""
         req.instance = self.index
@@ -99,6 +113,9 @@ class Instance:
             req.decode_instance = self.index
         self.outstanding += 1
         self.scheduler.add(req, blocks)
+        self._wake_up()
+
+    def _wake_up(self) -> None:
         wake = self._wake
         if wake is not None and not wake.triggered:
             wake.succeed()

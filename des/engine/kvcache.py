@@ -9,9 +9,13 @@ are interchangeable, so it keeps counts, not block ids: the schedulers record ho
 many each request (or static batch) holds, keyed by request id. ``take``/``give``
 are O(1) and refuse to go below zero free blocks or above the capacity.
 :meth:`~BlockManager.reserve` is the waitable form of ``take``, as SimPy's
-``Container.get``: it returns an event that fires once the blocks have been taken,
-serving waiters first come, first served as blocks are given back (a disaggregated
-decode instance reserves the blocks of a prompt's KV before its transfer starts).
+``Container.get``: it returns an event that fires once the blocks have been taken
+for the caller (a KV link reserves the blocks of a prompt's KV on a decode instance
+before its transfer starts). Unlike a container, the manager does not hand blocks to
+waiters by itself whenever some are given back: its owner calls :meth:`serve` when
+reservations may have what is left, after its own running and waiting requests (as a
+vLLM scheduler allocates for requests whose KV is remote only after the running ones
+and the queue ahead of them). Waiters are served first come, first served.
 """
 
 from __future__ import annotations
@@ -79,11 +83,10 @@ class BlockManager:
         self.free += n
         if self.free > self.num_blocks:
             raise RuntimeError("KV blocks returned twice")
-        if self._waiters:
-            self._serve()
 
     def reserve(self, n: int) -> simpy.Event:
-        """An event that fires once ``n`` blocks have been taken for the caller (FIFO).
+        """An event that fires once ``n`` blocks have been taken for the caller, when the
+        owner next calls :meth:`serve` with them free (first come, first served).
 
         Raises ValueError if ``n`` exceeds the capacity (it could never fire).
         """
@@ -93,15 +96,15 @@ class BlockManager:
             raise RuntimeError("this block manager has no environment to wait in")
         event = self.env.event()
         self._waiters.append((n, event))
-        self._serve()
         return event
 
     @property
-    def num_waiting(self) -> int:
+    def num_reserving(self) -> int:
         """Reservations not yet served."""
         return len(self._waiters)
 
-    def _serve(self) -> None:
+    def serve(self) -> None:
+        """Take blocks for the waiting reservations, in order, while they fit."""
         waiters = self._waiters
         while waiters and waiters[0][0] <= self.free:
             n, event = waiters.popleft()

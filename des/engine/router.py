@@ -3,6 +3,8 @@
 - ``round_robin``: instances in turn.
 - ``least_outstanding``: the instance with the fewest requests routed to it and not
   yet released (ties to the lowest index), as load balancers' least-connections.
+- ``least_kv``: the instance with the most free KV blocks (ties to the lowest index),
+  for decode pools whose instances fill with long generations.
 - ``random``: uniformly at random, from the router's own generator.
 
 ``ROUTERS`` maps each name to a factory taking the run's router generator.
@@ -23,6 +25,9 @@ class Routable(Protocol):
 
     @property
     def outstanding(self) -> int: ...
+
+    @property
+    def free_blocks(self) -> int: ...
 
 
 class Router(Protocol):
@@ -50,6 +55,15 @@ class LeastOutstanding:
         return best
 
 
+class LeastKV:
+    def pick(self, instances: Sequence[Routable]) -> int:
+        best, free = 0, instances[0].free_blocks
+        for i in range(1, len(instances)):
+            if instances[i].free_blocks > free:
+                best, free = i, instances[i].free_blocks
+        return best
+
+
 class Random:
     def __init__(self, rng: np.random.Generator):
         self._rng = rng
@@ -63,3 +77,4 @@ ROUTERS: Registry[RouterFactory] = Registry("router")
 ROUTERS.register("round_robin", lambda rng: RoundRobin())
 ROUTERS.register("least_outstanding", lambda rng: LeastOutstanding())
 ROUTERS.register("random", Random)
+ROUTERS.register("least_kv", lambda rng: LeastKV())

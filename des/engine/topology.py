@@ -22,6 +22,7 @@ from des.catalog.specs import ModelSpec
 from des.cost.base import CostContext, CostKind
 from des.engine.instance import Instance
 from des.engine.kvcache import BlockManager
+from des.engine.link import KVLink, TransferLog
 from des.engine.plan import Plan, PoolPlan
 from des.engine.request import Request
 from des.engine.router import ROUTERS, Router
@@ -103,14 +104,22 @@ def build_topology(
     cost: CostKind,
     routers: Sequence[np.random.Generator],
     log: StepLog,
+    transfers: TransferLog,
     leave: Leave,
     fast_forward: bool = True,
 ) -> Topology:
-    """The pools (and links) of ``plan``, every instance leaving through ``leave``."""
+    """The pools of ``plan``, every instance leaving through ``leave``, and a link out of
+    every instance of the first pool into the second when the plan has one."""
     pools = build_pools(env, plan, model, precision, cost, routers, log, leave, fast_forward)
+    links: dict[int, Stage] = {}
     if plan.link is not None:
-        raise NotImplementedError("links between pools")
-    return Topology(pools)
+        kv_bytes = model.kv_bytes_per_token(precision.kv_bytes)
+        source, dest = pools[0], pools[1]
+        for inst in source.instances:
+            links[inst.index] = KVLink(
+                env, inst, dest, plan.link.bandwidth, plan.link.latency, kv_bytes, transfers, plan.first_token_from
+            )
+    return Topology(pools, links)
 
 
 def build_pools(

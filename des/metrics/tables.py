@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from des.engine.link import TRANSFER_COLUMNS, TransferLog
 from des.engine.request import Request
 from des.engine.schedulers.base import ROLES
 from des.engine.steplog import STEP_COLUMNS, StepLog
@@ -70,6 +71,14 @@ def requests_table(requests: list[Request]) -> pd.DataFrame:
             "transfer_end": np.fromiter((r.transfer_end for r in requests), float, n),
         },
         columns=list(REQUEST_COLUMNS),
+    )
+
+
+def transfers_table(log: TransferLog) -> pd.DataFrame:
+    """One row per KV transfer of disaggregated serving: request, link (its prefill
+    instance), decode instance, when queued, started and ended (seconds), bytes."""
+    return pd.DataFrame(
+        {name: np.asarray(log.columns[name]) for name in TRANSFER_COLUMNS}, columns=list(TRANSFER_COLUMNS)
     )
 
 

@@ -16,6 +16,7 @@ from pydantic import Field
 from des.engine.plan import SchedulerKind
 from des.engine.schedulers.base import Scheduler, SpanScheduler, Step
 from des.engine.schedulers.continuous import ContinuousConfig, ContinuousScheduler
+from des.engine.schedulers.disaggregated import DisaggregatedConfig
 from des.engine.schedulers.static import StaticConfig, StaticScheduler
 from des.registry import Registry, check_union, config_registrar
 
@@ -23,8 +24,9 @@ SCHEDULERS: Registry[type[SchedulerKind]] = Registry("scheduler kind")
 register = config_registrar(SCHEDULERS)
 register(StaticConfig)
 register(ContinuousConfig)
+register(DisaggregatedConfig)
 
-SchedulerConfig = Annotated[StaticConfig | ContinuousConfig, Field(discriminator="kind")]
+SchedulerConfig = Annotated[StaticConfig | ContinuousConfig | DisaggregatedConfig, Field(discriminator="kind")]
 check_union(SchedulerConfig, SCHEDULERS)
 
 __all__ = [
@@ -39,4 +41,5 @@ __all__ = [
     "StaticScheduler",
     "ContinuousConfig",
     "ContinuousScheduler",
+    "DisaggregatedConfig",
 ]

@@ -108,9 +108,6 @@ class PolicyConfig(Protocol):
     """The configuration of a batching policy that runs on an instance."""
 
     @property
-    def kind(self) -> str: ...
-
-    @property
     def max_batch(self) -> int:
         """Most sequences in one step."""
         ...

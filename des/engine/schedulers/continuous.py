@@ -18,9 +18,17 @@ costs a fixed number of array operations whatever the batch size; the scalar pat
 runs only when the KV cache is short and someone must be preempted.
 
 On a ``prefill`` instance of disaggregated serving a request leaves once it emits its
-first token; on a ``decode`` instance it arrives holding its transferred prompt's KV
-blocks (``add(req, blocks)``) and joins the batch like any waiting request, needing
-one token. Blocks of requests that left stay held, by request id, until ``free``.
+first token. On a ``decode`` instance it arrives holding its transferred prompt's KV
+blocks (``add(req, blocks)``) in a queue of its own, *ready*, admitted before the
+ordinary waiting queue (which there holds only preempted requests): a ready request
+needs no memory it does not hold but for its next token, and admitting it first is
+what guarantees progress (a preempted request at the head of the queue could
+otherwise wait forever for blocks held by ready requests behind it). The KV links'
+reservations of blocks for prompts still to come are served last, at step
+boundaries, from what the running, ready and waiting requests leave, and not at all
+while a preempted request waits: new transfers neither starve the preempted nor take
+the blocks the requests already here need to grow. Blocks of requests that left stay
+held, by request id, until ``free``.
 """
 
 from __future__ import annotations
@@ -39,10 +47,9 @@ from des.engine.schedulers.base import Role, Step, held_tokens, length_rejection
 from des.engine.schedulers.running import RunningSet
 
 
-class ContinuousConfig(CacheConfig):
-    """vLLM-style engine arguments. Sizes in tokens."""
+class ContinuousSettings(CacheConfig):
+    """vLLM-style engine arguments of a continuous-batching instance. Sizes in tokens."""
 
-    kind: Literal["continuous"] = "continuous"
     max_num_seqs: int = Field(128, ge=1)
     max_num_batched_tokens: int = Field(2048, ge=1)
     enable_chunked_prefill: bool = True
@@ -57,12 +64,22 @@ class ContinuousConfig(CacheConfig):
         """Tokens of the largest step, for the activation memory of the KV plan."""
         return self.max_num_batched_tokens
 
+    def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> ContinuousScheduler:
+        return ContinuousScheduler(self, kv, self.max_model_len or max_model_len, role)
+
+
+class ContinuousConfig(ContinuousSettings):
+    """Continuous batching on ``cluster.replicas`` colocated instances."""
+
+    kind: Literal["continuous"] = "continuous"
+
     def plan(self, ctx: PlanContext) -> Plan:
         """One pool of ``cluster.replicas`` instances serving whole requests."""
         return colocated(self, ctx)
 
-    def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> ContinuousScheduler:
-        return ContinuousScheduler(self, kv, self.max_model_len or max_model_len, role)
+
+def _by_id(req: Request) -> int:
+    return req.id
 
 
 #: Batches up to this size get their shape from a Python loop, which beats numpy's
@@ -73,7 +90,7 @@ SCALAR_SHAPE = 24
 class ContinuousScheduler:
     """Iteration-level scheduler over a paged KV cache."""
 
-    def __init__(self, cfg: ContinuousConfig, kv: BlockManager, max_model_len: int, role: Role = "colocated"):
+    def __init__(self, cfg: ContinuousSettings, kv: BlockManager, max_model_len: int, role: Role = "colocated"):
         self.kv = kv
         self.block_size = kv.block_size
         self.max_seqs = cfg.max_num_seqs
@@ -83,8 +100,10 @@ class ContinuousScheduler:
         self.role = role
         self.leaves_after_prefill = role == "prefill"
         self.waiting: deque[Request] = deque()
+        self.ready: deque[Request] = deque()  # requests holding their KV, admitted first
         self.running = RunningSet(cfg.max_num_seqs)
         self.held: dict[int, int] = {}  # request id -> KV blocks, for requests not running
+        self.unrecorded_preemptions = 0  # preemptions of a batch that came out empty
 
     # -- protocol -------------------------------------------------------------------
     def rejection(self, req: Request) -> str | None:
@@ -97,13 +116,15 @@ class ContinuousScheduler:
     def add(self, req: Request, blocks: int = 0) -> None:
         if blocks:
             self.held[req.id] = blocks
-        self.waiting.append(req)
+            self.ready.append(req)
+        else:
+            self.waiting.append(req)
 
     def free(self, req_id: int) -> None:
         self.kv.give(self.held.pop(req_id))
 
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        return len(self.waiting) + len(self.ready)
 
     def wakeup_time(self) -> float | None:
         return None
@@ -157,13 +178,28 @@ class ContinuousScheduler:
         else:
             k = np.zeros(0, np.int64)
         if not preempted:
-            admitted, budget = self._admit(now, budget)
+            admitted, budget = self._admit(self.ready, now, budget) if self.ready else ([], budget)
+            if self.waiting and budget > 0:
+                more, budget = self._admit(self.waiting, now, budget)
+                admitted += more
             if admitted:
                 k = np.concatenate([k, np.array(admitted, np.int64)])
                 tokens += sum(admitted)
                 decoding = False
+        if kv.num_reserving and not self.waiting:
+            kv.serve()  # what is left goes to the links' reservations
         if tokens == 0:
-            return None
+            if not preempted:
+                return None
+            # Preemption emptied the batch (on a decode instance, blocks held by ready
+            # requests can leave even the oldest running request short): as the engine's
+            # next iteration would, decide again, now admitting; the next step formed
+            # counts these preemptions.
+            self.unrecorded_preemptions += preempted
+            return self.schedule(now)
+        if self.unrecorded_preemptions:
+            preempted += self.unrecorded_preemptions
+            self.unrecorded_preemptions = 0
         if decoding:
             shape = BatchShape.decodes(n, int(comp.sum()))
         else:
@@ -202,10 +238,11 @@ class ContinuousScheduler:
         k_out[: len(out)] = out
         return k_out, budget, preempted
 
-    def _admit(self, now: float, budget: int) -> tuple[list[int], int]:
-        """Admit waiting requests FCFS while budget, sequence cap and blocks allow;
-        returns the tokens each admitted request gets this step, and the budget left."""
-        waiting, kv, bs, run, held = self.waiting, self.kv, self.block_size, self.running, self.held
+    def _admit(self, waiting: deque[Request], now: float, budget: int) -> tuple[list[int], int]:
+        """Admit requests from the head of ``waiting`` while budget, sequence cap and blocks
+        allow (the head blocks the rest); returns the tokens each admitted request gets this
+        step, and the budget left."""
+        kv, bs, run, held = self.kv, self.block_size, self.running, self.held
         ks = []
         while waiting and budget > 0 and run.n < self.max_seqs:
             req = waiting[0]
@@ -299,6 +336,8 @@ class ContinuousScheduler:
                 req.finish_time = now
             held[req.id] = blocks
             done.append(req)
+        if self.leaves_after_prefill and len(done) > 1:
+            done.sort(key=_by_id)  # prompts done at once queue for their transfer by arrival
         return done
 
     # -- fast-forward ------------------------------------------------------------------

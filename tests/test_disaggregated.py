@@ -1,0 +1,260 @@
+"""Disaggregated prefill/decode serving: exact timelines worked by hand, back-pressure,
+rejection, the transfers table and summary, and the scenario contract.
+
+Timelines use a constant 1 s step and a link of ``4 × kv_bytes_per_token`` bytes/s with
+0.5 s latency, so a 4-token prompt's KV takes exactly 1.5 s to cross.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import des
+from des import catalog
+from des.engine.schedulers.continuous import ContinuousSettings
+
+KV_BYTES = catalog.model("qwen2.5-7b").kv_bytes_per_token(2)  # bf16 KV, bytes per token
+LINK = {"bandwidth": 4 * KV_BYTES, "latency": 0.5}
+
+
+def scenario(tmp_path, rows, *, prefill=None, decode=None, link=LINK, **sched):
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_time,prompt_tokens,output_tokens\n" + "".join(f"{a},{p},{o}\n" for a, p, o in rows))
+    return des.load_scenario(
+        {
+            "name": "pd",
+            "workload": {"arrival": {"process": "trace", "path": str(path)}},
+            "cost_model": {"kind": "constant", "step_time": 1.0},
+            "scheduler": {
+                "kind": "disaggregated",
+                "prefill": prefill or {},
+                "decode": decode or {},
+                "kv_transfer": link,
+                **sched,
+            },
+        }
+    )
+
+
+def by_id(result):
+    return result.requests.set_index("request_id")
+
+
+def transfers(result) -> pd.DataFrame:
+    assert result.transfers is not None, "a disaggregated run has a transfers table"
+    return result.transfers
+
+
+def policy(pool) -> ContinuousSettings:
+    assert isinstance(pool.policy, ContinuousSettings)
+    return pool.policy
+
+
+def steps_of(result, role):
+    s = result.steps
+    return s[s["role"].astype(str) == role].reset_index(drop=True)
+
+
+def test_one_request_first_token_at_prefill_end_then_transfer_then_decodes(tmp_path):
+    # prefill step [0, 1] emits token 1; the link carries 4 tokens of KV in [1, 2.5]; the
+    # idle decode instance starts at once: tokens 2 and 3 at 3.5 and 4.5
+    r = des.simulate(scenario(tmp_path, [(0, 4, 3)]))
+    req = by_id(r).loc[0]
+    assert (req.first_token_time, req.transfer_start, req.transfer_end, req.finish_time) == (1.0, 1.0, 2.5, 4.5)
+    assert (req.prefill_instance, req.decode_instance, req.instance) == (0, 1, 1)
+    assert req.ttft == 1.0 and req.tpot == (4.5 - 1.0) / 2  # TPOT spans the transfer gap
+    assert steps_of(r, "prefill")["start"].tolist() == [0.0]
+    assert steps_of(r, "decode")["start"].tolist() == [2.5, 3.5]
+    assert transfers(r).to_dict("records") == [
+        {"request_id": 0, "link": 0, "decode_instance": 1, "enqueued": 1.0, "start": 1.0, "end": 2.5,
+         "bytes": 4 * KV_BYTES}
+    ]  # fmt: skip
+
+
+def test_first_token_from_decode_adds_the_transfer_to_ttft(tmp_path):
+    r = des.simulate(scenario(tmp_path, [(0, 4, 3)], first_token_from="decode"))
+    req = by_id(r).loc[0]
+    assert req.first_token_time == 2.5 and req.ttft == 2.5 and req.finish_time == 4.5 and req.tpot == 1.0
+
+
+def test_two_transfers_queue_on_one_link_in_the_order_prompts_completed(tmp_path):
+    # both prompts finish in the step [0, 1]; the link serves 0 in [1, 2.5], then 1 in
+    # [2.5, 4]; 0 decodes its second token in [2.5, 3.5], 1 in [4, 5]
+    r = des.simulate(scenario(tmp_path, [(0, 4, 2), (0, 4, 2)]))
+    req = by_id(r)
+    assert req["transfer_start"].tolist() == [1.0, 2.5]
+    assert req["transfer_end"].tolist() == [2.5, 4.0]
+    assert req["finish_time"].tolist() == [3.5, 5.0]
+    assert (transfers(r)["start"] - transfers(r)["enqueued"]).tolist() == [0.0, 1.5]
+    assert r.summary["kv_transfer_wait_mean"] == 0.75 and r.summary["kv_transfer_time_mean"] == 1.5
+
+
+def test_a_transferred_request_joins_the_running_decode_batch_at_the_next_step_boundary(tmp_path):
+    # request 0 decodes from 2.5 in steps [2.5, 3.5], [3.5, 4.5], ...; request 1's prompt
+    # completes at 2, its transfer waits for the link until 2.5 and ends at 4: it joins
+    # the step starting at 4.5, with request 0
+    r = des.simulate(scenario(tmp_path, [(0, 4, 5), (1, 4, 3)]))
+    req = by_id(r)
+    assert req.loc[1, "first_token_time"] == 2.0 and req.loc[1, "transfer_end"] == 4.0
+    dec = steps_of(r, "decode")
+    assert dec["start"].tolist() == [2.5, 3.5, 4.5, 5.5]
+    assert dec["batch_size"].tolist() == [1, 1, 2, 2]
+    assert req["finish_time"].tolist() == [6.5, 6.5]
+
+
+def test_one_output_token_is_done_at_the_prefill_instance(tmp_path):
+    r = des.simulate(scenario(tmp_path, [(0, 4, 1)]))
+    req = by_id(r).loc[0]
+    assert req.status == "completed" and req.finish_time == 1.0 and req.decode_instance == -1
+    assert len(transfers(r)) == 0 and math.isnan(req.transfer_start)
+
+
+def test_back_pressure_a_decode_cache_for_one_request_serves_ten(tmp_path):
+    # blocks of 16 tokens: a request (prompt 32, output 17) holds 2 blocks on the prefill
+    # side and peaks at 48 tokens = 3 blocks on the decode side, whose cache is 3 blocks;
+    # the prefill cache holds 2 prompts. A request peaking at 5 blocks cannot ever fit the
+    # decode cache: rejected alone.
+    rows = [(0, 32, 17)] * 5 + [(0, 32, 40)] + [(0, 32, 17)] * 5
+    sc = scenario(tmp_path, rows, prefill={"num_gpu_blocks_override": 4}, decode={"num_gpu_blocks_override": 3})
+    r = des.simulate(sc)
+    req = by_id(r)
+    assert req.loc[5, "status"] == "rejected" and req.loc[5, "reason"] == "exceeds_kv_capacity"
+    done = req.drop(index=5)
+    assert (done["status"] == "completed").all() and len(done) == 10
+    assert (steps_of(r, "decode")["kv_blocks"] <= 3).all()
+    assert (steps_of(r, "prefill")["kv_blocks"] <= 4).all()
+    # one request on the decode side at a time: each transfer starts after the previous finished
+    order = done.sort_values("transfer_start")
+    assert (order["transfer_start"].to_numpy()[1:] >= order["finish_time"].to_numpy()[:-1]).all()
+    # prefill blocks are held until the transfer ends: with room for two prompts, the
+    # third prompt starts only once the first transfer has freed its blocks
+    sched, ends = done["scheduled_time"].to_numpy(), done["transfer_end"].to_numpy()
+    assert (sched[2:] >= ends[:-2]).all()
+    assert r.summary["num_completed"] == 10 and r.summary["num_rejected"] == 1
+
+
+def test_decode_preemption_under_growth_makes_progress(tmp_path):
+    # 5 decode blocks of 16 tokens; two requests of prompt 32 and output 30 (2 blocks of
+    # prompt, 4 at their peak). Request 0 decodes holding 3 blocks when request 1's 2 are
+    # reserved; at 49 tokens it needs a fourth and none is free: it is preempted (alone
+    # in the running set), request 1, ready with its KV, runs, and request 0 recomputes.
+    sc = scenario(tmp_path, [(0, 32, 30), (0, 32, 30)], decode={"num_gpu_blocks_override": 5})
+    r = des.simulate(sc)
+    req = by_id(r)
+    assert (req["status"] == "completed").all()
+    assert req["preemptions"].tolist() == [1, 0] and req.loc[1, "finish_time"] < req.loc[0, "finish_time"]
+    assert (steps_of(r, "decode")["kv_blocks"] <= 5).all()
+    assert r.steps["preempted"].sum() == r.summary["preemptions"]
+
+
+def test_pools_may_name_their_own_gpu_and_tp_and_get_their_own_kv_plan():
+    sc = des.load_scenario(
+        None,
+        ["scheduler={kind: disaggregated, prefill: {gpu: h100-80gb, instances: 2}, decode: {gpu: a100-80gb, tp: 2}}"],
+    )
+    plan = sc.plan()
+    (pre, dec) = plan.pools
+    assert (pre.role, pre.gpu.name, pre.instances, pre.tp) == ("prefill", "h100-80gb", 2, 1)
+    assert (dec.role, dec.gpu.name, dec.instances, dec.tp) == ("decode", "a100-80gb", 1, 2)
+    assert plan.num_gpus == 4
+    # the link is as fast as its slower end
+    a100, h100 = catalog.gpu("a100-80gb").kv_link, catalog.gpu("h100-80gb").kv_link
+    assert a100 is not None and h100 is not None
+    assert plan.link is not None and plan.link.bandwidth == min(a100.bandwidth, h100.bandwidth)
+    blocks = [m.num_blocks for m in sc.memory_plans()]
+    assert blocks[1] > blocks[0]  # two A100s hold more KV than one H100
+
+
+def test_defaults_are_one_prefill_and_one_decode_of_the_scenario_gpu_over_its_kv_link():
+    sc = des.load_scenario(None, ["scheduler.kind=disaggregated"])
+    plan = sc.plan()
+    assert [(p.role, p.instances, p.gpu.name, p.router) for p in plan.pools] == [
+        ("prefill", 1, "rtx4090", "least_outstanding"),
+        ("decode", 1, "rtx4090", "least_kv"),
+    ]
+    link = catalog.gpu("rtx4090").kv_link
+    assert link is not None and plan.link is not None
+    assert (plan.link.bandwidth, plan.link.latency) == (link.bandwidth, link.latency)
+    # the continuous settings of the scenario it came from are both pools' defaults
+    assert all(policy(p).max_num_batched_tokens == 2048 and policy(p).block_size == 16 for p in plan.pools)
+
+
+def test_pool_settings_override_the_shared_ones():
+    sc = des.load_scenario(
+        None, ["scheduler={kind: disaggregated, max_num_seqs: 64, decode: {max_num_seqs: 256, block_size: 32}}"]
+    )
+    pre, dec = sc.plan().pools
+    assert (policy(pre).max_num_seqs, policy(pre).block_size) == (64, 16)
+    assert (policy(dec).max_num_seqs, policy(dec).block_size) == (256, 32)
+
+
+def test_a_gpu_without_a_kv_link_needs_kv_transfer():
+    gpu = {"base": "rtx4090", "kv_link": None}
+    with pytest.raises(des.ScenarioError) as err:
+        des.load_scenario(None, [("gpu", gpu), "scheduler.kind=disaggregated"])
+    assert err.value.problems[0][0] == "scheduler.kv_transfer"
+    sc = des.load_scenario(None, [("gpu", gpu), "scheduler={kind: disaggregated, kv_transfer: {bandwidth: 1e10}}"])
+    assert sc.plan().link is not None
+
+
+def test_results_folder_gains_transfers_and_the_summary_per_role_keys(tmp_path):
+    from des.output import write_result
+
+    sc = des.load_scenario(
+        None, ["scheduler.kind=disaggregated", "horizon.duration=60", "warmup=10", "workload.arrival.rate=3"]
+    )
+    r = des.simulate(sc)
+    write_result(r, tmp_path)
+    assert (tmp_path / "transfers.parquet").is_file()
+    s = r.summary
+    for key in ("prefill_busy_fraction", "decode_busy_fraction", "prefill_kv_use", "decode_mean_batch_size",
+                "kv_transfer_time_p99", "kv_transfer_wait_p50"):  # fmt: skip
+        assert s[key] is not None and s[key] >= 0, key
+    assert 0 < s["prefill_busy_fraction"] < s["decode_busy_fraction"] <= 1
+    # steps: prefill instance 0 first, then decode instance 1
+    roles = r.steps.groupby("instance")["role"].first().astype(str).to_dict()
+    assert roles == {0: "prefill", 1: "decode"}
+    done = r.requests[r.requests["status"] == "completed"]
+    multi = done[done["output_tokens"] > 1]
+    ordered = np.stack([multi[c].to_numpy() for c in ("arrival_time", "first_token_time", "transfer_start",
+                                                       "transfer_end", "finish_time")])  # fmt: skip
+    assert (np.diff(ordered, axis=0) >= 0).all()
+
+
+def test_a_colocated_summary_has_the_disaggregated_keys_empty():
+    s = des.simulate(des.load_scenario(None, ["horizon.duration=30", "warmup=5"])).summary
+    assert s["kv_transfer_time_mean"] is None and s["prefill_busy_fraction"] is None
+
+
+def test_disaggregated_scenario_rejects_unknown_keys_and_routers():
+    with pytest.raises(des.ScenarioError) as err:
+        des.load_scenario(None, ["scheduler={kind: disaggregated, prefill: {max_batch_size: 4}}"])
+    assert err.value.problems[0][0] == "scheduler.prefill.max_batch_size"
+    with pytest.raises(des.ScenarioError) as err:
+        des.load_scenario(None, ["scheduler={kind: disaggregated, router: {decode: fastest}}"])
+    path, message = err.value.problems[0]
+    assert path == "scheduler.router.decode" and "least_kv" in message
+
+
+def test_distserve_finding_long_prompts_get_a_lower_tpot_tail_from_a_prefill_decode_split():
+    # 2048-token prompts on two RTX 4090s (Qwen2.5-7B, roofline step times) at 2 req/s:
+    # colocated, each prompt fills a whole step (~0.2 s) that the running decodes wait
+    # through; split, decode steps never carry a prefill. Common random numbers per seed.
+    base = [
+        "horizon.duration=300",
+        "warmup=30",
+        "workload.arrival.rate=2",
+        "workload.prompt_tokens={dist: fixed, value: 2048}",
+        "workload.output_tokens={dist: fixed, value: 128}",
+    ]
+    for seed in (0, 1, 2):
+        colocated = des.simulate(
+            des.load_scenario(None, [*base, f"seed={seed}", "cluster.replicas=2", "cluster.router=least_outstanding"])
+        ).summary
+        split = des.simulate(des.load_scenario(None, [*base, f"seed={seed}", "scheduler.kind=disaggregated"])).summary
+        assert colocated["stable"] and split["stable"]
+        assert split["tpot_p99"] < 0.8 * colocated["tpot_p99"], (seed, split["tpot_p99"], colocated["tpot_p99"])
