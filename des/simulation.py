@@ -27,6 +27,7 @@ from des.metrics import (
     transfer_metrics,
     transfers_table,
 )
+from des.metrics.utilisation import InstanceLimits, utilisation
 from des.scenario import Scenario
 from des.workload.arrivals import Closed, Trace
 from des.workload.lengths import LengthStream
@@ -230,4 +231,13 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     blocks: dict[str, int] = {p.role: p.memory.num_blocks for p in pools}
     summary.update(pool_metrics(steps, instances, blocks, scenario.warmup, end))
     summary.update(transfer_metrics(transfers, requests, scenario.warmup, end))
+    limits = [
+        InstanceLimits(
+            p.work.peak_flops, p.work.peak_bandwidth, p.plan.policy.max_batch, p.plan.policy.token_budget,
+            p.memory.num_blocks,
+        )
+        for p in pools
+        for _ in p.instances
+    ]  # fmt: skip
+    summary.update(utilisation(steps, limits, scenario.warmup, end))
     return Result(scenario, requests, steps, summary, transfers if cluster.plan.link is not None else None)

@@ -30,6 +30,7 @@ import simpy
 from simpy.events import Event, EventPriority
 
 from des.cost.base import CostModel
+from des.cost.work import StepWork
 from des.engine.kvcache import BlockManager
 from des.engine.request import Request
 from des.engine.schedulers.base import Role, Scheduler, SpanScheduler, Step
@@ -52,7 +53,8 @@ class _Barrier(Event):
 
 
 class Instance:
-    """Runs ``scheduler``'s batches over ``kv`` with step times from ``cost``; logs every step.
+    """Runs ``scheduler``'s batches over ``kv`` with step times from ``cost``; logs every
+    step with the work it did (``work``).
 
     ``index`` numbers the instance across the cluster; ``role`` is the part of a
     request's life it serves; ``leave(request, instance)`` is called for every
@@ -67,6 +69,7 @@ class Instance:
         scheduler: Scheduler,
         kv: BlockManager,
         cost: CostModel,
+        work: StepWork,
         log: StepLog,
         leave: Callable[[Request, Instance], None],
         fast_forward: bool = True,
@@ -78,6 +81,7 @@ class Instance:
         self.scheduler = scheduler
         self.kv = kv
         self.cost = cost
+        self.work = work
         self.log = log
         self.leave = leave
         self.spans: SpanScheduler | None = scheduler if fast_forward and isinstance(scheduler, SpanScheduler) else None
@@ -159,7 +163,8 @@ class Instance:
         shape = step.shape
         grow = shape.decode_tokens
         probe = replace(shape)  # a decode step's shape; only its context grows
-        starts, durations = [], []
+        work = self.work
+        starts, durations, flops, hbm_bytes = [], [], [], []
         t, d = env.now, first
         for _ in range(j):
             end = t + d
@@ -167,6 +172,8 @@ class Instance:
                 break
             starts.append(t)
             durations.append(d)
+            flops.append(work.flops(probe))
+            hbm_bytes.append(work.hbm_bytes(probe))
             t = end
             probe.decode_context += grow
             d = self.cost.step_time(probe)
@@ -175,7 +182,7 @@ class Instance:
             return None
         waiting = sched.num_waiting()
         kv = sched.advance(step, m)
-        self.log.record_span(self, starts, durations, step, kv.tolist(), waiting)
+        self.log.record_span(self, starts, durations, step, kv.tolist(), waiting, flops, hbm_bytes)
         timeout = env.timeout
         for d in durations:
             yield timeout(d)

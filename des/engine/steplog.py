@@ -4,7 +4,7 @@ A step is recorded by name from the instance that ran it and the :class:`Step` t
 scheduler formed (``record``), or a span of steady decode steps at once
 (``record_span``); either way every column gets exactly one value per step, O(1)
 per step. ``role`` is stored as an index into :data:`ROLES` and becomes text in the
-table.
+table; ``flops`` and ``hbm_bytes`` are the work the step did (:mod:`des.cost.work`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ STEP_COLUMNS = (
     "kv_blocks",
     "num_waiting",
     "preempted",
+    "flops",
+    "hbm_bytes",
 )
-_TYPES = {"start": "d", "duration": "d", "role": "b"}
+_TYPES = {"start": "d", "duration": "d", "role": "b", "flops": "d", "hbm_bytes": "d"}
 ROLE_CODE = {role: i for i, role in enumerate(ROLES)}
 
 
@@ -47,6 +49,7 @@ class StepLog:
         self._prefill, self._decode = c["prefill_tokens"].append, c["decode_tokens"].append
         self._emitted, self._kv = c["tokens_emitted"].append, c["kv_blocks"].append
         self._waiting, self._preempted = c["num_waiting"].append, c["preempted"].append
+        self._flops, self._bytes = c["flops"].append, c["hbm_bytes"].append
 
     def record(
         self, inst: Instance, start: float, duration: float, step: Step[Any], kv_blocks: int, num_waiting: int
@@ -66,6 +69,9 @@ class StepLog:
         self._kv(kv_blocks)
         self._waiting(num_waiting)
         self._preempted(step.preempted)
+        work = inst.work
+        self._flops(work.flops(shape))
+        self._bytes(work.hbm_bytes(shape))
 
     def record_span(
         self,
@@ -75,9 +81,11 @@ class StepLog:
         step: Step[Any],
         kv_blocks: list[int],
         num_waiting: int,
+        flops: list[float],
+        hbm_bytes: list[float],
     ) -> None:
         """Append ``len(starts)`` steady decode steps like ``step`` (no prefill, no
-        preemption) at once, with their own start, duration and KV blocks in use."""
+        preemption) at once, with their own start, duration, KV blocks in use and work."""
         j = len(starts)
         c = self.columns
         c["instance"].extend([inst.index] * j)
@@ -92,6 +100,8 @@ class StepLog:
         c["kv_blocks"].extend(kv_blocks)
         c["num_waiting"].extend([num_waiting] * j)
         c["preempted"].extend([0] * j)
+        c["flops"].extend(flops)
+        c["hbm_bytes"].extend(hbm_bytes)
 
     def __len__(self) -> int:
         return len(self.columns["start"])

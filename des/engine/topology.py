@@ -20,6 +20,7 @@ import simpy
 from des.catalog.memory import MemoryPlan, Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostContext, CostKind
+from des.cost.work import StepWork, step_work
 from des.engine.instance import Instance
 from des.engine.kvcache import BlockManager
 from des.engine.link import KVLink, TransferLog
@@ -39,8 +40,11 @@ class Stage(Protocol):
 class Pool:
     """Instances of one role behind a router."""
 
-    def __init__(self, role: Role, instances: list[Instance], router: Router, plan: PoolPlan, memory: MemoryPlan):
+    def __init__(
+        self, role: Role, instances: list[Instance], router: Router, plan: PoolPlan, memory: MemoryPlan, work: StepWork
+    ):
         self.role = role
+        self.work = work
         self.instances = instances
         self.router = router
         self.plan = plan
@@ -139,12 +143,15 @@ def build_pools(
     for pool_plan, rng in zip(plan.pools, routers[: len(plan.pools)], strict=True):
         memory = pool_plan.memory(model, precision)
         cost_model = cost.build(CostContext(pool_plan.gpu, model, precision, pool_plan.tp))
+        work = step_work(pool_plan.gpu, model, precision, pool_plan.tp)
         max_len = model.max_model_len
         instances = []
         for _ in range(pool_plan.instances):
             kv = BlockManager(memory.num_blocks, memory.block_size, env)
             sched = pool_plan.policy.build(kv, max_len, pool_plan.role)
-            instances.append(Instance(env, index, pool_plan.role, sched, kv, cost_model, log, leave, fast_forward))
+            instances.append(
+                Instance(env, index, pool_plan.role, sched, kv, cost_model, work, log, leave, fast_forward)
+            )
             index += 1
-        pools.append(Pool(pool_plan.role, instances, ROUTERS.get(pool_plan.router)(rng), pool_plan, memory))
+        pools.append(Pool(pool_plan.role, instances, ROUTERS.get(pool_plan.router)(rng), pool_plan, memory, work))
     return pools

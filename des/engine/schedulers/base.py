@@ -118,6 +118,11 @@ class PolicyConfig(Protocol):
         ...
 
     @property
+    def token_budget(self) -> int | None:
+        """Most tokens one step may compute (None: no budget)."""
+        ...
+
+    @property
     def block_size(self) -> int: ...
 
     @property

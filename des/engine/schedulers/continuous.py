@@ -64,6 +64,11 @@ class ContinuousSettings(CacheConfig):
         """Tokens of the largest step, for the activation memory of the KV plan."""
         return self.max_num_batched_tokens
 
+    @property
+    def token_budget(self) -> int | None:
+        """Most tokens one step may compute."""
+        return self.max_num_batched_tokens
+
     def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> ContinuousScheduler:
         return ContinuousScheduler(self, kv, self.max_model_len or max_model_len, role)
 

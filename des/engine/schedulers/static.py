@@ -46,6 +46,11 @@ class StaticConfig(CacheConfig):
         """Tokens of the largest step, for the activation memory of the KV plan."""
         return 2048
 
+    @property
+    def token_budget(self) -> int | None:
+        """None: a static batch computes its whole padded prompt in one step."""
+        return None
+
     def plan(self, ctx: PlanContext) -> Plan:
         """One pool of ``cluster.replicas`` instances serving whole requests."""
         return colocated(self, ctx)
