@@ -27,6 +27,7 @@ from des.metrics import (
     transfer_metrics,
     transfers_table,
 )
+from des.metrics.cache import cache_metrics
 from des.metrics.utilisation import InstanceLimits, utilisation
 from des.scenario import Scenario
 from des.workload.arrivals import Closed, Trace
@@ -240,4 +241,5 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
         for _ in p.instances
     ]  # fmt: skip
     summary.update(utilisation(steps, limits, scenario.warmup, end))
+    summary.update(cache_metrics(steps, scenario.warmup, end))
     return Result(scenario, requests, steps, summary, transfers if cluster.plan.link is not None else None)

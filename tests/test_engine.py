@@ -258,24 +258,26 @@ def test_block_reservations_wait_and_are_served_first_come_first_served():
     import simpy
 
     from des.engine.kvcache import BlockManager
+    from des.engine.request import Request
 
     env = simpy.Environment()
     kv = BlockManager(10, 16, env)
     kv.take(8)
-    first, second, third = kv.reserve(3), kv.reserve(1), kv.reserve(2)
+    reqs = [Request(i, 0.0, tokens, 4) for i, tokens in enumerate((48, 16, 32))]  # 3, 1 and 2 blocks
+    first, second, third = (kv.reserve(r, r.prompt_tokens) for r in reqs)
     kv.serve()
     assert not first.triggered and not second.triggered  # FIFO: 1 block would fit, but 3 come first
     assert kv.num_reserving == 3
     kv.give(1)
     assert not first.triggered  # blocks go to reservations only when the owner serves them
     kv.serve()  # 3 free: the first is served, the others still wait behind it
-    assert first.triggered and first.value == 3 and not second.triggered
+    assert first.triggered and first.value == (3, 0) and not second.triggered
     assert kv.free == 0
     kv.give(3)
     kv.serve()
     assert second.triggered and third.triggered and kv.free == 0 and kv.num_reserving == 0
     with pytest.raises(ValueError, match="can never be reserved"):
-        kv.reserve(11)
+        kv.reserve(Request(9, 0.0, 161, 1), 161)
     with pytest.raises(RuntimeError, match="returned twice"):
         kv.give(11)
 

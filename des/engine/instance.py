@@ -94,11 +94,11 @@ class Instance:
         """KV blocks free (not held or reserved) on this instance."""
         return self.kv.free
 
-    def reserve(self, blocks: int) -> Event:
-        """An event that fires once ``blocks`` KV blocks are set aside here for a request
-        still to arrive (its scheduler serves reservations at step boundaries); wakes the
-        instance if idle so that it can."""
-        event = self.kv.reserve(blocks)
+    def reserve(self, req: Request, tokens: int) -> Event:
+        """An event that fires once the KV blocks of ``req``'s first ``tokens`` tokens are
+        set aside here for its arrival (see :meth:`BlockManager.reserve`; the scheduler
+        serves reservations at step boundaries); wakes the instance if idle so that it can."""
+        event = self.kv.reserve(req, tokens)
         self._wake_up()
         return event
 

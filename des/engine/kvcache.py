@@ -21,13 +21,17 @@ and the queue ahead of them). Waiters are served first come, first served.
 from __future__ import annotations
 
 from collections import deque
-from typing import TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import simpy
 from pydantic import Field
 
 from des.config import Strict
+
+if TYPE_CHECKING:
+    from des.engine.request import Request
 
 
 class CacheConfig(Strict):
@@ -53,16 +57,25 @@ def ceil_div(a: IntOrArray, b: int) -> IntOrArray:
 
 
 class BlockManager:
-    """``num_blocks`` blocks of ``block_size`` tokens; ``env`` serves :meth:`reserve` waiters."""
+    """``num_blocks`` blocks of ``block_size`` tokens; ``env`` serves :meth:`reserve` waiters.
+
+    Schedulers allocate for a request through the per-request methods (``take_for``,
+    ``grow_rows``, ``release``, ``lookup``, ``touch``, ``commit``), which a
+    prefix-caching manager (:class:`des.engine.prefix_cache.PrefixCache`) implements
+    with block ids and content keys; here, without caching, they are plain counts.
+    """
 
     __slots__ = ("env", "num_blocks", "block_size", "free", "_waiters")
+
+    #: Whether blocks keep their content for reuse (prefix caching).
+    caching = False
 
     def __init__(self, num_blocks: int, block_size: int, env: simpy.Environment | None = None):
         self.env = env
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.free = num_blocks
-        self._waiters: deque[tuple[int, simpy.Event]] = deque()
+        self._waiters: deque[tuple[Request, int, simpy.Event]] = deque()
 
     @property
     def used(self) -> int:
@@ -84,18 +97,47 @@ class BlockManager:
         if self.free > self.num_blocks:
             raise RuntimeError("KV blocks returned twice")
 
-    def reserve(self, n: int) -> simpy.Event:
-        """An event that fires once ``n`` blocks have been taken for the caller, when the
-        owner next calls :meth:`serve` with them free (first come, first served).
+    # -- per request ----------------------------------------------------------------
+    def take_for(self, req_id: int, n: int) -> None:
+        """Hand ``n`` more blocks to request ``req_id``."""
+        self.take(n)
 
-        Raises ValueError if ``n`` exceeds the capacity (it could never fire).
+    def grow_rows(self, reqs: Sequence[Request], extra: np.ndarray) -> None:
+        """Hand ``extra[i]`` more blocks to ``reqs[i]`` for every row ``i`` (in row order)."""
+        self.take(int(extra.sum()))
+
+    def release(self, req_id: int, n: int) -> None:
+        """Request ``req_id`` gives back the ``n`` blocks it holds."""
+        self.give(n)
+
+    def lookup(self, req: Request, tokens: int) -> tuple[int, list[int], int]:
+        """(tokens whose KV is cached, their blocks, how many of those are free) for the first
+        ``tokens`` tokens of ``req``: none without caching."""
+        return 0, [], 0
+
+    def touch(self, req_id: int, blocks: list[int]) -> None:
+        """Request ``req_id`` starts using the cached ``blocks`` found by :meth:`lookup`."""
+
+    def commit(self, req: Request, computed: int) -> None:
+        """``req`` has ``computed`` tokens of KV: its full blocks may be reused (caching only)."""
+
+    def count_lookup(self, hit: int, tokens: int) -> None:
+        """Record a lookup that admitted a request: ``hit`` of ``tokens`` tokens were cached."""
+
+    def reserve(self, req: Request, tokens: int) -> simpy.Event:
+        """An event that fires once the blocks of ``req``'s first ``tokens`` tokens are
+        held for it here, when the owner next calls :meth:`serve` with room for them
+        (first come, first served). Its value is ``(blocks held, tokens found cached)``:
+        with caching, the blocks of a cached prefix are reused, not taken anew.
+
+        Raises ValueError if the tokens could never fit.
         """
-        if n > self.num_blocks:
-            raise ValueError(f"{n} blocks can never be reserved from {self.num_blocks}")
+        if self.blocks_for(tokens) > self.num_blocks:
+            raise ValueError(f"{tokens} tokens can never be reserved in {self.num_blocks} blocks")
         if self.env is None:
             raise RuntimeError("this block manager has no environment to wait in")
         event = self.env.event()
-        self._waiters.append((n, event))
+        self._waiters.append((req, tokens, event))
         return event
 
     @property
@@ -104,9 +146,15 @@ class BlockManager:
         return len(self._waiters)
 
     def serve(self) -> None:
-        """Take blocks for the waiting reservations, in order, while they fit."""
+        """Hold blocks for the waiting reservations, in order, while they fit."""
         waiters = self._waiters
-        while waiters and waiters[0][0] <= self.free:
-            n, event = waiters.popleft()
-            self.free -= n
-            event.succeed(n)
+        while waiters:
+            req, tokens, event = waiters[0]
+            hit, blocks, evictable = self.lookup(req, tokens)
+            new = self.blocks_for(tokens) - len(blocks)
+            if new + evictable > self.free:
+                return
+            waiters.popleft()
+            self.touch(req.id, blocks)
+            self.take_for(req.id, new)
+            event.succeed((len(blocks) + new, hit))

@@ -5,7 +5,8 @@ process serves one transfer at a time, first come first served in the order requ
 were admitted (the order their prompts completed). For the transfer at the head of
 the line it asks the decode pool's router for an instance, waits until that instance
 has reserved the blocks of the prompt's KV (:meth:`Instance.reserve`), holds the
-link for ``bytes / bandwidth + latency`` seconds, then frees the prompt's blocks on
+link for ``bytes / bandwidth + latency`` seconds (bytes: the prompt's KV but for a
+prefix the decode instance finds in its own prefix cache), then frees the prompt's blocks on
 the prefill instance and hands the request, with its reserved blocks, to the decode
 instance. Every transfer is recorded in a :class:`TransferLog`.
 """
@@ -88,10 +89,9 @@ class KVLink:
                 self._wake = None
             req, enqueued = queue.popleft()
             dest = self.decode.pick()
-            blocks = dest.kv.blocks_for(req.prompt_tokens)
-            yield dest.reserve(blocks)
+            blocks, cached = yield dest.reserve(req, req.prompt_tokens)
             start = env.now
-            nbytes = req.prompt_tokens * self.kv_bytes_per_token
+            nbytes = (req.prompt_tokens - cached) * self.kv_bytes_per_token  # a cached prefix stays put
             yield env.timeout(nbytes / self.bandwidth + self.latency)
             req.transfer_start, req.transfer_end = start, env.now
             if self.first_token_from == "decode":

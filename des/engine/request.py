@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from des.engine.content import BlockKeys, Segment, unique_answer_id, unique_prompt_id
+
 COMPLETED, REJECTED, UNFINISHED = "completed", "rejected", "unfinished"
 
 
@@ -44,7 +46,23 @@ class Request:
     transfer_end: float = math.nan
     generated: int = 0
     computed: int = 0
+    cached_tokens: int = 0  # tokens whose KV was found in a prefix cache instead of computed
+    segments: tuple[Segment, ...] | None = None  # what its prompt is (des.engine.content); None: unique
+    answer_id: int | None = None  # content id of its output (None: unique)
+    conversation_id: int = -1
+    turn: int = 0
+    prefix_group: int = -1
     done: Any = None  # a simpy.Event fired when the request leaves, for closed-loop users
+    _keys: BlockKeys | None = None
+
+    def block_keys(self, block_size: int) -> BlockKeys:
+        """The keys of its KV blocks of ``block_size`` tokens: prompt, then output."""
+        keys = self._keys
+        if keys is None or keys.block_size != block_size:
+            prompt = self.segments or ((unique_prompt_id(self.id), self.prompt_tokens),)
+            answer = self.answer_id if self.answer_id is not None else unique_answer_id(self.id)
+            keys = self._keys = BlockKeys((*prompt, (answer, self.output_tokens)), block_size)
+        return keys
 
     @property
     def remaining(self) -> int:

@@ -30,6 +30,7 @@ STEP_COLUMNS = (
     "kv_blocks",
     "num_waiting",
     "preempted",
+    "cached_tokens",
     "flops",
     "hbm_bytes",
 )
@@ -50,6 +51,7 @@ class StepLog:
         self._emitted, self._kv = c["tokens_emitted"].append, c["kv_blocks"].append
         self._waiting, self._preempted = c["num_waiting"].append, c["preempted"].append
         self._flops, self._bytes = c["flops"].append, c["hbm_bytes"].append
+        self._cached = c["cached_tokens"].append
 
     def record(
         self, inst: Instance, start: float, duration: float, step: Step[Any], kv_blocks: int, num_waiting: int
@@ -69,6 +71,7 @@ class StepLog:
         self._kv(kv_blocks)
         self._waiting(num_waiting)
         self._preempted(step.preempted)
+        self._cached(step.cached_tokens)
         work = inst.work
         self._flops(work.flops(shape))
         self._bytes(work.hbm_bytes(shape))
@@ -100,6 +103,7 @@ class StepLog:
         c["kv_blocks"].extend(kv_blocks)
         c["num_waiting"].extend([num_waiting] * j)
         c["preempted"].extend([0] * j)
+        c["cached_tokens"].extend([0] * j)
         c["flops"].extend(flops)
         c["hbm_bytes"].extend(hbm_bytes)
 

@@ -25,6 +25,7 @@ from des.engine.instance import Instance
 from des.engine.kvcache import BlockManager
 from des.engine.link import KVLink, TransferLog
 from des.engine.plan import Plan, PoolPlan
+from des.engine.prefix_cache import PrefixCache
 from des.engine.request import Request
 from des.engine.router import ROUTERS, Router
 from des.engine.schedulers.base import Role
@@ -147,7 +148,8 @@ def build_pools(
         max_len = model.max_model_len
         instances = []
         for _ in range(pool_plan.instances):
-            kv = BlockManager(memory.num_blocks, memory.block_size, env)
+            manager = PrefixCache if pool_plan.policy.prefix_caching else BlockManager
+            kv = manager(memory.num_blocks, memory.block_size, env)
             sched = pool_plan.policy.build(kv, max_len, pool_plan.role)
             instances.append(
                 Instance(env, index, pool_plan.role, sched, kv, cost_model, work, log, leave, fast_forward)

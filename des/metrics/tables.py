@@ -30,6 +30,10 @@ REQUEST_COLUMNS = (
     "decode_instance",
     "transfer_start",
     "transfer_end",
+    "cached_tokens",
+    "conversation_id",
+    "turn",
+    "prefix_group",
 )
 
 
@@ -69,6 +73,10 @@ def requests_table(requests: list[Request]) -> pd.DataFrame:
             "decode_instance": np.fromiter((r.decode_instance for r in requests), np.int64, n),
             "transfer_start": np.fromiter((r.transfer_start for r in requests), float, n),
             "transfer_end": np.fromiter((r.transfer_end for r in requests), float, n),
+            "cached_tokens": np.fromiter((r.cached_tokens for r in requests), np.int64, n),
+            "conversation_id": np.fromiter((r.conversation_id for r in requests), np.int64, n),
+            "turn": np.fromiter((r.turn for r in requests), np.int64, n),
+            "prefix_group": np.fromiter((r.prefix_group for r in requests), np.int64, n),
         },
         columns=list(REQUEST_COLUMNS),
     )

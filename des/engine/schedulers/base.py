@@ -43,7 +43,8 @@ class Step(Generic[Items]):
     ``batch_size`` counts sequences doing useful work, ``width`` the sequences the GPU
     computes (more than ``batch_size`` when a static batch carries finished, padded
     rows); ``preempted`` the requests preempted to make room for it; ``emitted`` the
-    tokens it emits; ``decoding``: every member decodes one token.
+    tokens it emits; ``decoding``: every member decodes one token; ``cached_tokens``
+    the tokens its admissions found in the prefix cache (and did not compute).
     """
 
     shape: BatchShape
@@ -53,6 +54,7 @@ class Step(Generic[Items]):
     preempted: int = 0
     emitted: int = 0
     decoding: bool = False
+    cached_tokens: int = 0
 
 
 class Scheduler(Protocol):
@@ -133,6 +135,11 @@ class PolicyConfig(Protocol):
 
     @property
     def num_gpu_blocks_override(self) -> int | None: ...
+
+    @property
+    def prefix_caching(self) -> bool:
+        """Whether the instance's KV blocks are cached for reuse by content."""
+        ...
 
     def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> Scheduler: ...
 

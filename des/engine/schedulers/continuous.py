@@ -53,6 +53,7 @@ class ContinuousSettings(CacheConfig):
     max_num_seqs: int = Field(128, ge=1)
     max_num_batched_tokens: int = Field(2048, ge=1)
     enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
 
     @property
     def max_batch(self) -> int:
@@ -68,6 +69,10 @@ class ContinuousSettings(CacheConfig):
     def token_budget(self) -> int | None:
         """Most tokens one step may compute."""
         return self.max_num_batched_tokens
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self.enable_prefix_caching
 
     def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> ContinuousScheduler:
         return ContinuousScheduler(self, kv, self.max_model_len or max_model_len, role)
@@ -86,6 +91,8 @@ class ContinuousConfig(ContinuousSettings):
 def _by_id(req: Request) -> int:
     return req.id
 
+
+NO_BLOCKS: list[int] = []
 
 #: Batches up to this size get their shape from a Python loop, which beats numpy's
 #: per-call overhead on a handful of sequences.
@@ -109,6 +116,7 @@ class ContinuousScheduler:
         self.running = RunningSet(cfg.max_num_seqs)
         self.held: dict[int, int] = {}  # request id -> KV blocks, for requests not running
         self.unrecorded_preemptions = 0  # preemptions of a batch that came out empty
+        self.step_cached = 0  # tokens found in the prefix cache by this step's admissions
 
     # -- protocol -------------------------------------------------------------------
     def rejection(self, req: Request) -> str | None:
@@ -122,11 +130,13 @@ class ContinuousScheduler:
         if blocks:
             self.held[req.id] = blocks
             self.ready.append(req)
+            if self.kv.caching:  # a transferred prompt's full blocks may serve later prompts here
+                self.kv.commit(req, req.computed)
         else:
             self.waiting.append(req)
 
     def free(self, req_id: int) -> None:
-        self.kv.give(self.held.pop(req_id))
+        self.kv.release(req_id, self.held.pop(req_id))
 
     def num_waiting(self) -> int:
         return len(self.waiting) + len(self.ready)
@@ -140,13 +150,17 @@ class ContinuousScheduler:
 
     def _preempt_last(self) -> None:
         req, blocks = self.running.pop_last()
-        self.kv.give(blocks)
+        self.kv.release(req.id, blocks)
         req.computed = 0
         req.preemptions += 1
         self.waiting.appendleft(req)
 
     # -- scheduling -----------------------------------------------------------------
     def schedule(self, now: float) -> Step[np.ndarray] | None:
+        self.step_cached = 0
+        return self._schedule(now)
+
+    def _schedule(self, now: float) -> Step[np.ndarray] | None:
         kv, bs, run = self.kv, self.block_size, self.running
         n = run.n
         budget = self.max_tokens
@@ -173,7 +187,10 @@ class ContinuousScheduler:
             extra = (comp + k + (bs - 1)) // bs - run.blocks[:n]
             blocks = int(extra.sum())
             if blocks <= kv.free:
-                kv.take(blocks)
+                if kv.caching:
+                    kv.grow_rows(run.reqs, extra)
+                else:
+                    kv.take(blocks)
                 run.blocks[:n] += extra
                 budget -= tokens
             else:
@@ -201,7 +218,7 @@ class ContinuousScheduler:
             # next iteration would, decide again, now admitting; the next step formed
             # counts these preemptions.
             self.unrecorded_preemptions += preempted
-            return self.schedule(now)
+            return self._schedule(now)
         if self.unrecorded_preemptions:
             preempted += self.unrecorded_preemptions
             self.unrecorded_preemptions = 0
@@ -211,6 +228,7 @@ class ContinuousScheduler:
             shape = self._shape(k)
         step = Step(shape, k, shape.num_seqs, shape.num_seqs, preempted, shape.num_emitting)
         step.decoding = decoding
+        step.cached_tokens = self.step_cached
         return step
 
     def _schedule_under_pressure(self, k: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
@@ -232,7 +250,7 @@ class ContinuousScheduler:
                     break
             else:
                 if need_blocks > 0:
-                    kv.take(need_blocks)
+                    kv.take_for(run.reqs[i].id, need_blocks)
                     run.blocks[i] += need_blocks
                 out.append(ki)
                 budget -= ki
@@ -251,21 +269,32 @@ class ContinuousScheduler:
         ks = []
         while waiting and budget > 0 and run.n < self.max_seqs:
             req = waiting[0]
-            need = req.prompt_tokens + req.generated - req.computed
+            tokens = req.prompt_tokens + req.generated  # KV it needs before its next token
+            has = held.get(req.id, 0)
+            computed, hit, found, evictable = req.computed, 0, NO_BLOCKS, 0
+            if kv.caching and not has:  # holds no KV here: reuse the longest cached prefix
+                hit, found, evictable = kv.lookup(req, tokens)
+                computed = max(computed, hit)
+            need = tokens - computed
             k = need if need <= budget else budget
             if k < need and not self.chunked:
                 break
-            has = held.get(req.id, 0)
-            blocks = ceil_div(req.computed + k, bs) - has
-            if blocks > kv.free:
+            blocks = ceil_div(computed + k, bs) - has - len(found)
+            if blocks + evictable > kv.free:
                 break
             waiting.popleft()
             if has:
                 del held[req.id]
-            kv.take(blocks)
+            if kv.caching and not has:
+                kv.touch(req.id, found)
+                kv.count_lookup(hit, tokens)
+                req.computed = computed
+                req.cached_tokens += hit
+                self.step_cached += hit
+            kv.take_for(req.id, blocks)
             if req.scheduled_time != req.scheduled_time:  # NaN: first time scheduled
                 req.scheduled_time = now
-            run.push(req, has + blocks)
+            run.push(req, has + len(found) + blocks)
             ks.append(k)
             budget -= k
         return ks, budget
@@ -314,6 +343,8 @@ class ContinuousScheduler:
         m = k.size
         run = self.running
         comp, gen = run.computed[:m], run.generated[:m]
+        if self.kv.caching:
+            self._commit_rows(comp, k)
         comp += k
         if step.decoding:  # everyone emits; nobody's first token
             gen += 1
@@ -331,6 +362,15 @@ class ContinuousScheduler:
         if not fin.any():
             return []
         return self._release(np.flatnonzero(fin), now)
+
+    def _commit_rows(self, comp: np.ndarray, k: np.ndarray) -> None:
+        """Key the blocks that the ``k`` tokens now computed on top of ``comp`` fill."""
+        bs = self.block_size
+        crossed = np.flatnonzero((comp + k) // bs > comp // bs).tolist()
+        if crossed:
+            reqs, commit, after = self.running.reqs, self.kv.commit, (comp + k).tolist()
+            for i in crossed:
+                commit(reqs[i], after[i])
 
     def _release(self, idx: np.ndarray, now: float) -> list[Request]:
         """Remove the requests at rows ``idx`` from the running set; they keep their blocks."""
@@ -384,8 +424,26 @@ class ContinuousScheduler:
         held = np.maximum(ceil_div(np.add.outer(comp, np.arange(1, j + 1)), bs), blk[:, None])
         used = others + held.sum(axis=0)
         new_blk = np.maximum(ceil_div(comp + j, bs), blk)
-        self.kv.take(int((new_blk - blk).sum()))
+        kv = self.kv
+        if kv.caching:
+            self._allocate_span(comp, blk, j)
+            self._commit_rows(comp, np.full(n, j, np.int64))
+        else:
+            kv.take(int((new_blk - blk).sum()))
         run.blocks[:n] = new_blk
         run.computed[:n] += j
         run.generated[:n] += j
         return used
+
+    def _allocate_span(self, comp: np.ndarray, blk: np.ndarray, j: int) -> None:
+        """Hand out the blocks of ``j`` steady steps in the order the per-step engine would:
+        step by step, and within a step in row order (which blocks are evicted depends on it)."""
+        bs, reqs = self.block_size, self.running.reqs
+        needs: list[tuple[int, int]] = []
+        for r, (c, b) in enumerate(zip(comp.tolist(), blk.tolist(), strict=True)):
+            # step i (1-based) computes token c + i; it needs a new block when c + i > b · bs
+            needs.extend((i, r) for i in range(b * bs - c + 1, j + 1, bs))
+        needs.sort()
+        take_for = self.kv.take_for
+        for _, r in needs:
+            take_for(reqs[r].id, 1)

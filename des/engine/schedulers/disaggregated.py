@@ -63,6 +63,7 @@ class PoolConfig(Strict):
     max_num_seqs: int | None = Field(None, ge=1)
     max_num_batched_tokens: int | None = Field(None, ge=1)
     enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
     block_size: int | None = Field(None, ge=1)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     max_model_len: int | None = Field(None, ge=1)

@@ -47,6 +47,11 @@ class StaticConfig(CacheConfig):
         return 2048
 
     @property
+    def prefix_caching(self) -> bool:
+        """False: a static batch reserves contiguous KV rows."""
+        return False
+
+    @property
     def token_budget(self) -> int | None:
         """None: a static batch computes its whole padded prompt in one step."""
         return None

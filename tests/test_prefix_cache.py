@@ -1,0 +1,180 @@
+"""Automatic prefix caching: block identity, LRU eviction, reference counts, and what a
+preempted request recomputes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import des
+from des.engine.content import BlockKeys
+from des.engine.prefix_cache import PrefixCache
+from des.engine.request import Request
+
+
+def request(rid: int, prompt: int, output: int = 8, segments=None) -> Request:
+    return Request(rid, 0.0, prompt, output, segments=segments)
+
+
+# -- block identity -----------------------------------------------------------------
+
+
+def test_keys_chain_over_the_prefix_and_only_equal_prefixes_share_them():
+    a = BlockKeys(((1, 40), (2, 24)), 16).upto(4)
+    b = BlockKeys(((1, 40), (3, 24)), 16).upto(4)
+    c = BlockKeys(((9, 16), (1, 24), (2, 24)), 16).upto(4)
+    assert a[:2] == b[:2] and a[2:] != b[2:]  # blocks 0-1 are content 1 alone; block 2 mixes in 2 or 3
+    assert not set(a) & set(c)  # the same content at other positions is other blocks
+    assert BlockKeys(((1, 40), (2, 24)), 16).upto(4) == a  # deterministic
+    assert BlockKeys(((1, 40), (2, 24)), 8).upto(2) != a[:2]  # block size is part of identity
+
+
+def test_a_conversation_turn_begins_with_the_previous_turn_whole_sequence():
+    first = request(0, 100, 30, segments=((7, 100),))
+    first.answer_id = 8
+    second = request(1, 100 + 30 + 50, 20, segments=((7, 100), (8, 30), (9, 50)))
+    n = 130 // 16  # full blocks of turn 1's prompt and answer
+    assert first.block_keys(16).upto(n) == second.block_keys(16).upto(n)
+
+
+# -- the cache ------------------------------------------------------------------------
+
+
+def check_invariants(kv: PrefixCache) -> None:
+    assert all(r >= 0 for r in kv.ref), "negative reference count"
+    assert kv.free == len(kv.queue)
+    assert all(kv.ref[b] == 0 for b in kv.queue), "a block in use is in the free queue"
+    in_use = sum(1 for r in kv.ref if r > 0)
+    assert in_use == kv.used == kv.num_blocks - kv.free
+    cached_free = kv.cached_free
+    uncached_free = sum(1 for b in kv.queue if kv.key[b] is None)
+    assert cached_free + uncached_free + in_use == kv.num_blocks
+    for k, b in kv.cached.items():
+        assert kv.key[b] == k, "the cache map points at a block holding other content"
+    held = sum(len(v) for v in kv.owned.values())
+    assert held == sum(kv.ref), "references do not match the blocks requests hold"
+
+
+def test_freed_blocks_are_evicted_least_recently_freed_first_tail_before_head():
+    kv = PrefixCache(6, 4)
+    a, b = request(0, 8, segments=((1, 8),)), request(1, 8, segments=((2, 8),))
+    for r in (a, b):
+        kv.take_for(r.id, 2)
+        kv.commit(r, 8)
+    kv.release(a.id, 2)  # a's blocks 1, 0 join the queue after the two never used
+    kv.release(b.id, 2)
+    order = list(kv.queue)
+    assert order[:2] == [4, 5] and order[2:] == [1, 0, 3, 2]
+    kv.take_for(9, 3)  # the two never used, then a's tail block: a loses its second block
+    assert kv.lookup(request(10, 9, segments=((1, 8), (3, 1))), 9)[0] == 4
+    assert kv.lookup(request(11, 9, segments=((2, 8), (3, 1))), 9)[0] == 8
+    check_invariants(kv)
+
+
+def test_a_fully_cached_prompt_still_computes_its_last_token():
+    kv = PrefixCache(8, 4)
+    r = request(0, 12, segments=((1, 12),))
+    kv.take_for(r.id, 3)
+    kv.commit(r, 12)
+    kv.release(r.id, 3)
+    again = request(1, 12, segments=((1, 12),))
+    hit, blocks, evictable = kv.lookup(again, 12)
+    assert (hit, len(blocks), evictable) == (8, 2, 2)  # at most 11 tokens: 2 full blocks
+
+
+@st.composite
+def operations(draw):
+    return draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["admit", "grow", "release"]),
+                st.integers(0, 5),  # request slot
+                st.integers(1, 40),  # tokens
+                st.integers(0, 2),  # shared prefix
+            ),
+            min_size=1,
+            max_size=60,
+        )
+    )
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(operations(), st.integers(3, 12))
+def test_reference_counts_and_block_accounting_hold_after_every_operation(ops, num_blocks):
+    kv = PrefixCache(num_blocks, 4)
+    live: dict[int, tuple[Request, int, int]] = {}  # slot -> (request, tokens computed, blocks)
+    next_id = 0
+    for op, slot, tokens, prefix in ops:
+        if op == "admit" and slot not in live:
+            r = request(next_id, tokens, 10, segments=((prefix, min(tokens, 12)), (100 + next_id, 40)))
+            next_id += 1
+            hit, found, evictable = kv.lookup(r, tokens)
+            new = -(-tokens // 4) - len(found)
+            if new + evictable > kv.free:
+                continue
+            kv.touch(r.id, found)
+            kv.take_for(r.id, new)
+            kv.commit(r, tokens)
+            live[slot] = (r, tokens, len(found) + new)
+        elif op == "grow" and slot in live:
+            r, done, held = live[slot]
+            more = min(tokens, r.prompt_tokens + r.output_tokens - done)
+            need = -(-(done + more) // 4) - held
+            if need > kv.free:
+                continue
+            kv.take_for(r.id, need)
+            kv.commit(r, done + more)
+            live[slot] = (r, done + more, held + need)
+        elif op == "release" and slot in live:
+            r, _, held = live.pop(slot)
+            kv.release(r.id, held)
+        check_invariants(kv)
+    for r, _, held in live.values():
+        kv.release(r.id, held)
+    check_invariants(kv)
+    assert kv.free == kv.num_blocks
+
+
+# -- preemption in the engine -----------------------------------------------------------
+
+
+def trace(tmp_path: Path, rows, **sched):
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_time,prompt_tokens,output_tokens\n" + "".join(f"{a},{p},{o}\n" for a, p, o in rows))
+    return des.load_scenario(
+        {
+            "workload": {"arrival": {"process": "trace", "path": str(path)}},
+            "cost_model": {"kind": "constant", "step_time": 1.0},
+            "scheduler": {"kind": "continuous", "block_size": 4, **sched},
+        }
+    )
+
+
+def test_a_preempted_request_readmitted_before_eviction_computes_only_what_was_lost(tmp_path):
+    # 5 blocks of 4 tokens; A and B (prompt 4, output 6) need a third block each at t = 5:
+    # B is preempted holding 8 computed tokens in 2 full, cached blocks; A finishes at 6
+    # and B, re-admitted, finds both: it computes 1 token instead of 9 and ends at 7
+    r = des.simulate(trace(tmp_path, [(0, 4, 6), (0, 4, 6)], num_gpu_blocks_override=5))
+    assert r.requests["preemptions"].tolist() == [0, 1]
+    last = r.steps.iloc[-1]
+    assert (last["start"], last["prefill_tokens"] + last["decode_tokens"], last["cached_tokens"]) == (6.0, 1, 8)
+    assert r.requests["finish_time"].tolist() == [6.0, 7.0]
+    assert r.requests["cached_tokens"].tolist() == [0, 8]
+
+
+def test_after_eviction_a_preempted_request_computes_everything_again(tmp_path):
+    # 4 blocks: A (output 10) grows into both blocks B left behind when preempted at t = 5
+    r = des.simulate(trace(tmp_path, [(0, 4, 10), (0, 4, 6)], num_gpu_blocks_override=4))
+    last = r.steps.iloc[-1]
+    assert (last["start"], last["prefill_tokens"], last["cached_tokens"]) == (10.0, 9, 0)
+    assert r.requests["finish_time"].tolist() == [10.0, 11.0]
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_caching_off_recomputes_everything(tmp_path, caching):
+    r = des.simulate(trace(tmp_path, [(0, 4, 6), (0, 4, 6)], num_gpu_blocks_override=5, enable_prefix_caching=caching))
+    last = r.steps.iloc[-1]
+    assert last["prefill_tokens"] + last["decode_tokens"] == (1 if caching else 9)
