@@ -26,11 +26,14 @@ def by_id(result):
 
 
 def test_preemption_of_the_newest_request_and_its_recompute(tmp_path):
-    # 4 blocks of 4 tokens. A and B (prompt 4, output 6) each peak at 9 tokens = 3 blocks.
-    # Steps 1-5 fit (2 blocks each); at t = 5 both need a third block: B, the newest, is
-    # preempted, A finishes at 6, then B recomputes its 4 + 5 tokens in one step.
+    # 4 blocks of 4 tokens, no prefix caching. A and B (prompt 4, output 6) each peak at 9
+    # tokens = 3 blocks. Steps 1-5 fit (2 blocks each); at t = 5 both need a third block:
+    # B, the newest, is preempted, A finishes at 6, then B recomputes its 4 + 5 tokens in
+    # one step (with caching, see test_prefix_cache.py).
     sc = trace_scenario(
-        tmp_path, [(0, 4, 6), (0, 4, 6)], {"kind": "continuous", "block_size": 4, "num_gpu_blocks_override": 4}
+        tmp_path,
+        [(0, 4, 6), (0, 4, 6)],
+        {"kind": "continuous", "block_size": 4, "num_gpu_blocks_override": 4, "enable_prefix_caching": False},
     )
     r = des.simulate(sc)
     req, steps = by_id(r), r.steps
