@@ -43,41 +43,63 @@ def test_a_conversation_turn_begins_with_the_previous_turn_whole_sequence():
 # -- the cache ------------------------------------------------------------------------
 
 
-def check_invariants(kv: PrefixCache) -> None:
-    assert all(r >= 0 for r in kv.ref), "negative reference count"
-    assert kv.free == len(kv.queue)
-    assert all(kv.ref[b] == 0 for b in kv.queue), "a block in use is in the free queue"
-    in_use = sum(1 for r in kv.ref if r > 0)
-    assert in_use == kv.used == kv.num_blocks - kv.free
-    cached_free = kv.cached_free
-    uncached_free = sum(1 for b in kv.queue if kv.key[b] is None)
-    assert cached_free + uncached_free + in_use == kv.num_blocks
+def check_invariants(kv: PrefixCache, anonymous_in_use: int = 0) -> None:
+    """Reference counts never negative; the free queue's live entries are the free blocks;
+    used + cached-free + uncached-free = total; the cache map points at blocks holding
+    the content it names."""
+    assert all(r >= 0 for r in kv.ref.values()), "negative reference count"
+    live_named = [b for b, v in kv.queue if b >= 0 and kv.version.get(b) == v]
+    uncached_free = sum(-b for b, _ in kv.queue if b < 0)
+    assert len(live_named) == len(set(live_named)) == kv.cached_free
+    assert all(kv.ref[b] == 0 for b in live_named), "a block in use is in the free queue"
+    named_in_use = sum(1 for r in kv.ref.values() if r > 0)
+    assert kv.free == kv.cached_free + uncached_free
+    assert named_in_use + anonymous_in_use == kv.used == kv.num_blocks - kv.free
+    assert kv.used + kv.cached_free + uncached_free == kv.num_blocks
     for k, b in kv.cached.items():
         assert kv.key[b] == k, "the cache map points at a block holding other content"
-    held = sum(len(v) for v in kv.owned.values())
-    assert held == sum(kv.ref), "references do not match the blocks requests hold"
+    assert sum(kv.ref.values()) == sum(len(v) for v in kv.owned.values()), "references do not match holders"
 
 
 def test_freed_blocks_are_evicted_least_recently_freed_first_tail_before_head():
     kv = PrefixCache(6, 4)
     a, b = request(0, 8, segments=((1, 8),)), request(1, 8, segments=((2, 8),))
     for r in (a, b):
-        kv.take_for(r.id, 2)
+        kv.take(2)
         kv.commit(r, 8)
-    kv.release(a.id, 2)  # a's blocks 1, 0 join the queue after the two never used
+    check_invariants(kv)
+    kv.release(a.id, 2)  # a's blocks join the queue, tail first, after the two never used
     kv.release(b.id, 2)
-    order = list(kv.queue)
-    assert order[:2] == [4, 5] and order[2:] == [1, 0, 3, 2]
-    kv.take_for(9, 3)  # the two never used, then a's tail block: a loses its second block
+    check_invariants(kv)
+    assert kv.cached_free == 4
+    kv.take(3)  # the two never used, then a's tail block: a loses its second block
     assert kv.lookup(request(10, 9, segments=((1, 8), (3, 1))), 9)[0] == 4
     assert kv.lookup(request(11, 9, segments=((2, 8), (3, 1))), 9)[0] == 8
+    check_invariants(kv, anonymous_in_use=3)
+
+
+def test_a_touched_free_block_leaves_the_queue_and_returns_at_its_tail():
+    kv = PrefixCache(3, 4)
+    a = request(0, 8, segments=((1, 8),))
+    kv.take(2)
+    kv.commit(a, 8)
+    kv.release(a.id, 2)
+    again = request(1, 9, segments=((1, 8), (2, 1)))
+    hit, found, evictable = kv.lookup(again, 9)
+    assert (hit, evictable) == (8, 2)
+    kv.touch(again.id, found)
     check_invariants(kv)
+    assert kv.free == 1
+    kv.release(again.id, 2)
+    kv.take(1)  # the block never used, not the ones just freed
+    assert kv.lookup(request(2, 9, segments=((1, 8), (2, 1))), 9)[0] == 8
+    check_invariants(kv, anonymous_in_use=1)
 
 
 def test_a_fully_cached_prompt_still_computes_its_last_token():
     kv = PrefixCache(8, 4)
     r = request(0, 12, segments=((1, 12),))
-    kv.take_for(r.id, 3)
+    kv.take(3)
     kv.commit(r, 12)
     kv.release(r.id, 3)
     again = request(1, 12, segments=((1, 12),))
@@ -116,7 +138,7 @@ def test_reference_counts_and_block_accounting_hold_after_every_operation(ops, n
             if new + evictable > kv.free:
                 continue
             kv.touch(r.id, found)
-            kv.take_for(r.id, new)
+            kv.take(new)
             kv.commit(r, tokens)
             live[slot] = (r, tokens, len(found) + new)
         elif op == "grow" and slot in live:
@@ -125,13 +147,13 @@ def test_reference_counts_and_block_accounting_hold_after_every_operation(ops, n
             need = -(-(done + more) // 4) - held
             if need > kv.free:
                 continue
-            kv.take_for(r.id, need)
+            kv.take(need)
             kv.commit(r, done + more)
             live[slot] = (r, done + more, held + need)
         elif op == "release" and slot in live:
             r, _, held = live.pop(slot)
             kv.release(r.id, held)
-        check_invariants(kv)
+        check_invariants(kv, anonymous_in_use=sum(h - len(kv.owned.get(r.id, [])) for r, _, h in live.values()))
     for r, _, held in live.values():
         kv.release(r.id, held)
     check_invariants(kv)

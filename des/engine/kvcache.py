@@ -21,7 +21,6 @@ and the queue ahead of them). Waiters are served first come, first served.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -59,10 +58,10 @@ def ceil_div(a: IntOrArray, b: int) -> IntOrArray:
 class BlockManager:
     """``num_blocks`` blocks of ``block_size`` tokens; ``env`` serves :meth:`reserve` waiters.
 
-    Schedulers allocate for a request through the per-request methods (``take_for``,
-    ``grow_rows``, ``release``, ``lookup``, ``touch``, ``commit``), which a
-    prefix-caching manager (:class:`des.engine.prefix_cache.PrefixCache`) implements
-    with block ids and content keys; here, without caching, they are plain counts.
+    Schedulers take blocks in bulk (``take``) and give a request's back with ``release``;
+    ``lookup``, ``touch``, ``commit`` and ``preempted`` tell a prefix-caching manager
+    (:class:`des.engine.prefix_cache.PrefixCache`) what requests' blocks hold; here,
+    without caching, they do nothing and ``release`` is a count.
     """
 
     __slots__ = ("env", "num_blocks", "block_size", "free", "_waiters")
@@ -98,14 +97,6 @@ class BlockManager:
             raise RuntimeError("KV blocks returned twice")
 
     # -- per request ----------------------------------------------------------------
-    def take_for(self, req_id: int, n: int) -> None:
-        """Hand ``n`` more blocks to request ``req_id``."""
-        self.take(n)
-
-    def grow_rows(self, reqs: Sequence[Request], extra: np.ndarray) -> None:
-        """Hand ``extra[i]`` more blocks to ``reqs[i]`` for every row ``i`` (in row order)."""
-        self.take(int(extra.sum()))
-
     def release(self, req_id: int, n: int) -> None:
         """Request ``req_id`` gives back the ``n`` blocks it holds."""
         self.give(n)
@@ -120,6 +111,9 @@ class BlockManager:
 
     def commit(self, req: Request, computed: int) -> None:
         """``req`` has ``computed`` tokens of KV: its full blocks may be reused (caching only)."""
+
+    def preempted(self, req: Request, computed: int) -> None:
+        """``req`` is preempted with ``computed`` tokens of KV, about to free its blocks."""
 
     def count_lookup(self, hit: int, tokens: int) -> None:
         """Record a lookup that admitted a request: ``hit`` of ``tokens`` tokens were cached."""
@@ -156,5 +150,5 @@ class BlockManager:
                 return
             waiters.popleft()
             self.touch(req.id, blocks)
-            self.take_for(req.id, new)
+            self.take(new)
             event.succeed((len(blocks) + new, hit))

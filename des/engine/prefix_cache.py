@@ -2,7 +2,7 @@
 
 (See ``vllm/v1/core/kv_cache_manager.py``, ``block_pool.py`` and ``kv_cache_utils.py``.)
 
-- Blocks have ids and reference counts. A request holds its blocks in sequence order.
+- Blocks have reference counts. A request holds its blocks in sequence order.
 - Only *full* blocks are cached: once a block's ``block_size`` tokens are computed,
   it gets the key of its content (:mod:`des.engine.content`), chained from the start
   of the sequence, and enters the cache map ``key -> block``. (Two requests that
@@ -16,6 +16,17 @@
   cached prompt still computes its last token; the blocks found are *touched* (their
   count goes up, and those in the free queue leave it).
 
+What is modelled more cheaply than vLLM runs it, with the same outcome: only blocks
+whose content another sequence could ever ask for carry a key and an id (*named*
+blocks). A block nobody can hit — one not yet full, or one of a request whose
+content is its own (no shared prefix, conversation or trace hashes) — is
+*anonymous*: the free queue holds runs of anonymous blocks between named ones, in
+the order they were freed, and an allocation takes whatever is at the head, evicting
+the named blocks it takes. A request with content of its own is keyed only when it is
+preempted, just before its blocks are freed, because only its own re-admission can
+reuse them. Which anonymous block goes to whom is unobservable, so an allocation is
+O(1) but for the named blocks it evicts.
+
 ``free`` counts the blocks in the free queue, cached ones included: an allocation of
 ``n`` blocks is possible when ``n`` plus the free blocks a cache hit would take out of
 the queue does not exceed it. ``used + free = num_blocks``; of the free blocks,
@@ -24,80 +35,95 @@ the queue does not exceed it. ``used + free = num_blocks``; of the free blocks,
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import deque
 
-import numpy as np
 import simpy
 
 from des.engine.kvcache import BlockManager
 from des.engine.request import Request
 
+#: An anonymous run in the free queue is ``(-count, 0)``; a named block ``(id, version)``.
+Entry = tuple[int, int]
+
 
 class PrefixCache(BlockManager):
     """``num_blocks`` blocks of ``block_size`` tokens with automatic prefix caching."""
 
-    __slots__ = ("ref", "key", "queue", "cached", "owned", "keyed", "hit_tokens", "query_tokens")
+    __slots__ = ("ref", "key", "version", "seq", "queue", "cached", "owned", "next_id", "cached_free",
+                 "hit_tokens", "query_tokens")  # fmt: skip
 
     caching = True
 
     def __init__(self, num_blocks: int, block_size: int, env: simpy.Environment | None = None):
         super().__init__(num_blocks, block_size, env)
-        self.ref = [0] * num_blocks
-        self.key: list[int | None] = [None] * num_blocks
-        self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # free, evicted from the head
-        self.cached: dict[int, int] = {}  # content key -> block id
-        self.owned: dict[int, list[int]] = {}  # request id -> its blocks, in sequence order
-        self.keyed: dict[int, int] = {}  # request id -> how many of its blocks carry their key
+        self.ref: dict[int, int] = {}  # named block -> holders
+        self.key: dict[int, int] = {}  # named block -> content key
+        self.version: dict[int, int] = {}  # named free block -> the number of its live entry in the queue
+        self.seq = 0  # numbers queue entries, so that an entry left behind by a touch is known stale
+        self.queue: deque[Entry] = deque([(-num_blocks, 0)])
+        self.cached: dict[int, int] = {}  # content key -> named block
+        self.owned: dict[int, list[int]] = {}  # request -> its named blocks, in sequence order
+        self.next_id = 0
+        self.cached_free = 0  # named blocks in the free queue
         self.hit_tokens = 0  # tokens found cached, over all lookups that admitted a request
         self.query_tokens = 0  # tokens those lookups asked for
 
-    @property
-    def cached_free(self) -> int:
-        """Free blocks that still hold reusable content."""
-        key = self.key
-        return sum(1 for b in self.queue if key[b] is not None)
-
-    # -- the per-request interface of BlockManager --------------------------------------
-    def take_for(self, req_id: int, n: int) -> None:
+    # -- allocation ----------------------------------------------------------------------
+    def take(self, n: int) -> None:
+        """Take ``n`` blocks from the head of the free queue (they become anonymous)."""
         if n > self.free:
             raise RuntimeError(f"KV over-allocation: {n} blocks asked, {self.free} free")
-        if n <= 0:
-            return
-        queue, key, cached, ref = self.queue, self.key, self.cached, self.ref
-        mine = self.owned.setdefault(req_id, [])
-        for _ in range(n):
-            b, _ = queue.popitem(last=False)
-            k = key[b]
-            if k is not None:  # evict: the block's content is gone
-                if cached.get(k) == b:
-                    del cached[k]
-                key[b] = None
-            ref[b] = 1
-            mine.append(b)
         self.free -= n
+        queue, version = self.queue, self.version
+        while n > 0:
+            b, v = queue[0]
+            if b < 0:  # an anonymous run
+                if -b > n:
+                    queue[0] = (b + n, 0)
+                    return
+                queue.popleft()
+                n += b
+            else:
+                queue.popleft()
+                if version.get(b) == v:  # still free here (not touched since): evict it
+                    del version[b]
+                    self._evict(b)
+                    n -= 1
 
-    def grow_rows(self, reqs: Sequence[Request], extra: np.ndarray) -> None:
-        for i in np.flatnonzero(extra).tolist():
-            self.take_for(reqs[i].id, int(extra[i]))
+    def _evict(self, b: int) -> None:
+        k = self.key.pop(b)
+        if self.cached.get(k) == b:
+            del self.cached[k]
+        del self.ref[b]
+        self.cached_free -= 1
 
     def release(self, req_id: int, n: int) -> None:
-        blocks = self.owned.pop(req_id, [])
-        self.keyed.pop(req_id, None)
-        if len(blocks) != n:
-            raise RuntimeError(f"request {req_id} gives back {n} blocks but holds {len(blocks)}")
-        ref, queue = self.ref, self.queue
-        for b in reversed(blocks):  # the tail is evicted first
-            ref[b] -= 1
-            if ref[b] == 0:
-                queue[b] = None
-                self.free += 1
-            elif ref[b] < 0:
+        named = self.owned.pop(req_id, None) or []
+        anonymous = n - len(named)
+        if anonymous < 0:
+            raise RuntimeError(f"request {req_id} gives back {n} blocks but holds {len(named)} named ones")
+        queue = self.queue
+        if anonymous:  # its tail: freed first, so evicted first
+            queue.append((-anonymous, 0))
+        ref, version = self.ref, self.version
+        freed = anonymous
+        for b in reversed(named):
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:  # its last holder: the block is free, still holding its content
+                self.seq += 1
+                version[b] = self.seq
+                queue.append((b, self.seq))
+                freed += 1
+            elif r < 0:
                 raise RuntimeError(f"block {b} freed more often than taken")
+        self.cached_free += freed - anonymous
+        self.free += freed
 
+    # -- content ---------------------------------------------------------------------------
     def lookup(self, req: Request, tokens: int) -> tuple[int, list[int], int]:
-        if tokens <= 1:
-            return 0, [], 0
+        if tokens <= 1 or (req.segments is None and not req.preemptions):
+            return 0, [], 0  # content of its own, never preempted: nothing of it can be cached
         bs = self.block_size
         keys = req.block_keys(bs).upto((tokens - 1) // bs)
         cached, ref = self.cached, self.ref
@@ -113,35 +139,44 @@ class PrefixCache(BlockManager):
     def touch(self, req_id: int, blocks: list[int]) -> None:
         if not blocks:
             return
-        ref, queue = self.ref, self.queue
+        ref, version = self.ref, self.version
         for b in blocks:
-            if ref[b] == 0:
-                del queue[b]
+            if ref[b] == 0:  # leaves the free queue: its entry there goes stale
+                del version[b]
                 self.free -= 1
+                self.cached_free -= 1
             ref[b] += 1
-        mine = self.owned.setdefault(req_id, [])
-        if mine:
-            raise RuntimeError(f"request {req_id} touches cached blocks while holding others")
-        mine.extend(blocks)
-        self.keyed[req_id] = len(blocks)
+        if self.owned.get(req_id):
+            raise RuntimeError(f"request {req_id} touches cached blocks while holding named ones")
+        self.owned[req_id] = list(blocks)
 
     def commit(self, req: Request, computed: int) -> None:
+        if req.segments is None:
+            return  # nobody else can hit it: keyed only when preempted (see preempted)
+        self._name(req, computed)
+
+    def preempted(self, req: Request, computed: int) -> None:
+        """``req`` is preempted with ``computed`` tokens of KV: key its full blocks, which its
+        re-admission may find, before they are freed."""
+        self._name(req, computed)
+
+    def _name(self, req: Request, computed: int) -> None:
         full = computed // self.block_size
-        done = self.keyed.get(req.id, 0)
-        if full <= done:
+        mine = self.owned.setdefault(req.id, [])
+        if full <= len(mine):
             return
-        mine = self.owned[req.id]
         keys = req.block_keys(self.block_size).upto(full)
-        cached, key = self.cached, self.key
-        for i in range(done, full):
-            b = mine[i]
+        cached, key, ref = self.cached, self.key, self.ref
+        for i in range(len(mine), full):
+            b = self.next_id
+            self.next_id = b + 1
             k = keys[i]
             key[b] = k
+            ref[b] = 1
             if k not in cached:
                 cached[k] = b
-        self.keyed[req.id] = full
+            mine.append(b)
 
     def count_lookup(self, hit: int, tokens: int) -> None:
-        """Record a lookup that admitted a request: ``hit`` of ``tokens`` tokens were cached."""
         self.hit_tokens += hit
         self.query_tokens += tokens

@@ -150,6 +150,7 @@ class ContinuousScheduler:
 
     def _preempt_last(self) -> None:
         req, blocks = self.running.pop_last()
+        self.kv.preempted(req, req.computed)
         self.kv.release(req.id, blocks)
         req.computed = 0
         req.preemptions += 1
@@ -187,10 +188,7 @@ class ContinuousScheduler:
             extra = (comp + k + (bs - 1)) // bs - run.blocks[:n]
             blocks = int(extra.sum())
             if blocks <= kv.free:
-                if kv.caching:
-                    kv.grow_rows(run.reqs, extra)
-                else:
-                    kv.take(blocks)
+                kv.take(blocks)
                 run.blocks[:n] += extra
                 budget -= tokens
             else:
@@ -250,7 +248,7 @@ class ContinuousScheduler:
                     break
             else:
                 if need_blocks > 0:
-                    kv.take_for(run.reqs[i].id, need_blocks)
+                    kv.take(need_blocks)
                     run.blocks[i] += need_blocks
                 out.append(ki)
                 budget -= ki
@@ -291,7 +289,7 @@ class ContinuousScheduler:
                 req.computed = computed
                 req.cached_tokens += hit
                 self.step_cached += hit
-            kv.take_for(req.id, blocks)
+            kv.take(blocks)
             if req.scheduled_time != req.scheduled_time:  # NaN: first time scheduled
                 req.scheduled_time = now
             run.push(req, has + len(found) + blocks)
@@ -343,7 +341,7 @@ class ContinuousScheduler:
         m = k.size
         run = self.running
         comp, gen = run.computed[:m], run.generated[:m]
-        if self.kv.caching:
+        if self.kv.caching and run.shared[:m].any():
             self._commit_rows(comp, k)
         comp += k
         if step.decoding:  # everyone emits; nobody's first token
@@ -364,9 +362,11 @@ class ContinuousScheduler:
         return self._release(np.flatnonzero(fin), now)
 
     def _commit_rows(self, comp: np.ndarray, k: np.ndarray) -> None:
-        """Key the blocks that the ``k`` tokens now computed on top of ``comp`` fill."""
+        """Key the blocks that the ``k`` tokens now computed on top of ``comp`` fill, for
+        the rows whose content others may share."""
         bs = self.block_size
-        crossed = np.flatnonzero((comp + k) // bs > comp // bs).tolist()
+        m = comp.size
+        crossed = np.flatnonzero(((comp + k) // bs > comp // bs) & self.running.shared[:m]).tolist()
         if crossed:
             reqs, commit, after = self.running.reqs, self.kv.commit, (comp + k).tolist()
             for i in crossed:
@@ -425,25 +425,10 @@ class ContinuousScheduler:
         used = others + held.sum(axis=0)
         new_blk = np.maximum(ceil_div(comp + j, bs), blk)
         kv = self.kv
-        if kv.caching:
-            self._allocate_span(comp, blk, j)
+        kv.take(int((new_blk - blk).sum()))
+        if kv.caching and run.shared[:n].any():
             self._commit_rows(comp, np.full(n, j, np.int64))
-        else:
-            kv.take(int((new_blk - blk).sum()))
         run.blocks[:n] = new_blk
         run.computed[:n] += j
         run.generated[:n] += j
         return used
-
-    def _allocate_span(self, comp: np.ndarray, blk: np.ndarray, j: int) -> None:
-        """Hand out the blocks of ``j`` steady steps in the order the per-step engine would:
-        step by step, and within a step in row order (which blocks are evicted depends on it)."""
-        bs, reqs = self.block_size, self.running.reqs
-        needs: list[tuple[int, int]] = []
-        for r, (c, b) in enumerate(zip(comp.tolist(), blk.tolist(), strict=True)):
-            # step i (1-based) computes token c + i; it needs a new block when c + i > b · bs
-            needs.extend((i, r) for i in range(b * bs - c + 1, j + 1, bs))
-        needs.sort()
-        take_for = self.kv.take_for
-        for _, r in needs:
-            take_for(reqs[r].id, 1)

@@ -17,7 +17,7 @@ from des.engine.request import Request
 class RunningSet:
     """At most ``capacity`` running requests; the first ``n`` rows of each array are live."""
 
-    __slots__ = ("reqs", "prompt_len", "output_len", "generated", "computed", "blocks", "n")
+    __slots__ = ("reqs", "prompt_len", "output_len", "generated", "computed", "blocks", "shared", "n")
 
     def __init__(self, capacity: int):
         self.reqs: list[Request] = []
@@ -26,6 +26,7 @@ class RunningSet:
         self.generated = np.zeros(capacity, np.int64)
         self.computed = np.zeros(capacity, np.int64)
         self.blocks = np.zeros(capacity, np.int64)
+        self.shared = np.zeros(capacity, bool)  # states its content, which others may share
         self.n = 0
 
     def push(self, req: Request, blocks: int) -> None:
@@ -37,6 +38,7 @@ class RunningSet:
         self.generated[i] = req.generated
         self.computed[i] = req.computed
         self.blocks[i] = blocks
+        self.shared[i] = req.segments is not None
         self.n = i + 1
 
     def sync_row(self, i: int) -> Request:
@@ -69,7 +71,7 @@ class RunningSet:
         keep = np.ones(self.n, bool)
         keep[idx] = False
         n = int(keep.sum())
-        for a in (self.prompt_len, self.output_len, self.generated, self.computed, self.blocks):
+        for a in (self.prompt_len, self.output_len, self.generated, self.computed, self.blocks, self.shared):
             a[:n] = a[: self.n][keep]
         self.reqs = [r for r, kp in zip(self.reqs, keep.tolist(), strict=True) if kp]
         self.n = n
