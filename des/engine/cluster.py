@@ -30,7 +30,6 @@ from des.engine.instance import Instance
 from des.engine.link import TransferLog
 from des.engine.plan import Plan
 from des.engine.request import COMPLETED, REJECTED, Request
-from des.engine.schedulers.base import SpanScheduler
 from des.engine.steplog import StepLog
 from des.engine.topology import build_topology
 
@@ -106,5 +105,4 @@ class Cluster:
     def settle(self) -> None:
         """Bring every request still held by a scheduler up to date (the run has stopped)."""
         for inst in self.instances:
-            if isinstance(inst.scheduler, SpanScheduler):
-                inst.scheduler.sync()
+            inst.scheduler.sync()

@@ -8,38 +8,34 @@ the cluster's route for the request's next stage. Batches are formed after every
 other event at the same instant (a late-priority barrier), so requests arriving at
 time ``t`` can join the batch formed at ``t``.
 
-Fast-forward: when the scheduler (a :class:`SpanScheduler`) says the next ``j`` steps
-are pure decodes of the same members that release nobody, the instance costs them
-one by one (each step's decode context grows by its batch size), keeps those that
-end strictly before the next event anywhere in the simulation, logs them and applies
-them to the scheduler at once. It then lets the clock run through them step by step
-(one bare timeout each, so the clock follows the very chain of sums the per-step path
-computes; no single delay can land on the sum of many in floating point). Nothing
-else can happen in between, so the result is the one the per-step path
-(``fast_forward=False``, the reference) gives, to the bit, at a fraction of the
-per-step cost.
+Fast-forward: a step that ends strictly before the next event anywhere in the
+simulation cannot be touched by anything else, nor can the steps after it that also
+end before that event. The instance runs such steps back to back, without SimPy
+events, as long as none of them hands a request to the exit (whoever receives it
+must see the clock at the step's end) and no KV reservation waits (serving one fires
+an event); then one event brings the clock to the end of the last, exactly the sum
+the per-step path (``fast_forward=False``, the reference) reaches, since both add the
+same durations in the same order. The results are the reference's, to the bit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import replace
+from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.events import Event, EventPriority
+from simpy.events import NORMAL, Event, EventPriority
 
 from des.cost.base import CostModel
 from des.cost.work import StepWork
 from des.engine.kvcache import BlockManager
 from des.engine.request import Request
-from des.engine.schedulers.base import Role, Scheduler, SpanScheduler, Step
+from des.engine.schedulers.base import Role, Scheduler
 from des.engine.steplog import ROLE_CODE, StepLog
 
 #: Priority of the batch-formation barrier: after SimPy's URGENT (0) and NORMAL (1).
 LATE = EventPriority(2)
-#: Longest run of steps applied at once (bounds the per-span arrays).
-MAX_SPAN = 4096
 
 
 class _Barrier(Event):
@@ -84,7 +80,7 @@ class Instance:
         self.work = work
         self.log = log
         self.leave = leave
-        self.spans: SpanScheduler | None = scheduler if fast_forward and isinstance(scheduler, SpanScheduler) else None
+        self.fast_forward = fast_forward
         self.outstanding = 0  # requests routed here and not yet left
         self._wake: Event | None = None
         self.process = env.process(self._run())
@@ -126,7 +122,7 @@ class Instance:
 
     def _run(self) -> Generator[Event, Any, None]:
         env, sched, cost, record, kv = self.env, self.scheduler, self.cost, self.log.record, self.kv
-        leave = self.leave
+        leave, fast = self.leave, self.fast_forward
         while True:
             if env.peek() == env.now:
                 yield _Barrier(env)  # let every arrival due now join this batch
@@ -140,50 +136,43 @@ class Instance:
                     yield self._wake | env.timeout(max(wake_at - env.now, 0.0))
                 self._wake = None
                 continue
-            start = env.now
-            duration = cost.step_time(step.shape)
-            if self.spans is not None and start + duration < env.peek():
-                j = self.spans.steady_steps(step, MAX_SPAN)
-                if j > 1:
-                    end = yield from self._span(self.spans, step, j, duration)
-                    if end is not None:
-                        continue
-            kv_used, waiting = kv.used, sched.num_waiting()
-            yield env.timeout(duration)
-            released = sched.finish_step(step, env.now)
-            record(self, start, duration, step, kv_used, waiting)
+            t = env.now
+            limit = env.peek() if fast else t  # steps ending before it run back to back
+            released: list[Request] = []
+            while True:
+                duration = cost.step_time(step.shape)
+                kv_used, waiting = kv.used, sched.num_waiting()
+                end = t + duration
+                if end < limit and not kv.num_reserving:
+                    released = sched.finish_step(step, end)
+                    record(self, t, duration, step, kv_used, waiting)
+                    t = end
+                    if not released:
+                        nxt = sched.schedule(t)
+                        if nxt is not None:
+                            step = nxt
+                            continue
+                    yield _At(env, t)  # the clock catches up with the steps run
+                    break
+                if t != env.now:
+                    yield _At(env, t)
+                yield env.timeout(duration)
+                released = sched.finish_step(step, env.now)
+                record(self, t, duration, step, kv_used, waiting)
+                break
             for req in released:
                 self.outstanding -= 1
                 leave(req, self)
 
-    def _span(self, sched: SpanScheduler, step: Step[Any], j: int, first: float) -> Generator[Event, Any, float | None]:
-        """Apply up to ``j`` steady steps that end before the next event; None if < 2."""
-        env = self.env
-        limit = env.peek()
-        shape = step.shape
-        grow = shape.decode_tokens
-        probe = replace(shape)  # a decode step's shape; only its context grows
-        work = self.work
-        starts, durations, flops, hbm_bytes = [], [], [], []
-        t, d = env.now, first
-        for _ in range(j):
-            end = t + d
-            if not end < limit:
-                break
-            starts.append(t)
-            durations.append(d)
-            flops.append(work.flops(probe))
-            hbm_bytes.append(work.hbm_bytes(probe))
-            t = end
-            probe.decode_context += grow
-            d = self.cost.step_time(probe)
-        m = len(starts)
-        if m < 2:
-            return None
-        waiting = sched.num_waiting()
-        kv = sched.advance(step, m)
-        self.log.record_span(self, starts, durations, step, kv.tolist(), waiting, flops, hbm_bytes)
-        timeout = env.timeout
-        for d in durations:
-            yield timeout(d)
-        return t
+
+class _At(Event):
+    """Fires at exactly time ``at`` (a timeout would add a delay to the clock, and
+    ``now + (at - now)`` need not equal ``at`` in floating point)."""
+
+    def __init__(self, env: simpy.Environment, at: float):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        # Environment.schedule adds a delay to now; the queue entry itself is
+        # (time, priority, event id, event), as in simpy.core.Environment.schedule.
+        heappush(env._queue, (at, NORMAL, next(env._eid), self))

@@ -54,6 +54,11 @@ class Request:
     prefix_group: int = -1
     done: Any = None  # a simpy.Event fired when the request leaves, for closed-loop users
     _keys: BlockKeys | None = None
+    # bookkeeping of the scheduler running it (des.engine.schedulers.continuous)
+    owner: Any = None
+    phase: int = 0
+    base: int = 0
+    admitted: int = 0
 
     def block_keys(self, block_size: int) -> BlockKeys:
         """The keys of its KV blocks of ``block_size`` tokens: prompt, then output."""

@@ -9,10 +9,6 @@ request that leaves keeps its KV blocks until whoever knows its next stage calls
 its cache has been transferred to a decode instance. Schedulers never scan requests
 beyond their batch and the head of their queue.
 
-A scheduler that can also say how many of the coming steps are steady decodes (and
-apply them at once) implements :class:`SpanScheduler`; the instance then
-fast-forwards through such spans.
-
 An instance plays one :data:`Role`: ``colocated`` (a request's whole life),
 ``prefill`` (up to its first token, then it leaves) or ``decode`` (from a
 transferred prompt's KV on).
@@ -21,9 +17,7 @@ transferred prompt's KV on).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
-
-import numpy as np
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager
@@ -86,23 +80,8 @@ class Scheduler(Protocol):
         """When ``schedule`` may return a step with no new arrival (static ``max_wait``)."""
         ...
 
-
-@runtime_checkable
-class SpanScheduler(Scheduler, Protocol):
-    """A scheduler whose steady decode spans the instance may apply at once."""
-
     def sync(self) -> None:
-        """Bring the Request objects it holds up to date (at the end of a run)."""
-        ...
-
-    def steady_steps(self, step: Step[Any], limit: int) -> int:
-        """How many steps, from ``step`` on and at most ``limit``, are pure decodes of the
-        same members that release nobody (so many can be applied at once); at least 1."""
-        ...
-
-    def advance(self, step: Step[Any], j: int) -> np.ndarray:
-        """Apply ``j`` such steady steps at once (instead of ``finish_step``); return the
-        KV blocks in use during each."""
+        """Write onto the requests it holds any progress it keeps elsewhere (at the end of a run)."""
         ...
 
 

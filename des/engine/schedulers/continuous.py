@@ -7,15 +7,25 @@ blocks:
 1. running requests first, oldest first: each gets the tokens it needs (one for a
    decode, the rest of its prompt for a prefill, cut to the budget when chunked
    prefill is on). When the KV blocks for them run out, the newest running request
-   is preempted: its blocks are freed, its progress dropped (recomputed later) and it
-   goes back to the front of the queue.
+   is preempted: its blocks are freed, its progress dropped (recomputed later, or
+   found in the prefix cache) and it goes back to the front of the queue.
 2. then, unless someone was preempted this step, waiting requests in FCFS order
    (preempted ones first) while the budget, the sequence cap and the KV blocks allow;
    the queue's head blocks the rest (no overtaking).
 
-The running set is kept as parallel numpy arrays (:class:`RunningSet`), so a step
-costs a fixed number of array operations whatever the batch size; the scalar path
-runs only when the KV cache is short and someone must be preempted.
+Constant work per step. The running set is split into the few requests still
+computing their prompt (*prefilling*, in admission order) and the many *decoding*
+one token per step. A decoding request's progress is not updated step by step: it
+records the instance's decode-step counter ``tau`` at which its ``computed`` and
+``generated`` were last written (its *base*), and is ``tau - base`` tokens further
+on. The decoding set keeps running aggregates: its size, the sum of its contexts,
+how many of its members cross a KV block boundary at each step (by the residue of
+``base - computed`` modulo the block size) and, by step, who finishes then. A step in
+which every running request gets what it needs (the common case) therefore costs a
+handful of operations plus the prefilling requests; only a step short of budget or
+blocks walks the running set in order, as vLLM does. Every request's times are
+exactly those of a step-by-step walk (the old array scheduler, kept in the tests as
+an oracle, checks it).
 
 On a ``prefill`` instance of disaggregated serving a request leaves once it emits its
 first token. On a ``decode`` instance it arrives holding its transferred prompt's KV
@@ -34,9 +44,9 @@ held, by request id, until ``free``.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
 from pydantic import Field
 
 from des.cost.base import BatchShape
@@ -44,7 +54,6 @@ from des.engine.kvcache import BlockManager, CacheConfig, ceil_div
 from des.engine.plan import Plan, PlanContext, colocated
 from des.engine.request import Request
 from des.engine.schedulers.base import Role, Step, held_tokens, length_rejection
-from des.engine.schedulers.running import RunningSet
 
 
 class ContinuousSettings(CacheConfig):
@@ -88,15 +97,17 @@ class ContinuousConfig(ContinuousSettings):
         return colocated(self, ctx)
 
 
-def _by_id(req: Request) -> int:
-    return req.id
+#: Where a request stands on the instance running it.
+PREFILLING, DECODING = 1, 2
 
 
-NO_BLOCKS: list[int] = []
+@dataclass(slots=True)
+class Batch:
+    """What a step computes beyond one token for each decoding request: the tokens of
+    each prefilling request that gets some, and the decoding requests left without."""
 
-#: Batches up to this size get their shape from a Python loop, which beats numpy's
-#: per-call overhead on a handful of sequences.
-SCALAR_SHAPE = 24
+    prefill: list[tuple[Request, int]] = field(default_factory=list)
+    starved: list[Request] = field(default_factory=list)
 
 
 class ContinuousScheduler:
@@ -113,10 +124,20 @@ class ContinuousScheduler:
         self.leaves_after_prefill = role == "prefill"
         self.waiting: deque[Request] = deque()
         self.ready: deque[Request] = deque()  # requests holding their KV, admitted first
-        self.running = RunningSet(cfg.max_num_seqs)
         self.held: dict[int, int] = {}  # request id -> KV blocks, for requests not running
         self.unrecorded_preemptions = 0  # preemptions of a batch that came out empty
         self.step_cached = 0  # tokens found in the prefix cache by this step's admissions
+        # the running set: every request in admission order, and the prefilling ones
+        self.running: dict[Request, None] = {}
+        self.prefilling: dict[Request, None] = {}
+        self.admissions = 0  # numbers admissions, to release in admission order
+        # the decoding set, by aggregates (see the module docstring)
+        self.tau = 0
+        self.decoders = 0
+        self.context = 0  # sum over decoders of (computed at base - base)
+        self.crossing = [0] * self.block_size  # decoders by (base - computed at base) mod block size
+        self.finishing: dict[int, list[Request]] = {}  # tau -> decoders finishing when it is reached
+        self.shared: list[dict[Request, None]] = [{} for _ in range(self.block_size)]  # cached content, by residue
 
     # -- protocol -------------------------------------------------------------------
     def rejection(self, req: Request) -> str | None:
@@ -145,69 +166,106 @@ class ContinuousScheduler:
         return None
 
     def sync(self) -> None:
-        """Copy the running requests' progress from the arrays onto the Request objects."""
-        self.running.sync()
+        """Write every decoding request's progress onto it (at the end of a run)."""
+        for req in self.running:
+            if req.phase == DECODING:
+                self._materialize(req)
 
-    def _preempt_last(self) -> None:
-        req, blocks = self.running.pop_last()
+    # -- the decoding set ----------------------------------------------------------------
+    def _materialize(self, req: Request) -> None:
+        """Write a decoding request's progress at the current ``tau`` (aggregates unchanged)."""
+        d = self.tau - req.base
+        if d:
+            req.computed += d
+            req.generated += d
+            req.base = self.tau
+
+    def _start_decoding(self, req: Request) -> None:
+        """``req`` (progress written, needing one token a step from now on) joins the decoders."""
+        tau = self.tau
+        req.phase = DECODING
+        req.base = tau
+        self.decoders += 1
+        self.context += req.computed - tau
+        r = (tau - req.computed) % self.block_size
+        self.crossing[r] += 1
+        end = tau + req.output_tokens - req.generated
+        bucket = self.finishing.get(end)
+        if bucket is None:
+            self.finishing[end] = [req]
+        else:
+            bucket.append(req)
+        if req.segments is not None and self.kv.caching:
+            self.shared[r][req] = None
+
+    def _stop_decoding(self, req: Request) -> None:
+        """``req`` (progress written) leaves the decoders; its finishing entry goes stale."""
+        self.decoders -= 1
+        self.context -= req.computed - req.base
+        r = (req.base - req.computed) % self.block_size
+        self.crossing[r] -= 1
+        if req.segments is not None and self.kv.caching:
+            self.shared[r].pop(req, None)
+        req.phase = 0
+
+    def _leave(self, req: Request) -> None:
+        """``req`` leaves the running set (finished, done here, or preempted)."""
+        if req.phase == DECODING:
+            self._stop_decoding(req)
+        else:
+            self.prefilling.pop(req, None)
+        req.phase = 0
+        req.owner = None
+        del self.running[req]
+
+    def _preempt_newest(self) -> Request:
+        req = next(reversed(self.running))
+        if req.phase == DECODING:
+            self._materialize(req)
+        self._leave(req)
+        blocks = ceil_div(req.computed, self.block_size)
         self.kv.preempted(req, req.computed)
         self.kv.release(req.id, blocks)
         req.computed = 0
         req.preemptions += 1
         self.waiting.appendleft(req)
+        return req
 
     # -- scheduling -----------------------------------------------------------------
-    def schedule(self, now: float) -> Step[np.ndarray] | None:
+    def schedule(self, now: float) -> Step[Batch] | None:
         self.step_cached = 0
         return self._schedule(now)
 
-    def _schedule(self, now: float) -> Step[np.ndarray] | None:
-        kv, bs, run = self.kv, self.block_size, self.running
-        n = run.n
+    def _schedule(self, now: float) -> Step[Batch] | None:
+        kv, bs = self.kv, self.block_size
         budget = self.max_tokens
+        batch = Batch()
         preempted = 0
-        tokens = 0  # tokens scheduled this step
-        decoding = False  # every member decodes one token (the common, cheap case)
-        if n:
-            comp, gen = run.computed[:n], run.generated[:n]
-            need = run.prompt_len[:n] + gen - comp
-            total = int(need.sum())
-            if total <= budget:
-                k, tokens = need, total
-                decoding = total == n and int(gen.min()) > 0
-            else:
-                if self.chunked:
-                    k = np.diff(np.minimum(np.cumsum(need), budget), prepend=0)
-                else:
-                    fits = np.cumsum(need) <= budget
-                    k = need * fits
-                    if not fits.all():  # FCFS: nobody after the first request that does not fit
-                        k[int(np.argmin(fits)) :] = 0
-                tokens = int(k.sum())
-            # blocks held cover ``comp`` tokens exactly, so the extra ones are never negative
-            extra = (comp + k + (bs - 1)) // bs - run.blocks[:n]
-            blocks = int(extra.sum())
+        need = self.decoders
+        for req in self.prefilling:
+            need += req.prompt_tokens + req.generated - req.computed
+        if need <= budget:  # everyone gets what it needs
+            blocks = self.crossing[self.tau % bs]
+            for req in self.prefilling:
+                c = req.computed
+                k = req.prompt_tokens + req.generated - c
+                blocks += ceil_div(c + k, bs) - ceil_div(c, bs)
+                batch.prefill.append((req, k))
             if blocks <= kv.free:
                 kv.take(blocks)
-                run.blocks[:n] += extra
-                budget -= tokens
+                budget -= need
             else:
-                k, budget, preempted = self._schedule_under_pressure(k, budget)
-                tokens = self.max_tokens - budget
-                decoding = False
-        else:
-            k = np.zeros(0, np.int64)
+                budget, preempted = self._ordered(batch, budget)
+        elif self.running:
+            budget, preempted = self._ordered(batch, budget)
         if not preempted:
-            admitted, budget = self._admit(self.ready, now, budget) if self.ready else ([], budget)
+            if self.ready:
+                budget = self._admit(self.ready, now, budget, batch)
             if self.waiting and budget > 0:
-                more, budget = self._admit(self.waiting, now, budget)
-                admitted += more
-            if admitted:
-                k = np.concatenate([k, np.array(admitted, np.int64)])
-                tokens += sum(admitted)
-                decoding = False
+                budget = self._admit(self.waiting, now, budget, batch)
         if kv.num_reserving and not self.waiting:
             kv.serve()  # what is left goes to the links' reservations
+        tokens = self.max_tokens - budget
         if tokens == 0:
             if not preempted:
                 return None
@@ -220,52 +278,72 @@ class ContinuousScheduler:
         if self.unrecorded_preemptions:
             preempted += self.unrecorded_preemptions
             self.unrecorded_preemptions = 0
-        if decoding:
-            shape = BatchShape.decodes(n, int(comp.sum()))
-        else:
-            shape = self._shape(k)
-        step = Step(shape, k, shape.num_seqs, shape.num_seqs, preempted, shape.num_emitting)
-        step.decoding = decoding
+        shape = self._shape(batch)
+        step = Step(shape, batch, shape.num_seqs, shape.num_seqs, preempted, shape.num_emitting)
         step.cached_tokens = self.step_cached
         return step
 
-    def _schedule_under_pressure(self, k: np.ndarray, budget: int) -> tuple[np.ndarray, int, int]:
-        """The scalar path: allocate in order, preempting the newest when blocks run out."""
-        kv, bs, run = self.kv, self.block_size, self.running
-        preempted = 0
-        out = []
-        i = 0
-        while i < run.n:
-            ki = int(k[i]) if i < k.size else 0
-            if ki == 0:
-                break
-            need_blocks = ceil_div(int(run.computed[i]) + ki, bs) - int(run.blocks[i])
-            while need_blocks > kv.free:
-                victim = run.n - 1
-                self._preempt_last()
-                preempted += 1
-                if victim == i:
-                    break
+    def _ordered(self, batch: Batch, budget: int) -> tuple[int, int]:
+        """The running set walked in admission order, as vLLM does when the budget or the
+        blocks do not reach everyone: each request gets what it needs, cut to the budget
+        left (without chunked prefill: all or nothing, and nobody after a request left
+        out); then blocks are allocated in order, preempting the newest request while
+        they run out. Fills ``batch``; returns the budget left and the preemptions."""
+        kv, bs = self.kv, self.block_size
+        batch.prefill.clear()
+        plan: list[tuple[Request, int]] = []
+        left = budget
+        for req in self.running:
+            if req.phase == DECODING:
+                self._materialize(req)
+            n = req.prompt_tokens + req.generated - req.computed
+            if self.chunked:
+                k = n if n <= left else left
             else:
-                if need_blocks > 0:
-                    kv.take(need_blocks)
-                    run.blocks[i] += need_blocks
-                out.append(ki)
-                budget -= ki
-                i += 1
+                k = n if n <= left and (not plan or plan[-1][1]) else 0
+            plan.append((req, k))
+            left -= k
+        blocks = 0
+        for req, k in plan:
+            c = req.computed
+            blocks += ceil_div(c + k, bs) - ceil_div(c, bs)
+        preempted = 0
+        if blocks <= kv.free:
+            kv.take(blocks)
+            scheduled = plan
+        else:  # allocate in order, preempting the newest when blocks run out
+            scheduled = []
+            for req, k in plan:
+                if k == 0 or req.owner is not self:
+                    break
+                c = req.computed
+                more = ceil_div(c + k, bs) - ceil_div(c, bs)
+                victim = None
+                while more > kv.free and victim is not req:
+                    victim = self._preempt_newest()
+                    preempted += 1
+                if victim is req:
+                    break
+                kv.take(more)
+                scheduled.append((req, k))
+        done = set()
+        for req, k in scheduled:
+            if k == 0:
                 continue
-            break
-        k_out = np.zeros(run.n, np.int64)  # those left unscheduled (budget spent) get 0
-        k_out[: len(out)] = out
-        return k_out, budget, preempted
+            budget -= k
+            done.add(req)
+            if req.phase != DECODING:
+                batch.prefill.append((req, k))
+        for req in self.running:
+            if req.phase == DECODING and req not in done:
+                batch.starved.append(req)
+        return budget, preempted
 
-    def _admit(self, waiting: deque[Request], now: float, budget: int) -> tuple[list[int], int]:
+    def _admit(self, waiting: deque[Request], now: float, budget: int, batch: Batch) -> int:
         """Admit requests from the head of ``waiting`` while budget, sequence cap and blocks
-        allow (the head blocks the rest); returns the tokens each admitted request gets this
-        step, and the budget left."""
-        kv, bs, run, held = self.kv, self.block_size, self.running, self.held
-        ks = []
-        while waiting and budget > 0 and run.n < self.max_seqs:
+        allow (the head blocks the rest); adds them to ``batch``; returns the budget left."""
+        kv, bs, held = self.kv, self.block_size, self.held
+        while waiting and budget > 0 and len(self.running) < self.max_seqs:
             req = waiting[0]
             tokens = req.prompt_tokens + req.generated  # KV it needs before its next token
             has = held.get(req.id, 0)
@@ -273,9 +351,9 @@ class ContinuousScheduler:
             if kv.caching and not has:  # holds no KV here: reuse the longest cached prefix
                 hit, found, evictable = kv.lookup(req, tokens)
                 computed = max(computed, hit)
-            need = tokens - computed
-            k = need if need <= budget else budget
-            if k < need and not self.chunked:
+            n = tokens - computed
+            k = n if n <= budget else budget
+            if k < n and not self.chunked:
                 break
             blocks = ceil_div(computed + k, bs) - has - len(found)
             if blocks + evictable > kv.free:
@@ -292,143 +370,103 @@ class ContinuousScheduler:
             kv.take(blocks)
             if req.scheduled_time != req.scheduled_time:  # NaN: first time scheduled
                 req.scheduled_time = now
-            run.push(req, has + len(found) + blocks)
-            ks.append(k)
+            self.running[req] = None
+            req.owner = self
+            req.admitted = self.admissions
+            self.admissions += 1
+            if req.generated and n == 1:  # a decode: it joins the decoders at once
+                self._start_decoding(req)
+            else:
+                req.phase = PREFILLING
+                self.prefilling[req] = None
+                batch.prefill.append((req, k))
             budget -= k
-        return ks, budget
+        return budget
 
-    def _shape(self, k: np.ndarray) -> BatchShape:
-        """The step's aggregates when it holds prefill chunks (see BatchShape)."""
-        m = k.size
-        run = self.running
-        if m <= SCALAR_SHAPE:
-            shape = BatchShape()
-            for ki, c, g, p in zip(
-                k.tolist(),
-                run.computed[:m].tolist(),
-                run.generated[:m].tolist(),
-                run.prompt_len[:m].tolist(),
-                strict=True,
-            ):
-                if ki == 0:
-                    continue
-                need = p + g - c
-                if g and need == 1:
-                    shape.add_decode(c)
-                else:
-                    shape.add_chunk(c, ki, ki == need)
-            return shape
-        comp = run.computed[:m]
-        gen = run.generated[:m]
-        need = run.prompt_len[:m] + gen - comp
-        decode = (need == 1) & (gen > 0) & (k == 1)
-        chunk = (k > 0) & ~decode
-        nd = int(decode.sum())
-        kc = k[chunk]
-        cc = comp[chunk]
-        return BatchShape(
-            num_seqs=int((k > 0).sum()),
-            prefill_tokens=int(kc.sum()),
-            prefill_pairs=float((kc * (cc + (kc + 1) / 2)).sum()),
-            prefill_context=int((cc + kc).sum()),
-            decode_tokens=nd,
-            decode_context=int(comp[decode].sum()) + nd,
-            num_emitting=int((k == need).sum()),
-        )
+    def _shape(self, batch: Batch) -> BatchShape:
+        """The step's aggregates: the decoders not starved, then the prefill chunks."""
+        n = self.decoders - len(batch.starved)
+        context = self.context + self.decoders * self.tau
+        for req in batch.starved:
+            context -= req.computed  # written by the ordered walk
+        shape = BatchShape.decodes(n, context) if n else BatchShape()
+        for req, k in batch.prefill:
+            c = req.computed
+            shape.add_chunk(c, k, k == req.prompt_tokens + req.generated - c)
+        return shape
 
-    def finish_step(self, step: Step[np.ndarray], now: float) -> list[Request]:
-        k = step.items
-        m = k.size
-        run = self.running
-        comp, gen = run.computed[:m], run.generated[:m]
-        if self.kv.caching and run.shared[:m].any():
-            self._commit_rows(comp, k)
-        comp += k
-        if step.decoding:  # everyone emits; nobody's first token
-            gen += 1
-            if self.leaves_after_prefill:
-                return []
-            fin = gen == run.output_len[:m]
-        else:
-            emit = comp == run.prompt_len[:m] + gen
-            gen += emit
-            first = emit & (gen == 1)
-            if first.any():
-                for i in np.flatnonzero(first).tolist():
-                    run.reqs[i].first_token_time = now
-            fin = first if self.leaves_after_prefill else emit & (gen == run.output_len[:m])
-        if not fin.any():
-            return []
-        return self._release(np.flatnonzero(fin), now)
-
-    def _commit_rows(self, comp: np.ndarray, k: np.ndarray) -> None:
-        """Key the blocks that the ``k`` tokens now computed on top of ``comp`` fill, for
-        the rows whose content others may share."""
-        bs = self.block_size
-        m = comp.size
-        crossed = np.flatnonzero(((comp + k) // bs > comp // bs) & self.running.shared[:m]).tolist()
-        if crossed:
-            reqs, commit, after = self.running.reqs, self.kv.commit, (comp + k).tolist()
-            for i in crossed:
-                commit(reqs[i], after[i])
-
-    def _release(self, idx: np.ndarray, now: float) -> list[Request]:
-        """Remove the requests at rows ``idx`` from the running set; they keep their blocks."""
+    def finish_step(self, step: Step[Batch], now: float) -> list[Request]:
+        batch, kv = step.items, self.kv
+        tau = self.tau = self.tau + 1
+        for req in batch.starved:  # they did not move: from now on a step behind the others
+            self._stop_decoding(req)
+            self._start_decoding(req)
+        if kv.caching:
+            self._commit(batch, tau)
         done = []
-        held = self.held
-        for req, blocks in self.running.remove(idx):
+        bucket = self.finishing.pop(tau, None)
+        if bucket:
+            for req in bucket:
+                if req.owner is self and req.phase == DECODING and req.base + req.output_tokens - req.generated == tau:
+                    self._materialize(req)
+                    done.append(req)
+        for req, k in batch.prefill:
+            c = req.computed = req.computed + k
+            g = req.generated
+            if c != req.prompt_tokens + g:  # a chunk short of the prompt's end: nothing emitted
+                if g and c == req.prompt_tokens + g - 1:  # a recomputation one token short: a decode now
+                    del self.prefilling[req]
+                    self._start_decoding(req)
+                continue
+            g = req.generated = g + 1
+            if g == 1:
+                req.first_token_time = now
+            if g == req.output_tokens or self.leaves_after_prefill:
+                done.append(req)
+            else:  # emitted; one token a step from now on
+                del self.prefilling[req]
+                self._start_decoding(req)
+        if not done:
+            return []
+        if len(done) > 1:
+            done.sort(key=_admitted)  # in admission order (by id for prefill instances' transfers)
+            if self.leaves_after_prefill:
+                done.sort(key=_by_id)
+        held, bs = self.held, self.block_size
+        for req in done:
             if req.generated == req.output_tokens:
                 req.finish_time = now
-            held[req.id] = blocks
-            done.append(req)
-        if self.leaves_after_prefill and len(done) > 1:
-            done.sort(key=_by_id)  # prompts done at once queue for their transfer by arrival
+            self._leave(req)
+            held[req.id] = ceil_div(req.computed, bs)
         return done
 
-    # -- fast-forward ------------------------------------------------------------------
-    def steady_steps(self, step: Step[np.ndarray], limit: int) -> int:
-        """How many steps from ``step`` on (at most ``limit``) keep the same members,
-        are pure decodes and release nobody; 1 when ``step`` itself is not one."""
-        run = self.running
-        n = run.n
-        k = step.items
-        # A step with no prefill admitted nobody, so the queue's head is blocked by the
-        # sequence cap, the budget or the KV cache, none of which loosens while the same
-        # members decode (they only take more blocks).
-        if not step.decoding or k.size != n or self.leaves_after_prefill:
-            return 1
-        j = int((run.output_len[:n] - run.generated[:n]).min()) - 1  # the step after these finishes someone
-        j = min(j, limit)
-        if j <= 1:
-            return max(j, 1)
-        # KV: the blocks for comp + i tokens (step i, 1-based) must be free for every i <= j
-        comp, blk, bs, free = run.computed[:n], run.blocks[:n], self.block_size, self.kv.free
-        if int((ceil_div(comp + j, bs) - blk).clip(0).sum()) > free:
-            lo, hi = 1, j  # largest feasible j by bisection (feasibility is monotone)
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if int((ceil_div(comp + mid, bs) - blk).clip(0).sum()) <= free:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            j = lo
-        return j
+    def _commit(self, batch: Batch, tau: int) -> None:
+        """Key the blocks this step filled, of requests whose content others may share, in
+        admission order (the first to fill a block of some content is the one cached)."""
+        full: list[tuple[int, Request, int]] = []
+        for req in self.shared[tau % self.block_size]:  # decoders whose last block just filled
+            self._materialize(req)
+            full.append((req.admitted, req, req.computed))
+        for req, k in batch.prefill:
+            if req.segments is not None:
+                full.append((req.admitted, req, req.computed + k))
+        if len(full) > 1:
+            full.sort(key=_first)
+        commit = self.kv.commit
+        for _, req, computed in full:
+            commit(req, computed)
 
-    def advance(self, step: Step[np.ndarray], j: int) -> np.ndarray:
-        """Apply ``j`` steady decode steps at once; returns the KV blocks in use at each."""
-        run, bs = self.running, self.block_size
-        n = run.n
-        comp = run.computed[:n]
-        blk = run.blocks[:n]
-        others = self.kv.used - int(blk.sum())
-        held = np.maximum(ceil_div(np.add.outer(comp, np.arange(1, j + 1)), bs), blk[:, None])
-        used = others + held.sum(axis=0)
-        new_blk = np.maximum(ceil_div(comp + j, bs), blk)
-        kv = self.kv
-        kv.take(int((new_blk - blk).sum()))
-        if kv.caching and run.shared[:n].any():
-            self._commit_rows(comp, np.full(n, j, np.int64))
-        run.blocks[:n] = new_blk
-        run.computed[:n] += j
-        run.generated[:n] += j
-        return used
+
+def _first(item: tuple[int, Request, int]) -> int:
+    return item[0]
+
+
+def _by_id(req: Request) -> int:
+    return req.id
+
+
+def _admitted(req: Request) -> int:
+    return req.admitted
+
+
+NO_BLOCKS: list[int] = []

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Literal
 
-import numpy as np
 from pydantic import Field, NonNegativeFloat
 
 from des.cost.base import BatchShape
@@ -156,24 +155,7 @@ class StaticScheduler:
         return Step(shape, batch.members, active, w, 0, active)
 
     def sync(self) -> None:
-        """Requests are updated in place as steps end: nothing to copy."""
-
-    def steady_steps(self, step: Step[list[Request]], limit: int) -> int:
-        """Steps from ``step`` on (at most ``limit``) that are decodes releasing nobody."""
-        batch = self.batch
-        if batch is None or batch.steps_done == 0 or not batch.members:
-            return 1
-        left = min(r.output_tokens - r.generated for r in batch.members)
-        return max(min(left - 1, limit), 1)
-
-    def advance(self, step: Step[list[Request]], j: int) -> np.ndarray:
-        """Apply ``j`` steady decode steps at once; returns the KV blocks in use at each."""
-        batch = self.batch
-        assert batch is not None
-        batch.steps_done += j
-        for req in batch.members:
-            req.generated += j
-        return np.full(j, self.kv.used, np.int64)
+        """Requests are updated in place as steps end: nothing to write."""
 
     def finish_step(self, step: Step[list[Request]], now: float) -> list[Request]:
         batch = self.batch
