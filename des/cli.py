@@ -162,8 +162,8 @@ def costmodel(
         "gpu",
         f"{tp} x {gpu.name}: {gpu.peak_flops(precision.compute_dtype) / 1e12:.1f} TFLOP/s "
         f"{precision.compute_dtype}, {gpu.memory_bandwidth / 1e9:.0f} GB/s, {gpu.memory_bytes / gib:.1f} GiB; "
-        f"mfu {gpu.efficiency.mfu_prefill}/{gpu.efficiency.mfu_decode}, mbu {gpu.efficiency.mbu}, "
-        f"overhead {gpu.efficiency.step_overhead * 1e3:.1f} ms/step",
+        f"GEMMs at {gpu.efficiency.gemm_compute:.2f} of peak, weights at {gpu.efficiency.weight_bandwidth:.2f} "
+        f"of bandwidth (knee {gpu.efficiency.gemm_knee:.2f}), CPU {gpu.efficiency.step_overhead * 1e3:.2g} ms/step",
     )
     head.add_row("ridge", f"{facts['ridge_tokens']:.0f} tokens per step (compute overtakes weight reads)")
     head.add_row(
@@ -510,6 +510,32 @@ def _print_summary(sc, s: dict, wall: float, out_dir: Path) -> None:
         f"wrote {out_dir}/ (requests.parquet, steps.parquet, summary.json, scenario.yaml) in {wall:.2f} s",
         highlight=False,
     )
+
+
+@main.command()
+@click.argument("profile_dir", metavar="PROFILE_DIR", type=click.Path(path_type=Path))
+@click.option("--gpu", "gpu_name", required=True, help="Catalog GPU the profile was measured on (its spec sheet).")
+@click.option("--model", "model_name", required=True, help="Catalog model whose shapes the profile measured.")
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Calibration file to write (default: <gpu>.calibration.yaml).",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Figure of predicted against measured time per op group (default: --out with .png).",
+)
+def calibrate(profile_dir: Path, gpu_name: str, model_name: str, out_path: Path | None, plot_path: Path | None) -> None:
+    """Fit the roofline's efficiency factors to the kernel profile in PROFILE_DIR."""
+    from des.calibrate import run_calibration
+
+    try:
+        run_calibration(profile_dir, gpu_name, model_name, out_path, plot_path, _console())
+    except ScenarioError as exc:
+        _fail(exc)
 
 
 if __name__ == "__main__":

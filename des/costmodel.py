@@ -1,8 +1,9 @@
 """What the roofline says about one GPU and model: tables and a figure for ``des costmodel``.
 
 Decode step time and tokens/s against batch size and context, prefill time against
-prompt length, the ridge point (tokens per step at which the linear layers' compute
-overtakes their weight reads) and the KV capacity. Plotting imports matplotlib lazily.
+prompt length, the ridge point (tokens per step at which the GEMMs' compute time equals
+their weight streaming) and the KV capacity, under vLLM V1's engine defaults (CUDA
+graphs, async scheduling). Plotting imports matplotlib lazily.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from des.catalog.memory import Precision, plan_memory, weight_bytes
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.base import BatchShape
-from des.cost.roofline import Roofline, build_roofline
+from des.cost.roofline import Engine, Roofline, build_roofline
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTEXTS = (512, 2048, 8192)
@@ -40,9 +41,16 @@ class CostReport:
     roofline: Roofline
 
     @classmethod
-    def build(cls, gpu: GPUSpec, model: ModelSpec, precision: Precision | None = None, tp: int = 1) -> CostReport:
+    def build(
+        cls,
+        gpu: GPUSpec,
+        model: ModelSpec,
+        precision: Precision | None = None,
+        tp: int = 1,
+        engine: Engine | None = None,
+    ) -> CostReport:
         precision = precision or Precision()
-        return cls(gpu, model, precision, tp, build_roofline(gpu, model, precision, tp))
+        return cls(gpu, model, precision, tp, build_roofline(gpu, model, precision, tp, engine=engine))
 
     def decode_table(self, batches=BATCHES, contexts=CONTEXTS) -> list[dict]:
         rows = []
@@ -81,6 +89,7 @@ class CostReport:
             "ridge_tokens": r.ridge_tokens,
             "decode_batch1_tok_s": 1 / r.step_time(decode_shape(1, 512)),
             "prefill_2048_s": r.step_time(prefill_shape(2048)),
+            "decode_64x1024_s": r.step_time(decode_shape(64, 1024)),
             "kv_tokens_0.90": self.kv_capacity(0.90),
             "kv_tokens_0.92": self.kv_capacity(0.92),
         }
@@ -98,24 +107,20 @@ class CostReport:
         r = self.roofline
         b = np.unique(np.round(np.logspace(0, np.log10(1024), 80)).astype(int))
         step = np.array([r.step_time(decode_shape(int(x), context)) for x in b]) * 1e3
-        memory_roof = np.full(b.shape, (r.lin_weight_s + r.head_weight_s) * 1e3)
-        compute_roof = (r.lin_s_per_decode_token * b + r.head_s_per_row * b) * 1e3
+        memory_roof = np.full(b.shape, (r.gemm_weight_s + r.head_weight_s) * 1e3)
+        compute_roof = (r.gemm_s_per_decode_token * b + r.head_s_per_row * b) * 1e3
         fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-        ax.plot(
-            b,
-            step,
-            lw=2.5,
-            label=f"step time: roofs + attention (context {context}) + {r.overhead * 1e3:.0f} ms overhead",
-        )
-        ax.plot(b, memory_roof, "--", label="weights read once per step (memory roof)")
-        ax.plot(b, compute_roof, ":", label="weight FLOPs of the tokens (compute roof)")
+        ax.plot(b, step, lw=2.5, label=f"step time (every group of work; context {context})")
+        ax.plot(b, memory_roof, "--", label="weights streamed once per step (memory roof)")
+        ax.plot(b, compute_roof, ":", label="the tokens' GEMM FLOPs (compute roof)")
         ax.axvline(r.ridge_tokens, color="grey", lw=1)
         ax.annotate(
             f"ridge ≈ {r.ridge_tokens:.0f} tokens/step",
             (r.ridge_tokens, memory_roof[0]),
-            xytext=(-150, -40),
+            xytext=(-40, -60),
             textcoords="offset points",
-            arrowprops={"arrowstyle": "->"},
+            ha="right",
+            arrowprops={"arrowstyle": "->", "color": "grey"},
         )
         ax.set(
             xscale="log",

@@ -42,7 +42,9 @@ def resolve(kind: str, value: Any) -> dict[str, Any]:
     """Turn a catalog name (``kind`` is "gpus" or "models") into its field mapping.
 
     Mappings pass through unchanged (inline specs); a mapping with a ``base`` key takes
-    the named entry and overrides the fields it lists (:func:`des.dotted.merge`).
+    the named entry and overrides the fields it lists (:func:`des.dotted.merge`). A GPU
+    override naming a ``calibration`` file drops the entry's efficiency factors: the
+    file's replace them (and ``efficiency`` keys given with it override the file's).
     """
     table = _table(kind)
     if isinstance(value, str):
@@ -52,7 +54,10 @@ def resolve(kind: str, value: Any) -> dict[str, Any]:
     if isinstance(value, dict) and "base" in value:
         if not isinstance(value["base"], str):
             raise ValueError(f"base: must be a catalog name, one of {', '.join(sorted(table))} (got {value['base']!r})")
-        return merge(resolve(kind, value["base"]), {k: v for k, v in value.items() if k != "base"})
+        entry = resolve(kind, value["base"])
+        if value.get("calibration") is not None:
+            entry.pop("efficiency", None)
+        return merge(entry, {k: v for k, v in value.items() if k != "base"})
     return value
 
 

@@ -1,7 +1,8 @@
 """GPU and model specifications as validated data.
 
 A :class:`GPUSpec` holds spec-sheet numbers (bytes, bytes/s, FLOP/s) and the
-efficiency factors of the roofline cost model; a :class:`ModelSpec` holds a
+efficiency factors of the roofline cost model (:mod:`des.catalog.efficiency`), given
+inline or read from a ``des calibrate`` file; a :class:`ModelSpec` holds a
 decoder-only transformer's architecture, from which the parameter count and the
 per-token sizes are derived.
 """
@@ -9,38 +10,15 @@ per-token sizes are derived.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, model_validator
 
-from des.config import Strict
+from des.catalog.efficiency import Efficiency
+from des.config import Strict, resolve_path
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8"]
-
-
-class Efficiency(Strict):
-    """Fractions of the peaks a real serving engine reaches, and its per-step CPU time.
-
-    ``mfu_prefill`` / ``mfu_decode``: achieved fraction of peak tensor FLOP/s for
-    prefill-sized and decode-sized matrix products; ``mbu``: achieved fraction of peak
-    memory bandwidth; ``step_overhead``: seconds of scheduling and launch per step.
-    """
-
-    mfu_prefill: float = Field(gt=0, le=1)
-    mfu_decode: float = Field(gt=0, le=1)
-    mbu: float = Field(gt=0, le=1)
-    step_overhead: float = Field(ge=0)
-    source: str = ""
-
-
-class Measurement(Strict):
-    """A measurement the efficiency factors were calibrated on (see reports/calibration.md)."""
-
-    quantity: str
-    value: float
-    unit: str
-    setting: str = ""
-    source: str = ""
 
 
 class KVLinkSpec(Strict):
@@ -67,7 +45,27 @@ class GPUSpec(Strict):
     kv_link: KVLinkSpec | None = None
     source: str = ""
     efficiency: Efficiency
-    calibration: list[Measurement] = []
+    calibration: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _calibration_file(cls, data: Any, info: ValidationInfo) -> Any:
+        """``calibration: path`` takes the efficiency factors from a ``des calibrate`` file
+        (relative paths against the scenario's folder); ``efficiency`` keys given
+        alongside override the file's."""
+        if not isinstance(data, dict) or data.get("calibration") is None:
+            return data
+        from des.catalog.calibration import read_calibration
+
+        raw = data["calibration"]
+        if not isinstance(raw, str | Path):
+            raise ValueError(f"calibration: must be the path of a calibration file (got {raw!r})")
+        path = resolve_path(Path(raw), info)
+        fitted = read_calibration(path).efficiency.model_dump()
+        inline = data.get("efficiency") or {}
+        if not isinstance(inline, dict):
+            return data
+        return {**data, "calibration": str(path), "efficiency": {**fitted, **inline}}
 
     @model_validator(mode="after")
     def _needs_bf16(self) -> GPUSpec:

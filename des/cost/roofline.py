@@ -1,22 +1,42 @@
-"""Roofline step-time model: any GPU and model from their spec sheets.
+"""Roofline step-time model: any GPU and model from their spec sheets and efficiency factors.
 
-For every group of work in a step the time is the larger of its compute time and its
-memory time, ``max(FLOPs / (peak · mfu), bytes / (bandwidth · mbu))``; the groups'
-times are summed and a per-step overhead (CPU scheduling and kernel launch) added:
+A step's GPU time is the sum of its groups of work, each derived from its FLOPs and bytes
+and the fraction of the GPU's peaks the engine's kernels reach there
+(:class:`~des.catalog.efficiency.Efficiency`, fitted to measured kernels by
+``des calibrate``). For a step of ``T`` new tokens (``T'`` after CUDA-graph padding),
+``n`` decoding sequences with ``D`` tokens of context in all, prefill chunks with ``P``
+query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a token:
 
-- linear layers over all new tokens ``T``: ``2 · P_lin · T`` FLOPs, the layer weights
-  read once per step (``P_lin`` = matrix parameters of all layers);
-- attention of prefill chunks: ``4 · L · q_dim`` FLOPs per query-key pair, their KV
-  read (``L · 2 · kv_dim`` elements per context token);
-- attention of decodes: the same per token of context, which they read whole;
-- the LM head for the sequences that emit a token: ``2 · hidden · vocab`` FLOPs each,
-  its weights read once;
-- KV writes of the ``T`` new tokens.
+- **GEMMs** of all layers: weights streamed once, ``W = L · P_lin · b_w / (B · e_w)``;
+  FLOPs ``C = 2 · L · P_lin · T' / (F · e_c)``; time ``max(W, C) + k · min(W, C)``: the
+  shorter roof hides under the longer but for a share ``k = gemm_knee``, so the time
+  rises with slope ``k`` below the ridge point instead of staying flat (``k = 0`` is the
+  sharp roofline ``max(W, C)``);
+- **LM head** for the ``E`` rows that emit, the same softened roofline on its weights;
+- **attention**, per layer: in decode-only steps ``a_d + n · s_d + D · kv / (B · e_kv)``;
+  in steps with prefill, ``a_p + max(4 · q_dim · (P + α · T_p) / (F · e_a),
+  X / chunks · kv / (B · e_s), X · kv / (B · e_m))`` for the chunks plus, for the decodes
+  the same kernel carries, ``max(n · s_m + D · kv / (B · e_m), D / n · kv / (B · e_s))``;
+- **element-wise kernels** (RMSNorms, SiLU-and-mul, rotary, embedding): a fixed time
+  per kernel plus their bytes per token, faster while a layer's activations fit in L2;
+- **sampler** for the ``E`` emitting rows: a fixed time plus their fp32 logits;
+- **all-reduces** with tensor parallelism: two ring all-reduces of the ``T' × hidden``
+  activations per layer, ``2 (tp - 1) / tp × bytes / interconnect_bandwidth + latency``.
 
-Matrix products of decode tokens run at ``mfu_decode``, of prefill tokens at
-``mfu_prefill``. With tensor parallelism over ``tp`` GPUs each GPU does ``1/tp`` of
-every group, and each layer adds two ring all-reduces of the ``T × hidden``
-activations: ``2 (tp - 1) / tp × bytes / interconnect_bandwidth + latency`` each.
+``B`` is the memory bandwidth, ``F`` the dense tensor FLOP/s, ``kv`` the KV bytes per
+token and layer. With tensor parallelism each GPU does ``1/tp`` of the GEMMs, attention
+heads, KV, activation and LM head; norms, the sampler and fixed kernel times are not
+split. CPU time per step (``step_overhead + seq_overhead × sequences``) overlaps the GPU
+time under vLLM's async scheduling (the step takes the longer of the two) or adds to it.
+
+CUDA graphs (vLLM V1, ``vllm/config/vllm.py: _set_cudagraph_sizes``): steps of up to
+``max_cudagraph_capture_size`` tokens run as graphs captured for 1, 2, 4, then multiples
+of 8 below 256, then multiples of 16, and are padded to the next captured size; the GEMMs,
+element-wise kernels and all-reduces compute the padded rows (the LM head and sampler run
+outside the graph on the emitting rows only).
+
+Everything per (GPU, model, precision, tp, engine) is precomputed by
+:func:`build_roofline`; :meth:`Roofline.step_time` is a few dozen float operations.
 """
 
 from __future__ import annotations
@@ -26,76 +46,239 @@ from typing import Literal
 
 from pydantic import Field
 
+from des.catalog.efficiency import Efficiency
 from des.catalog.memory import Precision
-from des.catalog.specs import Efficiency, GPUSpec, ModelSpec
+from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.cost.base import BatchShape, CostContext
+
+#: vLLM's default ``max_cudagraph_capture_size``: min(2 × max_num_seqs, 512), and decode
+#: batches never exceed max_num_seqs, so 512 pads exactly what vLLM pads.
+DEFAULT_CAPTURE = 512
+#: Bytes of one logit as the sampler reads it (fp32).
+LOGIT_BYTES = 4
+#: Activations stay in bf16 whatever the weights' format.
+ACT_BYTES = 2
+#: Element-wise kernels per layer (two RMSNorms, SiLU-and-mul, rotary) and per step
+#: (embedding lookup, final RMSNorm).
+KERNELS_PER_LAYER = 4
+KERNELS_PER_STEP = 2
+
+
+def activation_bytes(model: ModelSpec, tp: int = 1) -> tuple[float, float]:
+    """Bytes the element-wise kernels move per token on one GPU: per layer and per step.
+
+    Per layer: two fused add-RMSNorms (read x and the residual, write both: ``4 h``
+    values each), SiLU-and-mul (read gate and up, write their product: ``3 I``) and the
+    rotary embedding (``q`` and ``k`` in place: ``2 (q_dim + kv_dim)``); per step the
+    embedding lookup (``2 h``) and the final norm (``4 h``). bf16 values; the norms are
+    replicated across tensor-parallel GPUs, the rest split.
+    """
+    h, q = model.hidden_size, model.q_dim
+    layer = ACT_BYTES * (2 * 4 * h + (3 * model.intermediate_size + 2 * (q + model.kv_dim)) / tp)
+    return layer, ACT_BYTES * (2 * h + 4 * h)
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """Engine settings that shape step times: CUDA graphs and async scheduling (vLLM V1 defaults)."""
+
+    enforce_eager: bool = False
+    max_cudagraph_capture_size: int = DEFAULT_CAPTURE
+    async_scheduling: bool = True
+
+    @property
+    def graph_max(self) -> int:
+        """Largest captured size (0: no CUDA graphs): the capture ladder's last size ≤ the limit."""
+        if self.enforce_eager:
+            return 0
+        m = self.max_cudagraph_capture_size
+        if m >= 256:
+            return 256 + (m - 256) // 16 * 16
+        if m >= 8:
+            return m // 8 * 8
+        return 4 if m >= 4 else min(m, 2)
+
+
+def graph_size(tokens: int) -> int:
+    """The captured size a step of ``tokens`` tokens is padded to (1, 2, 4, 8, 16, ... 248, 256, 272, ...)."""
+    if tokens <= 2:
+        return tokens
+    if tokens <= 4:
+        return 4
+    if tokens <= 256:
+        return -(-tokens // 8) * 8
+    return 256 + -(-(tokens - 256) // 16) * 16
 
 
 @dataclass(frozen=True, slots=True)
 class Roofline:
-    """Precomputed per-unit costs of one (GPU, model, precision, tp) combination. Seconds."""
+    """Precomputed per-unit costs of one (GPU, model, precision, tp, engine). Seconds, tokens, bytes."""
 
-    # seconds per unit of work, already divided by tp
-    lin_s_per_prefill_token: float
-    lin_s_per_decode_token: float
-    lin_weight_s: float
-    attn_s_per_pair_prefill: float
-    attn_s_per_pair_decode: float
-    kv_read_s_per_token: float
-    head_s_per_row: float
+    layers: int
+    # GEMMs and LM head (already divided by tp)
+    gemm_weight_s: float
+    gemm_s_per_prefill_token: float
+    gemm_s_per_decode_token: float
+    knee: float  # share of the shorter roof that shows: max(W, C) + knee · min(W, C)
     head_weight_s: float
+    head_s_per_row: float
+    # attention, decode-only steps
+    dec_fixed_s: float
+    dec_s_per_seq: float
+    dec_s_per_context: float
+    # attention, steps with prefill
+    pre_fixed_s: float
+    pre_s_per_pair: float
+    pre_tile_pairs: float
+    stream_s_per_context: float
+    mixed_s_per_context: float
+    mixed_s_per_seq: float
+    mixed_compute_s_per_context: float
     kv_write_s_per_token: float
+    # element-wise kernels
+    el_fixed_s: float
+    el_s_per_token: float
+    el_layer_bytes: float
+    el_step_bytes: float
+    el_threshold: float
+    el_spill_s_per_byte: float
+    # sampler
+    samp_fixed_s: float
+    samp_s_per_row: float
+    samp_row_bytes: float
+    samp_threshold: float
+    samp_spill_s_per_byte: float
+    # communication and CPU
     allreduce_s_per_token: float
     allreduce_fixed_s: float
-    overhead: float
+    cpu_step_s: float
+    cpu_seq_s: float
+    overlap_cpu: bool
+    graph_max: int
 
     @property
     def ridge_tokens(self) -> float:
-        """Tokens per step at which the linear layers' compute time overtakes their weight reads."""
-        return self.lin_weight_s / self.lin_s_per_decode_token
+        """Tokens per step at which the GEMMs' compute time equals their weight-streaming time."""
+        return self.gemm_weight_s / self.gemm_s_per_decode_token
 
-    def breakdown(self, shape: BatchShape) -> dict[str, tuple[float, float]]:
-        """Per group of work, its (compute seconds, memory seconds); the step takes the
-        larger of each pair, summed, plus ``overhead`` and ``allreduce``."""
-        t = shape.prefill_tokens + shape.decode_tokens
-        comm = self.allreduce_fixed_s + self.allreduce_s_per_token * t if self.allreduce_fixed_s else 0.0
-        return {
-            "linear": (
-                self.lin_s_per_prefill_token * shape.prefill_tokens + self.lin_s_per_decode_token * shape.decode_tokens,
-                self.lin_weight_s,
-            ),
-            "attention_prefill": (
-                self.attn_s_per_pair_prefill * shape.prefill_pairs,
-                self.kv_read_s_per_token * shape.prefill_context,
-            ),
-            "attention_decode": (
-                self.attn_s_per_pair_decode * shape.decode_context,
-                self.kv_read_s_per_token * shape.decode_context,
-            ),
-            "lm_head": (self.head_s_per_row * shape.num_emitting, self.head_weight_s if shape.num_emitting else 0.0),
-            "kv_write": (0.0, self.kv_write_s_per_token * t),
-            "allreduce": (0.0, comm),
-            "overhead": (0.0, self.overhead),
-        }
+    def _roof(self, memory: float, compute: float) -> float:
+        if memory > compute:
+            return memory + self.knee * compute
+        return compute + self.knee * memory
+
+    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+        """Seconds of each group of work in a step of ``shape``; ``gpu`` is their sum,
+        ``cpu`` the engine's CPU time, and :meth:`step_time` combines the two."""
+        s = shape
+        pt, n = s.prefill_tokens, s.decode_tokens
+        t = pt + n
+        tg = graph_size(t) if 0 < t <= self.graph_max else t
+        rows = s.num_emitting
+        out: dict[str, float] = {}
+        out["gemm"] = self._roof(
+            self.gemm_weight_s,
+            self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt),
+        )
+        out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
+        attn_pre = attn_dec = 0.0
+        d = s.decode_context
+        if pt:
+            chunks = max(s.num_seqs - n, 1)
+            x = s.prefill_context
+            attn_pre = self.pre_fixed_s + max(
+                self.pre_s_per_pair * (s.prefill_pairs + self.pre_tile_pairs * pt),
+                self.stream_s_per_context * x / chunks,
+                self.mixed_s_per_context * x,
+            )
+            if n:
+                attn_dec = max(
+                    self.mixed_compute_s_per_context * d,
+                    self.mixed_s_per_seq * n + self.mixed_s_per_context * d,
+                    self.stream_s_per_context * d / n,
+                )
+        elif n:
+            attn_dec = self.dec_fixed_s + self.dec_s_per_seq * n + self.dec_s_per_context * d
+        out["attention_prefill"] = attn_pre
+        out["attention_decode"] = attn_dec
+        out["kv_write"] = self.kv_write_s_per_token * t
+        spill = max(tg * self.el_layer_bytes - self.el_threshold, 0.0) * self.layers + max(
+            tg * self.el_step_bytes - self.el_threshold, 0.0
+        )
+        out["elementwise"] = self.el_fixed_s + self.el_s_per_token * tg + self.el_spill_s_per_byte * spill
+        if rows:
+            logits = rows * self.samp_row_bytes
+            out["sampler"] = (
+                self.samp_fixed_s
+                + self.samp_s_per_row * rows
+                + self.samp_spill_s_per_byte * max(logits - self.samp_threshold, 0.0)
+            )
+        else:
+            out["sampler"] = 0.0
+        out["allreduce"] = self.allreduce_fixed_s + self.allreduce_s_per_token * tg if self.allreduce_fixed_s else 0.0
+        out["gpu"] = sum(out.values())
+        out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs
+        return out
 
     def step_time(self, shape: BatchShape) -> float:
-        t = shape.prefill_tokens + shape.decode_tokens
-        linear = max(
-            self.lin_s_per_prefill_token * shape.prefill_tokens + self.lin_s_per_decode_token * shape.decode_tokens,
-            self.lin_weight_s,
-        )
-        attn_prefill = max(
-            self.attn_s_per_pair_prefill * shape.prefill_pairs,
-            self.kv_read_s_per_token * shape.prefill_context,
-        )
-        attn_decode = max(
-            self.attn_s_per_pair_decode * shape.decode_context,
-            self.kv_read_s_per_token * shape.decode_context,
-        )
-        head = max(self.head_s_per_row * shape.num_emitting, self.head_weight_s) if shape.num_emitting else 0.0
-        comm = self.allreduce_fixed_s + self.allreduce_s_per_token * t if self.allreduce_fixed_s else 0.0
-        return linear + attn_prefill + attn_decode + head + self.kv_write_s_per_token * t + comm + self.overhead
+        s = shape
+        pt, n = s.prefill_tokens, s.decode_tokens
+        t = pt + n
+        tg = t
+        if 0 < t <= self.graph_max:  # graph_size, inlined
+            if t > 4:
+                tg = -(-t // 8) * 8 if t <= 256 else 256 + -(-(t - 256) // 16) * 16
+            elif t == 3:
+                tg = 4
+        # GEMMs (softened roofline)
+        k = self.knee
+        w = self.gemm_weight_s
+        c = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
+        gpu = w + k * c if w > c else c + k * w
+        # LM head and sampler, for the emitting rows
+        rows = s.num_emitting
+        if rows:
+            w = self.head_weight_s
+            c = self.head_s_per_row * rows
+            gpu += w + k * c if w > c else c + k * w
+            over = rows * self.samp_row_bytes - self.samp_threshold
+            gpu += self.samp_fixed_s + self.samp_s_per_row * rows
+            if over > 0.0:
+                gpu += self.samp_spill_s_per_byte * over
+        # attention
+        d = s.decode_context
+        if pt:
+            chunks = s.num_seqs - n
+            x = s.prefill_context
+            a = self.pre_s_per_pair * (s.prefill_pairs + self.pre_tile_pairs * pt)
+            b = self.stream_s_per_context * x / (chunks if chunks > 1 else 1)
+            if b > a:
+                a = b
+            b = self.mixed_s_per_context * x
+            gpu += self.pre_fixed_s + (a if a > b else b)
+            if n:
+                a = self.mixed_compute_s_per_context * d
+                b = self.mixed_s_per_seq * n + self.mixed_s_per_context * d
+                if b > a:
+                    a = b
+                b = self.stream_s_per_context * d / n
+                gpu += a if a > b else b
+        elif n:
+            gpu += self.dec_fixed_s + self.dec_s_per_seq * n + self.dec_s_per_context * d
+        # KV writes, element-wise kernels, all-reduces
+        gpu += self.kv_write_s_per_token * t + self.el_fixed_s + self.el_s_per_token * tg
+        over = tg * self.el_layer_bytes - self.el_threshold
+        if over > 0.0:
+            gpu += self.el_spill_s_per_byte * over * self.layers
+            over = tg * self.el_step_bytes - self.el_threshold
+            if over > 0.0:
+                gpu += self.el_spill_s_per_byte * over
+        if self.allreduce_fixed_s:
+            gpu += self.allreduce_fixed_s + self.allreduce_s_per_token * tg
+        cpu = self.cpu_step_s + self.cpu_seq_s * s.num_seqs
+        if self.overlap_cpu:
+            return gpu if gpu > cpu else cpu
+        return gpu + cpu
 
 
 def build_roofline(
@@ -104,46 +287,98 @@ def build_roofline(
     precision: Precision | None = None,
     tp: int = 1,
     efficiency: Efficiency | None = None,
+    engine: Engine | None = None,
 ) -> Roofline:
-    """The roofline of ``model`` on ``tp`` × ``gpu`` with ``precision``."""
+    """The roofline of ``model`` on ``tp`` × ``gpu`` with ``precision`` under ``engine``'s settings."""
     precision = precision or Precision()
-    eff = efficiency or gpu.efficiency
+    engine = engine or Engine()
+    e = efficiency or gpu.efficiency
+    bw = gpu.memory_bandwidth
     peak = gpu.peak_flops(precision.compute_dtype)
     peak16 = gpu.peak_flops("bf16")
-    bw = gpu.memory_bandwidth * eff.mbu
-    L = model.num_layers
+    L, h, q = model.num_layers, model.hidden_size, model.q_dim
     p_lin = L * model.layer_linear_params
-    kv_per_token = model.kv_bytes_per_token(precision.kv_bytes)
-    attn_flops_per_pair = 4 * L * model.q_dim
-    head_params = model.lm_head_params
+    vocab = model.vocab_size
+    kv_layer = 2 * model.kv_dim * precision.kv_bytes  # KV bytes per token and layer
+    kv_all = L * kv_layer / tp  # per token, all layers, one GPU
+
+    def seconds_per_byte(factor: float | None) -> float:
+        return 1.0 / (bw * factor) if factor else 0.0
+
+    e_dec = e.decode_compute or e.gemm_compute
+    e_att = e.attention_compute or e.gemm_compute
+    e_att_dec = e.decode_compute or e_att
+    kv_read = seconds_per_byte(e.kv_bandwidth or e.weight_bandwidth) * kv_all
+    stream = seconds_per_byte(e.kv_stream or e.kv_bandwidth or e.weight_bandwidth) * kv_all
+    mixed = seconds_per_byte(e.mixed_kv_bandwidth or e.kv_bandwidth or e.weight_bandwidth) * kv_all
+    att_flops = 4 * L * q / tp  # per query-key pair
+
+    act_layer, act_step = activation_bytes(model, tp)
+    el_on = e.elementwise_bandwidth is not None
+
     if tp > 1:
         ring = 2 * (tp - 1) / tp
-        act_bytes = model.hidden_size * 2  # one token's activations, bf16
-        ar_per_token = 2 * L * ring * act_bytes / gpu.interconnect_bandwidth
+        ar_per_token = 2 * L * ring * h * ACT_BYTES / gpu.interconnect_bandwidth
         ar_fixed = 2 * L * gpu.interconnect_latency
     else:
         ar_per_token = ar_fixed = 0.0
     return Roofline(
-        lin_s_per_prefill_token=2 * p_lin / (peak * eff.mfu_prefill) / tp,
-        lin_s_per_decode_token=2 * p_lin / (peak * eff.mfu_decode) / tp,
-        lin_weight_s=p_lin * precision.weight_bytes_per_param / bw / tp,
-        attn_s_per_pair_prefill=attn_flops_per_pair / (peak16 * eff.mfu_prefill) / tp,
-        attn_s_per_pair_decode=attn_flops_per_pair / (peak16 * eff.mfu_decode) / tp,
-        kv_read_s_per_token=kv_per_token / bw / tp,
-        head_s_per_row=2 * head_params / (peak16 * eff.mfu_decode) / tp,
-        head_weight_s=head_params * 2 / bw / tp,
-        kv_write_s_per_token=kv_per_token / bw / tp,
+        layers=L,
+        gemm_weight_s=p_lin * precision.weight_bytes_per_param * seconds_per_byte(e.weight_bandwidth) / tp,
+        gemm_s_per_prefill_token=2 * p_lin / (peak * e.gemm_compute) / tp,
+        gemm_s_per_decode_token=2 * p_lin / (peak * e_dec) / tp,
+        knee=e.gemm_knee,
+        head_weight_s=vocab * h * ACT_BYTES * seconds_per_byte(e.lm_head_bandwidth or e.weight_bandwidth) / tp,
+        head_s_per_row=2 * vocab * h / (peak16 * e_dec) / tp,
+        dec_fixed_s=L * e.attention_fixed,
+        dec_s_per_seq=L * e.attention_per_seq,
+        dec_s_per_context=max(att_flops / (peak16 * e_att_dec), kv_read),
+        pre_fixed_s=L * e.prefill_attention_fixed,
+        pre_s_per_pair=att_flops / (peak16 * e_att),
+        pre_tile_pairs=e.attention_tile,
+        stream_s_per_context=stream,
+        mixed_s_per_context=mixed,
+        mixed_s_per_seq=L * e.mixed_per_seq,
+        mixed_compute_s_per_context=att_flops / (peak16 * e_att_dec),
+        kv_write_s_per_token=seconds_per_byte(e.kv_write_bandwidth) * kv_all,
+        el_fixed_s=(KERNELS_PER_LAYER * L + KERNELS_PER_STEP) * e.elementwise_kernel if el_on else 0.0,
+        el_s_per_token=(L * act_layer + act_step) * seconds_per_byte(e.elementwise_bandwidth),
+        el_layer_bytes=act_layer if e.elementwise_spill else 0.0,
+        el_step_bytes=act_step if e.elementwise_spill else 0.0,
+        el_threshold=e.elementwise_l2 * gpu.l2_bytes,
+        el_spill_s_per_byte=seconds_per_byte(e.elementwise_spill),
+        samp_fixed_s=e.sampler_fixed if e.sampler_bandwidth is not None else 0.0,
+        samp_s_per_row=vocab * LOGIT_BYTES * seconds_per_byte(e.sampler_bandwidth),
+        samp_row_bytes=vocab * LOGIT_BYTES if e.sampler_spill else 0.0,
+        samp_threshold=e.sampler_l2 * gpu.l2_bytes,
+        samp_spill_s_per_byte=seconds_per_byte(e.sampler_spill),
         allreduce_s_per_token=ar_per_token,
         allreduce_fixed_s=ar_fixed,
-        overhead=eff.step_overhead,
+        cpu_step_s=e.step_overhead,
+        cpu_seq_s=e.seq_overhead,
+        overlap_cpu=engine.async_scheduling,
+        graph_max=engine.graph_max,
     )
 
 
 class RooflineConfig(Strict):
-    """Roofline step time from the catalog specs; ``efficiency`` overrides the GPU's factors."""
+    """Roofline step time from the catalog specs; ``efficiency`` overrides the GPU's factors.
+
+    Engine settings (vLLM V1's defaults): ``enforce_eager`` turns CUDA graphs off;
+    steps of up to ``max_cudagraph_capture_size`` tokens are padded to the captured
+    sizes; ``async_scheduling`` overlaps the CPU's work on the next step with the GPU's
+    on this one (otherwise the two add up).
+    """
 
     kind: Literal["roofline"] = "roofline"
     efficiency: Efficiency | None = Field(None)
+    enforce_eager: bool = False
+    max_cudagraph_capture_size: int = Field(DEFAULT_CAPTURE, ge=1, le=1 << 20)
+    async_scheduling: bool = True
+
+    @property
+    def engine(self) -> Engine:
+        return Engine(self.enforce_eager, self.max_cudagraph_capture_size, self.async_scheduling)
 
     def build(self, ctx: CostContext) -> Roofline:
-        return build_roofline(ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency)
+        return build_roofline(ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine)

@@ -1,0 +1,731 @@
+"""Fit the roofline's efficiency factors to a kernel profile: ``des calibrate``.
+
+A profile is a folder in the format of ``data/rtx4090-vllm-kernel-profile/`` (measured
+by LLMServingSim's profiler inside vLLM): ``dense.csv`` (``layer,tokens,time_us`` for
+the per-layer GEMMs and element-wise kernels), ``per_sequence.csv``
+(``layer,sequences,time_us`` for the LM head and the sampler), ``attention.csv``
+(``prefill_chunk,kv_prefill,n_decode,kv_decode,time_us``, one layer's attention) and an
+optional ``meta.yaml``. Times are GPU-side kernel times of one decoder layer.
+
+Each op group's factors are fitted by least squares in log time (relative errors
+weigh alike at 1 and 2048 tokens), in an order where later groups use earlier factors:
+
+=====================  ============================================================
+group                  factors
+=====================  ============================================================
+``gemm``               weight_bandwidth, gemm_compute, gemm_knee (per-layer sum of qkv,
+                       o, gate_up and down projections)
+``lm_head``            lm_head_bandwidth (with the GEMMs' compute factor and knee)
+``elementwise``        elementwise_kernel, _bandwidth, _spill, _l2 (per-layer sum of
+                       2 × layernorm + act_fn + rotary_emb; per-step embedding +
+                       final_layernorm)
+``sampler``            sampler_fixed, _bandwidth, _spill, _l2
+``attention_prefill``  prefill_attention_fixed, attention_compute, attention_tile,
+                       kv_stream (rows without decodes)
+``attention_decode``   attention_fixed, attention_per_seq, kv_bandwidth (decode-only rows)
+``attention_mixed``    mixed_per_seq, mixed_kv_bandwidth (rows with both)
+=====================  ============================================================
+
+Every prediction is made from the coefficients :func:`des.cost.roofline.build_roofline`
+derives for a one-layer model, so what is fitted is what the simulator computes
+(``tests/test_calibrate.py`` checks it point by point). The CPU time per step and per
+sequence is not in a kernel profile: it comes from :data:`ENGINE_CPU`, derived from the
+engine's source, and is written into the calibration file as such.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+from scipy.optimize import least_squares
+
+from des.catalog.calibration import CalibrationFile, GroupFit
+from des.catalog.efficiency import Efficiency
+from des.catalog.specs import GPUSpec, ModelSpec
+from des.cost.roofline import (
+    KERNELS_PER_LAYER,
+    KERNELS_PER_STEP,
+    Engine,
+    Roofline,
+    activation_bytes,
+    build_roofline,
+)
+from des.errors import ScenarioError
+
+ARG = "PROFILE_DIR"
+GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+ELEMENTWISE_LAYER = {"layernorm": 2, "act_fn": 1, "rotary_emb": 1}  # kernels per layer
+ELEMENTWISE_STEP = ("embedding", "final_layernorm")
+PER_SEQUENCE = ("lm_head", "sampler")
+FILES = {
+    "dense.csv": ("layer", "tokens", "time_us"),
+    "per_sequence.csv": ("layer", "sequences", "time_us"),
+    "attention.csv": ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"),
+}
+GROUPS = (
+    "gemm",
+    "lm_head",
+    "elementwise",
+    "sampler",
+    "attention_prefill",
+    "attention_decode",
+    "attention_mixed",
+)
+#: Shape fields of the profile's model that ``meta.yaml`` may state (``hf_overrides``).
+META_SHAPE = {
+    "hidden_size": "hidden_size",
+    "intermediate_size": "intermediate_size",
+    "num_attention_heads": "num_attention_heads",
+    "num_key_value_heads": "num_key_value_heads",
+    "vocab_size": "vocab_size",
+    "head_dim": "head_dim",
+}
+
+#: CPU time of the engine, which no kernel profile holds. vLLM V1's engine step, from its
+#: source: ``Scheduler.schedule`` walks the running requests (token budgets, KV block
+#: allocation) and ``update_from_output`` appends each sampled token and checks stop
+#: conditions, both Python loops over the scheduled requests; the model runner's
+#: ``_prepare_inputs`` is vectorised over the persistent batch; the decoded text is
+#: produced in the separate API-server process. So: a fixed part per step plus a part per
+#: scheduled sequence. The values are estimates of that work (0.5 ms per step, 12 µs per
+#: sequence), the per-sequence one of the order of a CPU-only profile of vLLM's engine
+#: loop (openfabric-systems/simllm PR #204: 12.7 µs per running request in the scheduler,
+#: which its authors do not certify in absolute terms). With async scheduling, on by
+#: default since vLLM 0.11 (``vllm/config/vllm.py``: ``async_scheduling`` None → True),
+#: this CPU time overlaps the GPU's and only matters when it is the longer of the two.
+ENGINE_CPU = {"step_overhead": 5.0e-4, "seq_overhead": 1.2e-5}
+CPU_SOURCE = (
+    "CPU: not in a kernel profile; 0.5 ms per step + 12 us per scheduled sequence, estimated from vLLM V1's "
+    "engine loop (see des/calibrate.py: ENGINE_CPU); hidden under GPU time by async scheduling."
+)
+
+
+# -- reading a profile -------------------------------------------------------------------
+
+
+@dataclass
+class Profile:
+    """A kernel profile's tables (times in seconds) and its ``meta.yaml``."""
+
+    path: Path
+    dense: pd.DataFrame
+    per_sequence: pd.DataFrame
+    attention: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, str]:
+        """Provenance recorded in a calibration file."""
+        m = self.meta
+        out = {"path": str(self.path)}
+        for key in ("gpu", "model", "vllm_version", "variant", "profiled_at", "profiler_version"):
+            if key in m:
+                out[key] = str(m[key])
+        eng = m.get("engine_effective")
+        if isinstance(eng, dict) and "enforce_eager" in eng:
+            out["enforce_eager"] = str(eng["enforce_eager"])
+        return out
+
+
+def _problem(msg: str) -> ScenarioError:
+    return ScenarioError((ARG, msg))
+
+
+def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    name = str(path)
+    if not path.is_file():
+        raise _problem(f"{name!r}: no such file (a profile needs {', '.join(FILES)})")
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        text = str(exc).strip().splitlines()
+        raise _problem(f"{name!r}: cannot parse it ({text[0] if text else type(exc).__name__})") from None
+    if tuple(frame.columns) != columns:
+        raise _problem(f"{name!r}: columns must be {','.join(columns)} (has {','.join(map(str, frame.columns))})")
+    if frame.empty:
+        raise _problem(f"{name!r} has no rows")
+    for col in columns:
+        if col == "layer":
+            continue
+        values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
+        if col == "time_us":
+            bad = ~np.isfinite(values) | (values <= 0)
+            what = "a time > 0 (microseconds)"
+        else:
+            low = 1 if col in ("tokens", "sequences") else 0
+            bad = ~np.isfinite(values) | (values < low) | (values != np.round(values)) | (values > 1e9)
+            what = f"an integer >= {low}"
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise _problem(f"{name!r} row {i + 1}: {col} {frame[col].iloc[i]!r} is not {what}")
+        frame[col] = values if col == "time_us" else values.astype(np.int64)
+    frame["time"] = frame["time_us"] * 1e-6
+    return frame
+
+
+def read_profile(path: Path) -> Profile:
+    """The profile in folder ``path``; every problem as a ScenarioError naming ``PROFILE_DIR``."""
+    if not path.exists():
+        raise _problem(f"{str(path)!r}: no such folder")
+    if not path.is_dir():
+        raise _problem(f"{str(path)!r} is not a folder")
+    dense = _read_csv(path / "dense.csv", FILES["dense.csv"])
+    per_seq = _read_csv(path / "per_sequence.csv", FILES["per_sequence.csv"])
+    attention = _read_csv(path / "attention.csv", FILES["attention.csv"])
+    meta: dict[str, Any] = {}
+    meta_path = path / "meta.yaml"
+    if meta_path.exists():
+        try:
+            loaded = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise _problem(f"{str(meta_path)!r}: cannot read it ({str(exc).splitlines()[0]})") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise _problem(f"{str(meta_path)!r} does not hold a mapping")
+        meta = loaded or {}
+    need = {
+        "dense.csv": (dense, (*GEMMS, *ELEMENTWISE_LAYER, *ELEMENTWISE_STEP)),
+        "per_sequence.csv": (per_seq, PER_SEQUENCE),
+    }
+    for name, (frame, layers) in need.items():
+        for layer in layers:
+            n = int((frame["layer"] == layer).sum())
+            if n < 8:
+                raise _problem(f"{str(path / name)!r}: needs at least 8 rows of layer {layer!r} (has {n})")
+    if (dense.groupby("layer")["tokens"].nunique() < dense.groupby("layer").size()).any():
+        raise _problem(f"{str(path / 'dense.csv')!r}: a layer has the same token count twice")
+    a = attention
+    empty = (a.prefill_chunk == 0) & (a.n_decode == 0)
+    orphan = ((a.prefill_chunk == 0) & (a.kv_prefill > 0)) | ((a.n_decode == 0) & (a.kv_decode > 0))
+    nokv = (a.n_decode > 0) & (a.kv_decode == 0)
+    for bad, what in ((empty, "has neither a prefill chunk nor decodes"), (orphan, "gives a context to nothing"),
+                      (nokv, "has decodes without context")):  # fmt: skip
+        if bad.any():
+            i = int(np.argmax(bad.to_numpy()))
+            raise _problem(f"{str(path / 'attention.csv')!r} row {i + 1} {what}")
+    kinds = {"prefill-only": (a.prefill_chunk > 0) & (a.n_decode == 0), "decode-only": a.prefill_chunk == 0}
+    kinds["mixed"] = (a.prefill_chunk > 0) & (a.n_decode > 0)
+    for kind, mask in kinds.items():
+        if int(mask.sum()) < 8:
+            raise _problem(f"{str(path / 'attention.csv')!r}: needs at least 8 {kind} rows (has {int(mask.sum())})")
+    return Profile(path, dense, per_seq, attention, meta)
+
+
+def check_model(profile: Profile, model: ModelSpec) -> None:
+    """The model's shapes must be those the profile was measured with (``meta.yaml``)."""
+    eng = profile.meta.get("engine_effective")
+    overrides = eng.get("hf_overrides") if isinstance(eng, dict) else None
+    if not isinstance(overrides, dict):
+        return
+    for key, attr in META_SHAPE.items():
+        if key in overrides and overrides[key] != getattr(model, attr):
+            raise ScenarioError(
+                (
+                    "--model",
+                    f"{model.name} has {attr} {getattr(model, attr)}, but the profile was measured with "
+                    f"{overrides[key]} ({str(profile.path / 'meta.yaml')!r}); choose the model it profiled",
+                )
+            )
+
+
+# -- the fit -----------------------------------------------------------------------------
+
+
+@dataclass
+class GroupResult:
+    """One op group: its fitted factors, and measured and predicted times (seconds) per point."""
+
+    name: str
+    factors: tuple[str, ...]
+    points: pd.DataFrame  # descriptive columns, ``measured`` and ``predicted``
+
+    @property
+    def errors(self) -> np.ndarray:
+        """Relative errors, predicted / measured - 1."""
+        return (self.points["predicted"] / self.points["measured"] - 1.0).to_numpy()
+
+    @property
+    def median_abs_error(self) -> float:
+        return float(np.median(np.abs(self.errors)))
+
+    @property
+    def max_abs_error(self) -> float:
+        return float(np.max(np.abs(self.errors)))
+
+
+@dataclass
+class Fit:
+    """The fitted efficiency factors of ``gpu`` and how well they reproduce ``profile``."""
+
+    gpu: GPUSpec
+    model: ModelSpec
+    profile: Profile
+    efficiency: Efficiency
+    groups: dict[str, GroupResult]
+
+    def calibration_file(self) -> CalibrationFile:
+        return CalibrationFile(
+            gpu=self.gpu.name,
+            model=self.model.name,
+            profile=self.profile.describe(),
+            efficiency=self.efficiency,
+            fit={
+                name: GroupFit(
+                    points=len(g.points),
+                    median_abs_error=round(g.median_abs_error, 6),
+                    max_abs_error=round(g.max_abs_error, 6),
+                    factors=list(g.factors),
+                )
+                for name, g in self.groups.items()
+            },
+        )
+
+
+def _sig(x: float, digits: int = 4) -> float:
+    """``x`` rounded to ``digits`` significant digits (what a catalog entry stores)."""
+    if x == 0 or not math.isfinite(x):
+        return x
+    return float(f"{x:.{digits - 1}e}")
+
+
+class _Predictor:
+    """Vectorised step-time groups of one layer from a Roofline's coefficients."""
+
+    def __init__(self, gpu: GPUSpec, model: ModelSpec):
+        self.gpu = gpu
+        self.model = model.model_copy(update={"num_layers": 1})
+        self.layer_bytes, self.step_bytes = activation_bytes(self.model)
+
+    def roofline(self, params: dict[str, Any]) -> Roofline:
+        eff = Efficiency.model_validate({**params, **ENGINE_CPU})
+        return build_roofline(self.gpu, self.model, efficiency=eff, engine=Engine(enforce_eager=True))
+
+    @staticmethod
+    def roof(r: Roofline, memory: np.ndarray | float, compute: np.ndarray) -> np.ndarray:
+        return np.maximum(memory, compute) + r.knee * np.minimum(memory, compute)
+
+    def gemm(self, r: Roofline, tokens: np.ndarray) -> np.ndarray:
+        """The layer's GEMMs at ``tokens`` tokens."""
+        return self.roof(r, r.gemm_weight_s, r.gemm_s_per_prefill_token * tokens)
+
+    def lm_head(self, r: Roofline, rows: np.ndarray) -> np.ndarray:
+        return self.roof(r, r.head_weight_s, r.head_s_per_row * rows)
+
+    def elementwise(self, r: Roofline, tokens: np.ndarray, per_layer: np.ndarray) -> np.ndarray:
+        """Per-layer kernels (``per_layer`` true) or per-step ones, at ``tokens`` tokens."""
+        nbytes = np.where(per_layer, self.layer_bytes, self.step_bytes)
+        kernels = np.where(per_layer, KERNELS_PER_LAYER, KERNELS_PER_STEP)
+        fixed = r.el_fixed_s / (KERNELS_PER_LAYER + KERNELS_PER_STEP)
+        per_byte = r.el_s_per_token / (self.layer_bytes + self.step_bytes)
+        spill = np.maximum(tokens * nbytes - r.el_threshold, 0.0) if r.el_layer_bytes else 0.0
+        return kernels * fixed + tokens * nbytes * per_byte + r.el_spill_s_per_byte * spill
+
+    def sampler(self, r: Roofline, rows: np.ndarray) -> np.ndarray:
+        spill = np.maximum(rows * r.samp_row_bytes - r.samp_threshold, 0.0)
+        return r.samp_fixed_s + r.samp_s_per_row * rows + r.samp_spill_s_per_byte * spill
+
+    @staticmethod
+    def attention(r: Roofline, a: pd.DataFrame) -> np.ndarray:
+        """One layer's attention for profile rows (any mix of prefill and decodes)."""
+        c = a["prefill_chunk"].to_numpy(float)
+        p = a["kv_prefill"].to_numpy(float)
+        n = a["n_decode"].to_numpy(float)
+        d = n * a["kv_decode"].to_numpy(float)
+        pairs, ctx = c * (p + (c + 1) / 2), p + c
+        pre = r.pre_fixed_s + np.maximum.reduce(
+            [
+                r.pre_s_per_pair * (pairs + r.pre_tile_pairs * c),
+                r.stream_s_per_context * ctx,
+                r.mixed_s_per_context * ctx,
+            ]
+        )
+        safe_n = np.maximum(n, 1)
+        mixed_dec = np.maximum.reduce(
+            [
+                r.mixed_compute_s_per_context * d,
+                r.mixed_s_per_seq * n + r.mixed_s_per_context * d,
+                r.stream_s_per_context * d / safe_n,
+            ]
+        )
+        dec_only = r.dec_fixed_s + r.dec_s_per_seq * n + r.dec_s_per_context * d
+        return np.where(c > 0, pre + np.where(n > 0, mixed_dec, 0.0), dec_only)
+
+
+def _least_squares(
+    residual: Callable[[np.ndarray], np.ndarray], x0: list[float], lower: list[float], upper: list[float]
+) -> np.ndarray:
+    res = least_squares(residual, np.array(x0), bounds=(lower, upper), method="trf", x_scale="jac", max_nfev=2000)
+    return np.asarray(res.x)
+
+
+def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
+    """Fit every group's factors to ``profile`` (``model``'s shapes, ``gpu``'s spec sheet)."""
+    check_model(profile, model)
+    pred = _Predictor(gpu, model)
+    params: dict[str, Any] = {"weight_bandwidth": 0.9, "gemm_compute": 0.9}
+    groups: dict[str, GroupResult] = {}
+
+    def fitted(names: tuple[str, ...], x: np.ndarray, scale: tuple[float, ...]) -> dict[str, float]:
+        return {k: float(v) * s for k, v, s in zip(names, x, scale, strict=True)}
+
+    def run(
+        name: str,
+        names: tuple[str, ...],
+        frame: pd.DataFrame,
+        predict: Callable[[Roofline], np.ndarray],
+        x0: list[float],
+        lower: list[float],
+        upper: list[float],
+        scale: tuple[float, ...],
+    ) -> None:
+        y = np.log(frame["measured"].to_numpy())
+
+        def residual(x: np.ndarray) -> np.ndarray:
+            return np.log(predict(pred.roofline({**params, **fitted(names, x, scale)}))) - y
+
+        x = _least_squares(residual, x0, lower, upper)
+        params.update({k: _sig(v) for k, v in fitted(names, x, scale).items()})
+        groups[name] = GroupResult(name, names, frame)
+
+    dense, per_seq, att = profile.dense, profile.per_sequence, profile.attention
+
+    # GEMMs: the layer's four projections summed as a layer runs them
+    wide = dense.pivot(index="tokens", columns="layer", values="time")
+    gemm = pd.DataFrame({"tokens": wide.index, "measured": wide[list(GEMMS)].sum(axis=1, skipna=False).to_numpy()})
+    gemm = gemm.dropna().reset_index(drop=True)
+    tokens = gemm["tokens"].to_numpy(float)
+    run(
+        "gemm",
+        ("weight_bandwidth", "gemm_compute", "gemm_knee"),
+        gemm,
+        lambda r: pred.gemm(r, tokens),
+        [0.9, 0.9, 0.3],
+        [0.05, 0.05, 0.0],
+        [1.5, 1.5, 1.0],
+        (1.0, 1.0, 1.0),
+    )
+    head = per_seq[per_seq.layer == "lm_head"]
+    head_frame = pd.DataFrame({"rows": head.sequences, "measured": head.time})
+    rows = head_frame["rows"].to_numpy(float)
+    run("lm_head", ("lm_head_bandwidth",), head_frame, lambda r: pred.lm_head(r, rows), [0.9], [0.05], [1.5], (1.0,))
+
+    # element-wise: the per-layer kernels summed as a layer runs them, and the per-step ones
+    layer_sum = sum(k * wide[op] for op, k in ELEMENTWISE_LAYER.items())
+    step_sum = sum(wide[op] for op in ELEMENTWISE_STEP)
+    el = pd.concat(
+        [
+            pd.DataFrame({"kernels": "per layer", "tokens": wide.index, "measured": layer_sum.to_numpy()}),
+            pd.DataFrame({"kernels": "per step", "tokens": wide.index, "measured": step_sum.to_numpy()}),
+        ],
+        ignore_index=True,
+    ).dropna()
+    el_tokens = el["tokens"].to_numpy(float)
+    el_layer = (el["kernels"] == "per layer").to_numpy()
+    run(
+        "elementwise",
+        ("elementwise_kernel", "elementwise_bandwidth", "elementwise_spill", "elementwise_l2"),
+        el,
+        lambda r: pred.elementwise(r, el_tokens, el_layer),
+        [2.0, 2.0, 1.0, 0.5],
+        [0.01, 0.05, 0.05, 0.0],
+        [50.0, 10.0, 10.0, 5.0],
+        (1e-6, 1.0, 1.0, 1.0),
+    )
+    sm = per_seq[per_seq.layer == "sampler"]
+    samp = pd.DataFrame({"rows": sm.sequences, "measured": sm.time})
+    s_rows = samp["rows"].to_numpy(float)
+    run(
+        "sampler",
+        ("sampler_fixed", "sampler_bandwidth", "sampler_spill", "sampler_l2"),
+        samp,
+        lambda r: pred.sampler(r, s_rows),
+        [20.0, 2.0, 0.5, 0.5],
+        [0.1, 0.05, 0.05, 0.0],
+        [500.0, 10.0, 10.0, 5.0],
+        (1e-6, 1.0, 1.0, 1.0),
+    )
+
+    # attention: prefill-only rows, then decode-only rows, then the mixed rows
+    cols = ["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"]
+    frames = {
+        "attention_prefill": att[(att.prefill_chunk > 0) & (att.n_decode == 0)],
+        "attention_decode": att[att.prefill_chunk == 0],
+        "attention_mixed": att[(att.prefill_chunk > 0) & (att.n_decode > 0)],
+    }
+    specs: dict[str, tuple[tuple[str, ...], list[float], list[float], list[float], tuple[float, ...]]] = {
+        "attention_prefill": (
+            ("prefill_attention_fixed", "attention_compute", "attention_tile", "kv_stream"),
+            [8.0, 0.8, 100.0, 0.15],
+            [0.0, 0.05, 0.0, 0.01],
+            [500.0, 1.5, 1e4, 2.0],
+            (1e-6, 1.0, 1.0, 1.0),
+        ),
+        "attention_decode": (
+            ("attention_fixed", "attention_per_seq", "kv_bandwidth"),
+            [10.0, 0.3, 0.9],
+            [0.0, 0.0, 0.05],
+            [500.0, 50.0, 2.0],
+            (1e-6, 1e-6, 1.0),
+        ),
+        "attention_mixed": (
+            ("mixed_per_seq", "mixed_kv_bandwidth"),
+            [1.0, 0.5],
+            [0.0, 0.02],
+            [50.0, 2.0],
+            (1e-6, 1.0),
+        ),
+    }
+    for name, frame in frames.items():
+        rows_frame = frame[cols].assign(measured=frame["time"].to_numpy()).reset_index(drop=True)
+        names, x0, lo, hi, sc = specs[name]
+        run(name, names, rows_frame, _attention_of(pred, rows_frame), x0, lo, hi, sc)
+
+    params.update(ENGINE_CPU)
+    efficiency = Efficiency.model_validate({**params, "source": source_text(profile, gpu, model)})
+    # the reported predictions come from the final factors, every term included
+    final = build_roofline(gpu, pred.model, efficiency=efficiency, engine=Engine(enforce_eager=True))
+    predictions = {
+        "gemm": pred.gemm(final, tokens),
+        "lm_head": pred.lm_head(final, rows),
+        "elementwise": pred.elementwise(final, el_tokens, el_layer),
+        "sampler": pred.sampler(final, s_rows),
+    }
+    for name in frames:
+        predictions[name] = pred.attention(final, groups[name].points)
+    for name, values in predictions.items():
+        groups[name].points["predicted"] = values
+    return Fit(gpu, model, profile, efficiency, {k: groups[k] for k in GROUPS})
+
+
+def _attention_of(pred: _Predictor, rows: pd.DataFrame) -> Callable[[Roofline], np.ndarray]:
+    return lambda r: pred.attention(r, rows)
+
+
+def source_text(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> str:
+    m = profile.meta
+    what = ", ".join(str(m[k]) for k in ("gpu", "model", "vllm_version") if k in m) or str(profile.path)
+    return (
+        f"Fitted by `des calibrate` to the kernel profile {profile.path.name} ({what}) with the spec sheet of "
+        f"{gpu.name} and the shapes of {model.name}: least squares in log time per op group. {CPU_SOURCE}"
+    )
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+def fit_table(fit: Fit) -> list[dict[str, Any]]:
+    """Per group: points, median and max absolute error (%), and the fitted factors."""
+    eff = fit.efficiency
+    out = []
+    for name, g in fit.groups.items():
+        out.append(
+            {
+                "group": name,
+                "points": len(g.points),
+                "median_abs_pct": 100 * g.median_abs_error,
+                "max_abs_pct": 100 * g.max_abs_error,
+                "factors": ", ".join(f"{f}={format_factor(f, getattr(eff, f))}" for f in g.factors),
+            }
+        )
+    return out
+
+
+def format_factor(name: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if name.endswith(("_fixed", "_kernel", "_per_seq", "overhead")):
+        return f"{value * 1e6:.3g} us"
+    return f"{value:.4g}"
+
+
+#: Descriptive label of each group's points for the figure.
+GROUP_TITLES = {
+    "gemm": "GEMMs of a layer (qkv + o + gate_up + down)",
+    "lm_head": "LM head",
+    "elementwise": "element-wise kernels (per layer, per step)",
+    "sampler": "sampler",
+    "attention_prefill": "attention: prefill chunks",
+    "attention_decode": "attention: decode-only steps",
+    "attention_mixed": "attention: prefill + decodes",
+}
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def figure_format(path: Path, flag: str) -> str:
+    """The image format a figure path asks for (by its suffix; none: PNG)."""
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    if fmt not in FIGURE_FORMATS:
+        raise ScenarioError((flag, f"{str(path)!r}: figures are written as {', '.join(FIGURE_FORMATS)} (by suffix)"))
+    return fmt
+
+
+def plot_fit(fit: Fit, path: Path, fmt: str = "png") -> None:
+    """Predicted against measured time per op group (log-log), with the ±10 % band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+
+    names = list(fit.groups)
+    fig, axes = plt.subplots(2, 4, figsize=(17, 8.2))
+    flat = list(axes.flat)
+    for ax, name in zip(flat, names, strict=False):
+        g = fit.groups[name]
+        meas = g.points["measured"].to_numpy() * 1e6
+        pred = g.points["predicted"].to_numpy() * 1e6
+        colour = _colour_key(name, g.points)
+        sc = ax.scatter(meas, pred, c=colour, s=9, cmap="viridis", alpha=0.75, linewidths=0)
+        lo, hi = min(meas.min(), pred.min()) * 0.8, max(meas.max(), pred.max()) * 1.25
+        ax.plot([lo, hi], [lo, hi], color="black", lw=1)
+        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.2, lw=0)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
+        subs = (1.0,) if hi / lo > 300 else (1.0, 2.0, 5.0)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(LogLocator(base=10, subs=subs))
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(NullFormatter())
+        ax.set_title(
+            f"{GROUP_TITLES[name]}\nmedian |err| {100 * g.median_abs_error:.1f} %, max {100 * g.max_abs_error:.0f} %"
+            f", {len(g.points)} points",
+            fontsize=9.5,
+        )
+        ax.set_xlabel("measured (µs)", fontsize=9)
+        ax.set_ylabel("predicted (µs)", fontsize=9)
+        ax.tick_params(labelsize=8)
+        cb = fig.colorbar(sc, ax=ax, pad=0.01)
+        cb.set_label(_colour_label(name), fontsize=8)
+        cb.ax.tick_params(labelsize=7)
+    last = flat[-1]
+    last.axis("off")
+    text = "\n".join(f"{row['group']}: {row['factors']}".replace(", ", "\n    ", 8) for row in fit_table(fit))
+    last.text(0.0, 1.0, "fitted factors\n" + text, va="top", ha="left", fontsize=7.2, family="monospace")
+    fig.suptitle(
+        f"{fit.gpu.name}: predicted against measured kernel times of {fit.profile.path.name} "
+        "(one layer; grey band ±10 %)",
+        fontsize=12,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format=fmt)
+    plt.close(fig)
+
+
+def _colour_key(name: str, points: pd.DataFrame) -> np.ndarray:
+    if name in ("gemm", "elementwise"):
+        return np.log2(points["tokens"].to_numpy(float))
+    if name in ("lm_head", "sampler"):
+        return np.log2(points["rows"].to_numpy(float))
+    if name == "attention_prefill":
+        return np.log2(points["prefill_chunk"].to_numpy(float))
+    return np.log2(points["n_decode"].to_numpy(float))
+
+
+def _colour_label(name: str) -> str:
+    if name in ("gemm", "elementwise"):
+        return "log2 tokens"
+    if name in ("lm_head", "sampler"):
+        return "log2 sequences"
+    if name == "attention_prefill":
+        return "log2 chunk tokens"
+    return "log2 decodes"
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def write_files(files: dict[Path, Callable[[Path], None]], flags: dict[Path, str]) -> None:
+    """Write every file under a temporary name first and move them into place together,
+    so a failure leaves earlier files as they were; problems name the file's flag."""
+    from des.output import Staged
+
+    stages: list[Staged] = []
+    try:
+        for path, writer in files.items():
+            folder = path.parent if str(path.parent) else Path(".")
+            if not folder.is_dir():
+                raise ScenarioError((flags[path], f"cannot write {str(path)!r}: no folder {str(folder)!r}"))
+            stage = Staged(folder)
+            stages.append(stage)
+            try:
+                stage.write(path.name, writer)
+            except OSError as exc:
+                raise ScenarioError((flags[path], f"cannot write {str(path)!r}: {exc.strerror or exc}")) from None
+    except BaseException:
+        for stage in stages:
+            stage.discard()
+        raise
+    for stage in stages:
+        stage.commit()
+
+
+def run_calibration(
+    profile_dir: Path,
+    gpu_name: str,
+    model_name: str,
+    out_path: Path | None,
+    plot_path: Path | None,
+    console: Any,
+) -> Fit:
+    """``des calibrate``: fit, print the fit per group, write the calibration file and the figure."""
+    from rich.table import Table
+
+    from des import catalog
+
+    specs = []
+    for flag, get, name in (("--gpu", catalog.gpu, gpu_name), ("--model", catalog.model, model_name)):
+        try:
+            specs.append(get(name))
+        except ScenarioError as exc:
+            raise ScenarioError([(flag, m) for _, m in exc.problems]) from None
+    gpu, model = specs[0], specs[1]
+    assert isinstance(gpu, GPUSpec) and isinstance(model, ModelSpec)
+    profile = read_profile(profile_dir)
+    fit = fit_profile(profile, gpu, model)
+    out_path = out_path or Path(f"{gpu.name}.calibration.yaml")
+    plot_path = plot_path or out_path.with_suffix(".png")
+    fmt = figure_format(plot_path, "--plot")
+    if plot_path.resolve() == out_path.resolve():
+        raise ScenarioError(("--plot", f"{str(plot_path)!r} is also the calibration file (--out)"))
+    text = fit.calibration_file().to_yaml()
+
+    def write_yaml(tmp: Path) -> None:
+        tmp.write_text(text)
+
+    write_files(
+        {out_path: write_yaml, plot_path: lambda tmp: plot_fit(fit, tmp, fmt)},
+        {out_path: "--out", plot_path: "--plot"},
+    )
+
+    meta = profile.describe()
+    what = f"{meta.get('gpu', '?')}, {meta.get('model', '?')}, vLLM {meta.get('vllm_version', '?')}"
+    console.print(
+        f"profile  {profile_dir}: {what}"
+        f"\nfitted   {gpu.name} (spec sheet) with the shapes of {model.name}, least squares in log time per group",
+        highlight=False,
+    )
+    table = Table(title="fit per op group (errors of predicted against measured time)", title_justify="left")
+    for col in ("group", "points", "median |err|", "max |err|", "factors"):
+        table.add_column(col, justify="left" if col in ("group", "factors") else "right")
+    for row in fit_table(fit):
+        table.add_row(
+            row["group"], f"{row['points']:,}", f"{row['median_abs_pct']:.1f} %", f"{row['max_abs_pct']:.0f} %",
+            row["factors"],
+        )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"CPU time (not in a kernel profile): {ENGINE_CPU['step_overhead'] * 1e3:g} ms per step + "
+        f"{ENGINE_CPU['seq_overhead'] * 1e6:g} us per sequence (des/calibrate.py: ENGINE_CPU)\n"
+        f"wrote {out_path} and {plot_path}; use it from a scenario as\n"
+        f"  gpu: {{base: {gpu.name}, calibration: {out_path}}}",
+        highlight=False,
+    )
+    return fit
