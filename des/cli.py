@@ -538,5 +538,43 @@ def calibrate(profile_dir: Path, gpu_name: str, model_name: str, out_path: Path 
         _fail(exc)
 
 
+@main.command()
+@click.argument("result", metavar="RESULT", type=click.Path(path_type=Path))
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "vllm-bench", "csv", "jsonl"]),
+    default="auto",
+    show_default=True,
+    help="RESULT's format (auto: by suffix, .json is a vllm bench serve result).",
+)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override an engine field (repeatable).")
+@click.option("--seed", type=int, default=None, help="Seed (routing; arrivals drawn when RESULT has no send times).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for comparison.json, cdf.png, the replay (default: results/compare-<RESULT name>/).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the errors as JSON (for scripts).")
+def compare(
+    result: Path,
+    scenario: Path | None,
+    fmt: str,
+    overrides: tuple[str, ...],
+    seed: int | None,
+    out_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Replay the requests of a measured run (RESULT) through des on SCENARIO's engine and compare."""
+    from des.compare import run_compare
+
+    try:
+        run_compare(result, scenario, fmt, overrides, seed, out_dir, as_json, _console())
+    except ScenarioError as exc:
+        _fail(exc)
+
+
 if __name__ == "__main__":
     main()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import math
 import shutil
 import subprocess
@@ -877,3 +878,301 @@ def test_cli_write_failure_leaves_earlier_results_untouched(tmp_path, original_r
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: --out: "), done.stderr
     assert snapshot(out) == before, "files of the earlier run were replaced by a failing run"
+
+
+# -- calibration files named by a scenario (gpu.calibration) ---------------------------------
+
+
+GOOD_EFFICIENCY = "{weight_bandwidth: 0.9, gemm_compute: 0.9, step_overhead: 0.001}"
+CALIBRATIONS = [
+    # (id, file content or None for no file, texts that must appear in the message besides the path)
+    ("missing", None, ["no such file"]),
+    ("not-yaml", "gpu: [rtx4090\n", ["not valid YAML"]),
+    ("a-list", "- 1\n- 2\n", ["mapping"]),
+    ("not-utf8", b"\xff\xfe\x00gpu: x\n", ["UTF-8"]),
+    ("no-efficiency", "gpu: rtx4090\nmodel: llama-3.1-8b\n", ["efficiency", "required"]),
+    ("unknown-key", f"gpu: x\nmodel: y\ncolour: red\nefficiency: {GOOD_EFFICIENCY}\n", ["colour", "unknown"]),
+    (
+        "factor-out-of-range",
+        "gpu: x\nmodel: y\nefficiency: {weight_bandwidth: 3.5, gemm_compute: 0.9, step_overhead: 0}\n",
+        ["efficiency.weight_bandwidth", "3.5"],
+    ),
+    (
+        "factor-not-a-number",
+        "gpu: x\nmodel: y\nefficiency: {weight_bandwidth: 0.9, gemm_compute: fast, step_overhead: 0}\n",
+        ["efficiency.gemm_compute", "fast"],
+    ),
+    (
+        "single-factor-out-of-range",
+        "gpu: x\nmodel: y\nefficiency: {mbu: 1.7, mfu_prefill: 0.5, mfu_decode: 0.5, step_overhead: 0}\n",
+        ["mbu", "1.7"],
+    ),  # fmt: skip
+    ("wrong-format", f"format: 2\ngpu: x\nmodel: y\nefficiency: {GOOD_EFFICIENCY}\n", ["format"]),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "echo"), CALIBRATIONS, ids=[c[0] for c in CALIBRATIONS])
+def test_bad_calibration_file(tmp_path, name, content, echo):
+    path = tmp_path / "cal.yaml"
+    if content is not None:
+        write(path, content)
+    got_path, message = one_problem(base(gpu={"base": "rtx4090", "calibration": str(path)}))
+    assert got_path == "gpu.calibration"
+    assert str(path) in message
+    for text in echo:
+        assert text in message, f"{text!r} missing from {message!r}"
+
+
+def test_calibration_path_is_a_folder_or_not_a_path(tmp_path):
+    got_path, message = one_problem(base(gpu={"base": "rtx4090", "calibration": str(tmp_path)}))
+    assert got_path == "gpu.calibration" and "folder" in message and str(tmp_path) in message
+    got_path, message = one_problem(base(gpu={"base": "rtx4090", "calibration": 5}))
+    assert got_path == "gpu.calibration" and "5" in message
+
+
+def test_good_calibration_file_loads_relative_to_the_scenario(tmp_path):
+    write(tmp_path / "cals" / "mine.yaml", f"gpu: rtx4090\nmodel: llama-3.1-8b\nefficiency: {GOOD_EFFICIENCY}\n")
+    scenario = write(tmp_path / "s.yaml", "gpu: {base: rtx4090, calibration: cals/mine.yaml}\n" + _workload_yaml())
+    sc = des.load_scenario(scenario)
+    assert sc.gpu.efficiency.weight_bandwidth == 0.9 and sc.gpu.efficiency.gemm_knee == 0.0
+    assert sc.gpu.calibration == str(tmp_path / "cals" / "mine.yaml")
+
+
+def _workload_yaml() -> str:
+    return (
+        "horizon: {duration: 10}\nworkload:\n  arrival: {process: poisson, rate: 1}\n"
+        "  prompt_tokens: {dist: fixed, value: 10}\n  output_tokens: {dist: fixed, value: 5}\n"
+    )
+
+
+# -- des calibrate and des compare on the command line ------------------------------------------
+
+
+PROFILE = ROOT / "data" / "rtx4090-vllm-kernel-profile"
+
+
+def _profile_copy(work: Path, edit: Callable[[Path], None] | None = None) -> Path:
+    folder = work / "profile"
+    shutil.copytree(PROFILE, folder)
+    for p in folder.iterdir():
+        p.chmod(0o644)
+    if edit is not None:
+        edit(folder)
+    return folder
+
+
+def _replace_in(name: str, old: str, new: str) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        path = folder / name
+        path.write_text(path.read_text().replace(old, new, 1))
+
+    return edit
+
+
+def _drop_rows(name: str, layer: str) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        path = folder / name
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join([lines[0]] + [x for x in lines[1:] if not x.startswith(layer + ",")][:-1]) + "\n")
+
+    return edit
+
+
+def _bench_json(work: Path, **fields) -> Path:
+    data = {
+        "request_rate": "inf",
+        "input_lens": [100, 200],
+        "output_lens": [10, 20],
+        "ttfts": [0.05, 0.06],
+        "latencies": [0.3, 0.6],
+        "start_times": [10.0, 10.5],
+        "errors": ["", ""],
+    }
+    data.update(fields)
+    for key in [k for k, v in fields.items() if v is None]:
+        del data[key]
+    return write(work / "bench.json", json.dumps(data))
+
+
+@dataclass
+class CommandCase:
+    id: str
+    args: Callable[[Path], list[str]]  # given a scratch folder, the command's arguments
+    path: str  # the one `error: <path>: ` line expected
+    echo: list[str] = field(default_factory=list)
+
+
+CAL = ["--gpu", "rtx4090", "--model", "llama-3.1-8b"]
+COMMAND_CASES = [
+    CommandCase("calibrate-no-folder", lambda w: ["calibrate", str(w / "nope"), *CAL], "PROFILE_DIR", ["no such"]),
+    CommandCase(
+        "calibrate-a-file", lambda w: ["calibrate", str(write(w / "f.txt", "x")), *CAL], "PROFILE_DIR", ["folder"]
+    ),
+    CommandCase(
+        "calibrate-no-attention",
+        lambda w: ["calibrate", str(_profile_copy(w, lambda f: (f / "attention.csv").unlink())), *CAL],
+        "PROFILE_DIR",
+        ["attention.csv", "no such file"],
+    ),
+    CommandCase(
+        "calibrate-columns",
+        lambda w: ["calibrate", str(_profile_copy(w, _replace_in("dense.csv", "time_us", "micros"))), *CAL],
+        "PROFILE_DIR",
+        ["dense.csv", "micros"],
+    ),
+    CommandCase(
+        "calibrate-bad-time",
+        lambda w: [
+            "calibrate",
+            str(_profile_copy(w, _replace_in("dense.csv", "act_fn,1,2.592", "act_fn,1,-2.592"))),
+            *CAL,
+        ],  # fmt: skip
+        "PROFILE_DIR",
+        ["row 1", "-2.592"],
+    ),
+    CommandCase(
+        "calibrate-too-few-rows",
+        lambda w: ["calibrate", str(_profile_copy(w, _drop_rows("per_sequence.csv", "sampler"))), *CAL],
+        "PROFILE_DIR",
+        ["sampler"],
+    ),
+    CommandCase(
+        "calibrate-wrong-model",
+        lambda w: [
+            "calibrate",
+            str(PROFILE),
+            "--gpu",
+            "rtx4090",
+            "--model",
+            "qwen2.5-7b",
+            "--out",
+            str(w / "keep.yaml"),
+        ],  # fmt: skip
+        "--model",
+        ["qwen2.5-7b", "meta.yaml"],
+    ),
+    CommandCase(
+        "calibrate-unknown-gpu",
+        lambda w: ["calibrate", str(PROFILE), "--gpu", "tpu-v9", "--model", "llama-3.1-8b"],
+        "--gpu",
+        ["tpu-v9", "rtx4090"],
+    ),  # fmt: skip
+    CommandCase(
+        "calibrate-plot-suffix",
+        lambda w: ["calibrate", str(PROFILE), *CAL, "--out", str(w / "keep.yaml"), "--plot", str(w / "fig.txt")],
+        "--plot",
+        ["fig.txt", "png"],
+    ),
+    CommandCase(
+        "calibrate-out-folder-missing",
+        lambda w: ["calibrate", str(PROFILE), *CAL, "--out", str(w / "no" / "such" / "c.yaml")],
+        "--out",
+        ["no folder"],
+    ),
+    CommandCase("compare-no-file", lambda w: ["compare", str(w / "nope.json")], "RESULT", ["no such file"]),
+    CommandCase(
+        "compare-not-json", lambda w: ["compare", str(write(w / "r.json", "{oops"))], "RESULT", ["not valid JSON"]
+    ),
+    CommandCase(
+        "compare-not-detailed",
+        lambda w: ["compare", str(write(w / "r.json", '{"duration": 10, "completed": 5}'))],
+        "RESULT",
+        ["input_lens", "--save-detailed"],
+    ),
+    CommandCase(
+        "compare-lengths", lambda w: ["compare", str(_bench_json(w, ttfts=[0.1]))], "RESULT", ["ttfts has 1", "2"]
+    ),
+    CommandCase(
+        "compare-negative-ttft",
+        lambda w: ["compare", str(_bench_json(w, ttfts=[0.05, -0.25]))],
+        "RESULT",
+        ["ttfts[1]", "-0.25"],
+    ),
+    CommandCase(
+        "compare-no-send-times",
+        lambda w: ["compare", str(_bench_json(w, start_times=None, max_concurrency=8))],
+        "RESULT",
+        ["max_concurrency", "start_times"],
+    ),
+    CommandCase(
+        "compare-all-failed",
+        lambda w: ["compare", str(_bench_json(w, errors=["timeout", "timeout"], output_lens=[0, 0]))],
+        "RESULT",
+        ["no request succeeded"],
+    ),
+    CommandCase(
+        "compare-csv-columns",
+        lambda w: ["compare", str(write(w / "r.csv", "arrival_time,prompt_tokens,output_tokens\n0,10,5\n"))],
+        "RESULT",
+        ["ttft and e2e"],
+    ),
+    CommandCase(
+        "compare-csv-bad-tokens",
+        lambda w: [
+            "compare",
+            str(
+                write(
+                    w / "r.csv", "arrival_time,prompt_tokens,output_tokens,ttft,e2e\n0,10,5,0.1,0.5\n1,2.5,5,0.1,0.5\n"
+                )
+            ),
+        ],  # fmt: skip
+        "RESULT",
+        ["row 2", "prompt_tokens", "2.5"],
+    ),
+    CommandCase("compare-unknown-suffix", lambda w: ["compare", str(write(w / "r.txt", "x"))], "--format", ["r.txt"]),
+    CommandCase(
+        "compare-set-workload",
+        lambda w: ["compare", str(_bench_json(w)), "--set", "workload.arrival.rate=3"],
+        "--set",
+        ["workload.arrival.rate", "RESULT"],
+    ),
+    CommandCase(
+        "compare-set-kind",
+        lambda w: ["compare", str(_bench_json(w)), "--set", "scheduler.kind=fancy"],
+        "scheduler.kind",
+        ["fancy"],
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def command_runs(tmp_path_factory):
+    """Every failing des calibrate / des compare case, run concurrently in its own folder
+    holding a file (keep.yaml) that must survive the failure untouched."""
+    root = tmp_path_factory.mktemp("commands")
+    procs = {}
+    for case in COMMAND_CASES:
+        work = root / case.id
+        work.mkdir()
+        keep = write(work / "keep.yaml", "earlier results\n")
+        args = case.args(work)
+        cmd = [sys.executable, "-m", "des.cli", *args]
+        if args[0] == "compare":
+            cmd += ["--out", str(work / "out")]
+        procs[case.id] = (subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+                          work, keep)  # fmt: skip
+    runs = {}
+    for case_id, (proc, work, keep) in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            stderr += "\n<timed out>"
+        runs[case_id] = (proc.returncode, stdout, stderr, work, keep)
+    return runs
+
+
+@pytest.mark.parametrize("case", COMMAND_CASES, ids=[c.id for c in COMMAND_CASES])
+def test_calibrate_and_compare_report_bad_input(command_runs, case: CommandCase):
+    returncode, stdout, stderr, work, keep = command_runs[case.id]
+    assert "Traceback" not in stderr, stderr
+    assert returncode == 2, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {case.path}: "), stderr
+    for text in case.echo:
+        assert text in lines[0], f"{text!r} missing from {lines[0]!r}"
+    assert stdout.strip() == "", stdout
+    assert keep.read_text() == "earlier results\n"
+    assert not (work / "out").exists(), "a failing des compare created its results folder"
+    assert not any(p.suffix == ".png" for p in work.iterdir()), "a failing des calibrate wrote a figure"

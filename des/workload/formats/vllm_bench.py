@@ -1,0 +1,236 @@
+"""The result JSON of ``vllm bench serve --save-result --save-detailed`` as a per-request table.
+
+vLLM's serving benchmark (``vllm/benchmarks/serve.py``; ``benchmarks/benchmark_serving.py``
+in older releases) saves run-level facts (``date``, ``backend``, ``model_id``,
+``request_rate``, ``burstiness``, ``max_concurrency``, ``duration``, ``completed``,
+``failed``, ...) and, with ``--save-detailed``, one list entry per request in send order:
+``input_lens``, ``output_lens``, ``ttfts`` (seconds from sending to the first streamed
+token), ``itls`` (the gaps between later chunks, seconds), ``errors`` (empty when the
+request succeeded) and, in recent releases, ``latencies`` (send to last token) and
+``start_times`` (``time.perf_counter()`` at sending). Failed requests carry
+``output_lens`` 0 and ``ttfts`` 0.
+
+:func:`read_vllm_bench` turns that into one row per request: ``arrival_time`` (seconds
+after the first request; from ``start_times`` when saved, else drawn the way the
+benchmark draws them from ``request_rate`` and ``burstiness``, with the given seed),
+(drawn ones count from the benchmark's start, the first after one gap, as vLLM sends them),
+``prompt_tokens``, ``output_tokens``, ``ttft``, ``e2e`` (``latencies``, else ``ttft`` plus
+the sum of ``itls``), ``tpot`` (``(e2e - ttft) / (output_tokens - 1)``, as the benchmark
+computes it; NaN for one token), ``itl`` (the list) and ``success``. The run-level facts
+are in ``frame.attrs["meta"]``. :func:`write_vllm_bench` writes such a table back in the
+benchmark's format (for fixtures and for exporting a des run).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: Run-level keys kept in ``attrs["meta"]`` when the file has them.
+META_KEYS = (
+    "date",
+    "backend",
+    "label",
+    "model_id",
+    "tokenizer_id",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+)
+PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "errors")
+
+
+def _fail(path: Path, msg: str) -> ValueError:
+    return ValueError(f"{str(path)!r}: {msg}")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _numbers(path: Path, data: dict[str, Any], key: str, n: int, integer: bool = False) -> np.ndarray:
+    values = data[key]
+    out = np.empty(n)
+    for i, v in enumerate(values):
+        x = _number(v)
+        if x is None or not math.isfinite(x) or x < 0 or (integer and x != round(x)):
+            what = "a whole number >= 0" if integer else "a finite number >= 0"
+            raise _fail(path, f"{key}[{i}] is {v!r}, not {what}")
+        out[i] = x
+    return out
+
+
+def read_vllm_bench(path: Path, seed: int = 0) -> pd.DataFrame:
+    """The per-request rows of a ``vllm bench serve --save-detailed`` result file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _fail(path, "no such file") from None
+    except IsADirectoryError:
+        raise _fail(path, "is a folder, not a result file") from None
+    except OSError as exc:
+        raise _fail(path, f"cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise _fail(path, "is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _fail(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise _fail(path, "does not hold a JSON object (is it a vllm bench serve result?)")
+    missing = [k for k in ("input_lens", "output_lens", "ttfts") if k not in data]
+    if missing:
+        hint = " (save it with --save-result --save-detailed)" if "duration" in data else ""
+        raise _fail(path, f"lacks the per-request lists {', '.join(missing)}{hint}")
+    lists = {k: data[k] for k in PER_REQUEST if k in data and data[k] is not None}
+    for key, value in lists.items():
+        if not isinstance(value, list):
+            raise _fail(path, f"{key} is not a list")
+    n = len(lists["input_lens"])
+    if n == 0:
+        raise _fail(path, "has no requests")
+    for key, value in lists.items():
+        if len(value) != n:
+            raise _fail(path, f"{key} has {len(value)} entries, input_lens {n}")
+    prompt = _numbers(path, lists, "input_lens", n, integer=True)
+    output = _numbers(path, lists, "output_lens", n, integer=True)
+    ttft = _numbers(path, lists, "ttfts", n)
+    if "errors" in lists:
+        success = np.array([not e for e in lists["errors"]])
+    else:
+        success = output > 0
+    itls: list[list[float]] | None = None
+    if "itls" in lists:
+        itls = []
+        for i, gaps in enumerate(lists["itls"]):
+            if not isinstance(gaps, list):
+                raise _fail(path, f"itls[{i}] is not a list")
+            row = [_number(g) for g in gaps]
+            if any(g is None or not math.isfinite(g) or g < 0 for g in row):
+                raise _fail(path, f"itls[{i}] holds something other than finite numbers >= 0")
+            itls.append([float(g) for g in row if g is not None])
+    if "latencies" in lists:
+        e2e = _numbers(path, lists, "latencies", n)
+    elif itls is not None:
+        e2e = ttft + np.array([sum(g) for g in itls])
+    else:
+        raise _fail(path, "has neither latencies nor itls, so when each request ended is unknown")
+    for i in np.flatnonzero(success).tolist():
+        if prompt[i] < 1 or output[i] < 1:
+            raise _fail(path, f"request {i} succeeded with {int(prompt[i])} prompt and {int(output[i])} output tokens")
+        if e2e[i] < ttft[i] * (1 - 1e-12):
+            raise _fail(path, f"request {i} ended ({e2e[i]!r} s) before its first token ({ttft[i]!r} s)")
+    meta = {k: data[k] for k in META_KEYS if k in data}
+    if "start_times" in lists:
+        starts = np.empty(n)
+        for i, v in enumerate(lists["start_times"]):
+            x = _number(v)
+            if x is None or not math.isfinite(x):
+                raise _fail(path, f"start_times[{i}] is {v!r}, not a finite number")
+            starts[i] = x
+        arrival = starts - starts.min()
+        meta["arrivals"] = "start_times"
+    else:
+        arrival = _drawn_arrivals(path, data, n, seed)
+        meta["arrivals"] = f"drawn from request_rate {data.get('request_rate')!r}, burstiness " + (
+            f"{data.get('burstiness', 1.0)!r} (seed {seed}): the file has no start_times"
+        )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(output > 1, (e2e - ttft) / (output - 1), np.nan)
+    frame = pd.DataFrame(
+        {
+            "arrival_time": arrival,
+            "prompt_tokens": prompt.astype(np.int64),
+            "output_tokens": output.astype(np.int64),
+            "ttft": ttft,
+            "e2e": e2e,
+            "tpot": tpot,
+            "itl": itls if itls is not None else [None] * n,
+            "success": success,
+        }
+    )
+    frame.attrs["meta"] = meta
+    frame.attrs["has_itl"] = itls is not None
+    return frame
+
+
+def _drawn_arrivals(path: Path, data: dict[str, Any], n: int, seed: int) -> np.ndarray:
+    """Send times as ``vllm bench serve`` draws them: gamma gaps of mean ``1 / rate`` and shape
+    ``burstiness`` (1: Poisson), rescaled so the last request goes at ``n / rate``; all at 0
+    for ``request_rate`` inf. Only statistically like the real run's."""
+    if data.get("max_concurrency") is not None:
+        raise _fail(
+            path,
+            f"max_concurrency {data['max_concurrency']!r} held requests back on the client, so their send times "
+            "cannot be redrawn; a vLLM release that saves start_times is needed",
+        )
+    if data.get("ramp_up_strategy") is not None:
+        raise _fail(path, "the request rate ramped up and the file has no start_times to replay it from")
+    rate_raw = data.get("request_rate")
+    if rate_raw is None:
+        raise _fail(path, "has neither start_times nor request_rate, so the arrivals are unknown")
+    rate = math.inf if rate_raw in ("inf", "Infinity") else _number(rate_raw)
+    if rate is None or not rate > 0:
+        raise _fail(path, f"request_rate is {rate_raw!r}, not a number > 0 or 'inf'")
+    if math.isinf(rate):
+        return np.zeros(n)
+    burst = _number(data.get("burstiness", 1.0))
+    if burst is None or not (burst > 0 and math.isfinite(burst)):
+        raise _fail(path, f"burstiness is {data.get('burstiness')!r}, not a number > 0")
+    rng = np.random.default_rng(seed)
+    delays = np.cumsum(rng.gamma(shape=burst, scale=1.0 / (rate * burst), size=n))
+    if delays[-1] > 0:
+        delays *= (n / rate) / delays[-1]
+    return np.asarray(delays)
+
+
+def write_vllm_bench(frame: pd.DataFrame, path: Path, meta: dict[str, Any] | None = None) -> None:
+    """Write per-request rows (the columns :func:`read_vllm_bench` returns) as a vllm bench result.
+
+    ``start_times`` are the arrival times; ``duration`` spans the first arrival to the last
+    completion; failed rows get ``output_lens`` 0, an error and zero times, as vLLM writes them.
+    """
+    ok = frame["success"].to_numpy(bool)
+    out_lens = np.where(ok, frame["output_tokens"].to_numpy(), 0)
+    ends = (frame["arrival_time"] + frame["e2e"])[ok]
+    duration = float(ends.max() - frame["arrival_time"].min()) if ok.any() else 0.0
+    completed = int(ok.sum())
+    itl = [list(map(float, g)) if (s and g is not None) else [] for g, s in zip(frame["itl"], ok, strict=True)]
+    data: dict[str, Any] = {
+        "date": "",
+        "backend": "vllm",
+        "request_rate": "inf",
+        "burstiness": 1.0,
+        "max_concurrency": None,
+        **(meta or {}),
+        "duration": duration,
+        "completed": completed,
+        "failed": int((~ok).sum()),
+        "total_input_tokens": int(frame["prompt_tokens"][ok].sum()),
+        "total_output_tokens": int(out_lens.sum()),
+        "request_throughput": completed / duration if duration else 0.0,
+        "output_throughput": float(out_lens.sum()) / duration if duration else 0.0,
+        "input_lens": [int(x) for x in frame["prompt_tokens"]],
+        "output_lens": [int(x) for x in out_lens],
+        "ttfts": [float(x) if s else 0.0 for x, s in zip(frame["ttft"], ok, strict=True)],
+        "itls": itl,
+        "latencies": [float(x) if s else 0.0 for x, s in zip(frame["e2e"], ok, strict=True)],
+        "start_times": [float(x) for x in frame["arrival_time"]],
+        "errors": ["" if s else "request failed" for s in ok],
+    }
+    path.write_text(json.dumps(data, indent=1) + "\n")
