@@ -191,8 +191,14 @@ def test_the_report_is_current_and_fails_when_the_catalog_drifts(tmp_path, monke
     real = catalog.gpu("rtx4090")
 
     def drifted(name: str):
-        spec = real if name != "rtx4090" else real.model_copy(
-            update={"efficiency": real.efficiency.model_copy(update={"gemm_knee": real.efficiency.gemm_knee * 1.01})}
+        spec = (
+            real
+            if name != "rtx4090"
+            else real.model_copy(
+                update={
+                    "efficiency": real.efficiency.model_copy(update={"gemm_knee": real.efficiency.gemm_knee * 1.01})
+                }
+            )
         )
         return spec
 
