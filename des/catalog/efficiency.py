@@ -56,8 +56,9 @@ class Efficiency(Strict):
     roofline ``max(W, C)``), so the share of the compute roof reached rises continuously
     with the tokens per step, ``C / time = T / (T* + k T)`` below the ridge ``T* = W / c``
     and ``T / (T + k T*)`` above it, where the sharp roofline stays flat up to the ridge.
-    ``decode_compute`` (default ``gemm_compute``) is the compute factor of decode rows,
-    decode attention and the LM head; ``lm_head_bandwidth`` (default
+    ``decode_compute`` is the compute factor of decode rows, decode attention and the LM
+    head when it differs (default: ``gemm_compute`` for the GEMM rows and the LM head,
+    ``attention_compute`` for attention); ``lm_head_bandwidth`` (default
     ``weight_bandwidth``) the streaming factor of the LM head's weights.
 
     Attention, per layer and step: prefill chunks run ``4 · q_dim`` FLOPs per query-key
@@ -81,6 +82,10 @@ class Efficiency(Strict):
     sequences: ``sampler_fixed`` seconds plus the fp32 logits (4 bytes × vocabulary per
     sequence) at ``sampler_bandwidth`` × bandwidth, beyond ``sampler_l2`` × L2 at
     ``sampler_spill`` × bandwidth more (None: no sampler term).
+
+    Unset factors fall back: ``attention_compute`` to ``gemm_compute``; ``kv_bandwidth``
+    to ``weight_bandwidth``; ``kv_stream`` and ``mixed_kv_bandwidth`` to ``kv_bandwidth``;
+    fixed and per-sequence times to 0.
 
     CPU: ``step_overhead`` seconds per step plus ``seq_overhead`` per scheduled
     sequence (scheduling, input preparation, output processing); whether it adds to the
@@ -138,12 +143,5 @@ class Efficiency(Strict):
 
     @property
     def compute_decode(self) -> float:
+        """The compute factor of decode GEMM rows and the LM head."""
         return self.decode_compute or self.gemm_compute
-
-    @property
-    def compute_attention(self) -> float:
-        return self.attention_compute or self.gemm_compute
-
-    @property
-    def bandwidth_kv(self) -> float:
-        return self.kv_bandwidth or self.weight_bandwidth

@@ -305,7 +305,7 @@ def build_roofline(
     def seconds_per_byte(factor: float | None) -> float:
         return 1.0 / (bw * factor) if factor else 0.0
 
-    e_dec = e.decode_compute or e.gemm_compute
+    e_dec = e.compute_decode
     e_att = e.attention_compute or e.gemm_compute
     e_att_dec = e.decode_compute or e_att
     kv_read = seconds_per_byte(e.kv_bandwidth or e.weight_bandwidth) * kv_all
