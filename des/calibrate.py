@@ -567,6 +567,20 @@ def figure_format(path: Path, flag: str) -> str:
 
 
 def plot_fit(fit: Fit, path: Path, fmt: str = "png") -> None:
+    """Predicted against measured time per op group (log-log), with the ±10 % band.
+
+    Drawn in matplotlib's default style whatever style the caller set, so the same inputs
+    give the same image."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with plt.style.context("default"):
+        _plot_fit_drawn(fit, path, fmt)
+
+
+def _plot_fit_drawn(fit: Fit, path: Path, fmt: str = "png") -> None:
     """Predicted against measured time per op group (log-log), with the ±10 % band."""
     import matplotlib
 

@@ -222,6 +222,20 @@ def compare(
 
 
 def plot_cdfs(cmp: Comparison, path: Path, fmt: str = "png") -> None:
+    """Measured (solid) and simulated (dashed) CDFs of TTFT, TPOT, end-to-end latency and ITL.
+
+    Drawn in matplotlib's default style whatever style the caller set, so the same inputs
+    give the same image."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with plt.style.context("default"):
+        _plot_cdfs_drawn(cmp, path, fmt)
+
+
+def _plot_cdfs_drawn(cmp: Comparison, path: Path, fmt: str = "png") -> None:
     """Measured (solid) and simulated (dashed) CDFs of TTFT, TPOT, end-to-end latency and ITL."""
     import matplotlib
 
