@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> Path:
         f" at 128 tokens than at 1, and the knee of {e.gemm_knee:.2f} reproduces that: the share of the compute roof",
         "  reached rises continuously with the tokens per step.",
         "- **LM head** of the sequences that emit: the same softened roofline, its weights at `lm_head_bandwidth`.",
-        "- **Attention**, per layer: decode-only steps (FlashAttention's split-KV decode) read the KV at",
+        "- **Attention**, per layer: decode-only steps read the decodes' KV at",
         "  `kv_bandwidth` plus `attention_fixed` and `attention_per_seq`; steps with prefill run one varlen kernel",
         "  whose chunks cost `4 × q_dim` FLOPs per query-key pair plus `attention_tile` pairs per token (the causal",
         "  diagonal's tiles) at `attention_compute` × peak, but no faster than one sequence streams its KV",
