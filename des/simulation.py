@@ -223,6 +223,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
         steps,
         warmup=scenario.warmup,
         end=end,
+        arrivals_end=end,
         replicas=len(cluster.instances),
         kv_capacity_tokens=last.memory.kv_capacity_tokens,
         max_batch=last.plan.policy.max_batch,

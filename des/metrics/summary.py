@@ -1,18 +1,29 @@
-"""The run's summary: a flat dict of counts, rates, latency percentiles and levels.
+"""The run's summary: a flat dict of counts, rates, latency percentiles, levels and stability.
 
-Measurement window: ``[warmup, end]`` where ``end`` is ``horizon.duration`` when set,
-otherwise the time the run ended. Latency statistics cover completed requests that
-arrived inside the window; throughput counts completions and emitted tokens inside
-it; ``gpu_busy_fraction`` and ``mean_batch_size`` (time-weighted over busy time) use
-the part of each step inside it; ``mean_in_system`` and ``mean_queue_length`` are
-time averages over it of the requests present (arrived, not finished) and waiting
-(arrived, not yet scheduled). Counts (``num_*``, ``preemptions``) cover the whole
-run, so that ``num_completed + num_rejected + num_unfinished == num_requests``.
+Two windows:
+
+- the *arrival window* ``[warmup, arrivals_end]``, where ``arrivals_end`` is
+  ``horizon.duration`` when set, otherwise the last arrival (a trace's end, or the
+  ``num_requests``-th request). Offered load, throughput, output tokens/s and goodput
+  are rates over it, and the stability check looks at the backlog inside it: what a
+  run does while requests keep coming, not while it drains.
+- the *measurement window* ``[warmup, end]``, where ``end`` is ``horizon.duration``
+  when set, otherwise the time the run ended. ``gpu_busy_fraction`` and
+  ``mean_batch_size`` (time-weighted over busy time) use the part of each step inside
+  it; ``mean_in_system`` and ``mean_queue_length`` are time averages over it of the
+  requests present (arrived, not finished) and waiting (arrived, not yet scheduled).
+
+Latency statistics cover the *measured requests* (:func:`measured_mask`): completed
+requests that arrived inside ``[warmup, end]``. Counts (``num_*``, ``preemptions``)
+cover the whole run, so that ``num_completed + num_rejected + num_unfinished ==
+num_requests``.
 
 With per-request SLOs (``slo: {ttft, tpot, e2e}``, seconds), ``slo_attainment`` is the
-share of measured completed requests meeting all of them and ``goodput_rps`` the rate
-of those completions. ``mser_truncation`` and ``drifting`` come from MSER-5 on the
-measured requests' end-to-end latencies (see :mod:`des.metrics.steady`).
+share of measured requests meeting all of them and ``goodput_rps`` the rate of those
+completions. The stability keys come from :mod:`des.metrics.stability` (the backlog's
+trend) and :mod:`des.metrics.steady` (MSER-5 on the measured end-to-end latencies).
+
+Each part is a function of arrays returning a dict; :func:`summarize` merges them.
 """
 
 from __future__ import annotations
@@ -34,6 +45,11 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+def _per_second(count: float, start: float, end: float) -> float | None:
+    """``count`` per second of ``[start, end]``; None for an empty window."""
+    return _finite(count / (end - start)) if end > start else None
+
+
 def _time_average(begin: np.ndarray, finish: np.ndarray, start: float, end: float) -> float | None:
     """Time-average over ``[start, end]`` of how many intervals ``[begin, finish)`` cover
     the instant (NaN ``finish``: still open at the end), by summing their overlaps."""
@@ -44,74 +60,170 @@ def _time_average(begin: np.ndarray, finish: np.ndarray, start: float, end: floa
     return _finite(overlap.sum() / (end - start))
 
 
+def measured_mask(requests: pd.DataFrame, warmup: float, end: float) -> np.ndarray:
+    """The measured requests: completed, and arrived inside ``[warmup, end]`` (seconds)."""
+    arrival = requests["arrival_time"].to_numpy()
+    return (requests["status"] == "completed").to_numpy() & (arrival >= warmup) & (arrival <= end)
+
+
+def arrival_window_end(requests: pd.DataFrame, duration: float | None) -> float:
+    """End of the arrival window: ``duration`` when set, else the last arrival (0 if none)."""
+    if duration is not None:
+        return float(duration)
+    return float(requests["arrival_time"].max()) if len(requests) else 0.0
+
+
+def counts(status: np.ndarray, measured: np.ndarray, preemptions: np.ndarray) -> dict[str, Any]:
+    """How many requests arrived, completed, were rejected, were left unfinished, were measured."""
+    return {
+        "num_requests": int(len(status)),
+        "num_completed": int((status == "completed").sum()),
+        "num_rejected": int((status == "rejected").sum()),
+        "num_unfinished": int((status == "unfinished").sum()),
+        "num_measured": int(measured.sum()),
+        "preemptions": int(preemptions.sum()),
+    }
+
+
+def rejections(requests: pd.DataFrame) -> dict[str, int]:
+    """Rejected requests by reason, most frequent first (not part of the flat summary)."""
+    reasons = requests.loc[requests["status"] == "rejected", "reason"].fillna("unknown")
+    return {str(k): int(v) for k, v in reasons.value_counts().items()}
+
+
+def rates(
+    arrival: np.ndarray,
+    finish: np.ndarray,
+    completed: np.ndarray,
+    step_end: np.ndarray,
+    tokens_emitted: np.ndarray,
+    start: float,
+    end: float,
+) -> dict[str, Any]:
+    """Offered load, throughput (req/s) and output tokens/s over the arrival window ``[start, end]``."""
+    offered = ((arrival >= start) & (arrival <= end)).sum()
+    served = (completed & (finish >= start) & (finish <= end)).sum()
+    tokens = tokens_emitted[(step_end >= start) & (step_end <= end)].sum()
+    return {
+        "offered_rps": _per_second(offered, start, end),
+        "throughput_rps": _per_second(served, start, end),
+        "output_tokens_per_s": _per_second(tokens, start, end),
+    }
+
+
+def latencies(measured: pd.DataFrame) -> dict[str, Any]:
+    """Mean and percentiles (seconds) of each latency of the measured requests."""
+    out: dict[str, Any] = {}
+    for name in LATENCIES:
+        values = measured[name].to_numpy()
+        values = values[np.isfinite(values)]
+        out[f"{name}_mean"] = _finite(values.mean()) if values.size else None
+        qs = np.percentile(values, PERCENTILES) if values.size else [math.nan] * len(PERCENTILES)
+        for p, q in zip(PERCENTILES, qs, strict=True):
+            out[f"{name}_p{p}"] = _finite(q)
+    return out
+
+
+def slo_metrics(measured: pd.DataFrame, limits: dict[str, float] | None, start: float, end: float) -> dict[str, Any]:
+    """Share of measured requests meeting every per-request limit, and the rate of those
+    completions over the arrival window ``[start, end]``; None without limits."""
+    if not limits:
+        return {"slo_attainment": None, "goodput_rps": None}
+    ok = np.ones(len(measured), bool)
+    for name, limit in limits.items():
+        ok &= ~(measured[name].to_numpy() > limit)  # NaN (tpot of one-token outputs) passes
+    met = measured.loc[ok, "finish_time"].to_numpy()
+    return {
+        "slo_attainment": _finite(ok.mean()) if len(measured) else None,
+        "goodput_rps": _per_second(((met >= start) & (met <= end)).sum(), start, end),
+    }
+
+
+def levels(
+    steps: pd.DataFrame,
+    arrival: np.ndarray,
+    scheduled: np.ndarray,
+    finish: np.ndarray,
+    start: float,
+    end: float,
+    replicas: int,
+    max_batch: int,
+) -> dict[str, Any]:
+    """Time-weighted levels over the measurement window ``[start, end]``: GPU busy share,
+    mean batch, its share of the batch cap, requests in the system and waiting.
+
+    ``arrival``, ``scheduled`` and ``finish`` are the admitted requests' times.
+    """
+    s_start = steps["start"].to_numpy()
+    s_end = s_start + steps["duration"].to_numpy()
+    overlap = np.clip(np.minimum(s_end, end) - np.maximum(s_start, start), 0.0, None)
+    busy = overlap.sum()
+    window = end - start
+    mean_batch = _finite((steps["batch_size"].to_numpy() * overlap).sum() / busy) if busy > 0 else None
+    return {
+        "gpu_busy_fraction": _finite(busy / (window * replicas)) if window > 0 else None,
+        "mean_batch_size": mean_batch,
+        "slot_utilization": _finite(mean_batch / max_batch) if mean_batch else None,
+        "mean_in_system": _time_average(arrival, finish, start, end),
+        "mean_queue_length": _time_average(arrival, scheduled, start, end),
+    }
+
+
+def stability(arrival: np.ndarray, finish: np.ndarray, e2e_in_order: np.ndarray, start: float, end: float) -> dict:
+    """Did the backlog of admitted requests (``arrival``, ``finish``) grow over the arrival
+    window, and do the measured latencies (in arrival order) settle?"""
+    growth, growing = backlog_trend(arrival, finish, start, end)
+    dropped, drifting = drift(e2e_in_order)
+    return {
+        "backlog_growth": growth,
+        "stable": not growing,
+        "mser_truncation": int(dropped),
+        "drifting": bool(drifting),
+    }
+
+
 def summarize(
     requests: pd.DataFrame,
     steps: pd.DataFrame,
     *,
     warmup: float,
     end: float,
+    arrivals_end: float,
     replicas: int,
     kv_capacity_tokens: int,
     max_batch: int,
     slo: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Summary metrics; seconds, requests/s, tokens/s. NaN metrics become None (JSON null)."""
-    status = requests["status"]
+    """Summary metrics; seconds, requests/s, tokens/s. NaN metrics become None (JSON null).
+
+    ``end`` closes the measurement window and ``arrivals_end`` the arrival window (see the
+    module's docstring; :func:`arrival_window_end` computes the latter).
+    """
+    status = requests["status"].to_numpy()
     arrival = requests["arrival_time"].to_numpy()
     finish = requests["finish_time"].to_numpy()
-    window = max(end - warmup, 0.0)
-    measured = (arrival >= warmup) & (arrival <= end)
-    completed = (status == "completed").to_numpy()
-    out: dict[str, Any] = {
-        "num_requests": int(len(requests)),
-        "num_completed": int(completed.sum()),
-        "num_rejected": int((status == "rejected").sum()),
-        "num_unfinished": int((status == "unfinished").sum()),
-        "num_measured": int((measured & completed).sum()),
-    }
-    in_window = completed & (finish >= warmup) & (finish <= end)
-    s_start = steps["start"].to_numpy()
-    s_dur = steps["duration"].to_numpy()
-    s_end = s_start + s_dur
-    overlap = np.clip(np.minimum(s_end, end) - np.maximum(s_start, warmup), 0.0, None)
-    tokens_in = steps["tokens_emitted"].to_numpy()[(s_end >= warmup) & (s_end <= end)].sum()
-    out["offered_rps"] = _finite(measured.sum() / window) if window > 0 else None
-    out["throughput_rps"] = _finite(in_window.sum() / window) if window > 0 else None
-    out["output_tokens_per_s"] = _finite(tokens_in / window) if window > 0 else None
-    sel = requests.loc[measured & completed]
-    for name in LATENCIES:
-        values = sel[name].to_numpy()
-        values = values[np.isfinite(values)]
-        out[f"{name}_mean"] = _finite(values.mean()) if values.size else None
-        qs = np.percentile(values, PERCENTILES) if values.size else [math.nan] * len(PERCENTILES)
-        for p, q in zip(PERCENTILES, qs, strict=True):
-            out[f"{name}_p{p}"] = _finite(q)
-    if slo:
-        ok = np.ones(len(sel), bool)
-        for name, limit in slo.items():
-            ok &= ~(sel[name].to_numpy() > limit)  # NaN (tpot of one-token outputs) passes
-        out["slo_attainment"] = _finite(ok.mean()) if len(sel) else None
-        met = sel.loc[ok, "finish_time"].to_numpy()
-        out["goodput_rps"] = _finite(((met >= warmup) & (met <= end)).sum() / window) if window > 0 else None
-    else:
-        out["slo_attainment"] = out["goodput_rps"] = None
-    busy = overlap.sum()
-    out["gpu_busy_fraction"] = _finite(busy / (window * replicas)) if window > 0 else None
-    out["mean_batch_size"] = _finite((steps["batch_size"].to_numpy() * overlap).sum() / busy) if busy > 0 else None
-    out["slot_utilization"] = _finite(out["mean_batch_size"] / max_batch) if out["mean_batch_size"] else None
-    out["preemptions"] = int(requests["preemptions"].sum())
+    completed = status == "completed"
+    admitted = status != "rejected"
+    measured = measured_mask(requests, warmup, end)
+    sel = requests.loc[measured]
+    step_end = (steps["start"] + steps["duration"]).to_numpy()
+    out = counts(status, measured, requests["preemptions"].to_numpy())
+    out |= rates(arrival, finish, completed, step_end, steps["tokens_emitted"].to_numpy(), warmup, arrivals_end)
+    out |= latencies(sel)
+    out |= slo_metrics(sel, slo, warmup, arrivals_end)
+    out |= levels(
+        steps,
+        arrival[admitted],
+        requests["scheduled_time"].to_numpy()[admitted],
+        finish[admitted],
+        warmup,
+        end,
+        replicas,
+        max_batch,
+    )
     out["kv_capacity_tokens"] = int(kv_capacity_tokens)
     out["num_steps"] = int(len(steps))
     out["makespan"] = _finite(float(np.nanmax(finish)) if completed.any() else 0.0)
-    admitted = (status != "rejected").to_numpy()
-    sched = requests["scheduled_time"].to_numpy()
-    out["mean_in_system"] = _time_average(arrival[admitted], finish[admitted], warmup, end)
-    out["mean_queue_length"] = _time_average(arrival[admitted], sched[admitted], warmup, end)
-    growth, growing = backlog_trend(arrival[admitted], finish[admitted], warmup, end)
-    out["backlog_growth"] = growth
-    out["stable"] = not growing
     e2e_in_order = sel.sort_values("arrival_time")["e2e"].to_numpy()
-    dropped, drifting = drift(e2e_in_order)
-    out["mser_truncation"] = int(dropped)
-    out["drifting"] = bool(drifting)
+    out |= stability(arrival[admitted], finish[admitted], e2e_in_order, warmup, arrivals_end)
     return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -73,6 +74,7 @@ def row_of(spec: RunSpec, summary: dict[str, Any], wall: float) -> dict[str, Any
 
 def execute(spec: RunSpec, out_dir: str, keep_tables: bool) -> dict[str, Any]:
     """Simulate one run and write its folder; returns its row. Runs in worker processes."""
+    from des.metrics.summary import measured_mask
     from des.output import Staged, json_text, parquet_writer
     from des.scenario import load_scenario
     from des.simulation import simulate
@@ -84,10 +86,8 @@ def execute(spec: RunSpec, out_dir: str, keep_tables: bool) -> dict[str, Any]:
     result = simulate(load_scenario(spec.scenario))
     wall = time.perf_counter() - t0
     req = result.requests
-    measured = req[(req["status"] == "completed") & (req["arrival_time"] >= result.scenario.warmup)]
-    h = result.scenario.horizon
-    if h.duration is not None:
-        measured = measured[measured["arrival_time"] <= h.duration]
+    duration = result.scenario.horizon.duration
+    measured = req[measured_mask(req, result.scenario.warmup, math.inf if duration is None else duration)]
     staged = Staged(folder)
     staged.write("scenario.yaml", lambda p: p.write_text(yaml.safe_dump(spec.scenario, sort_keys=False)))
     staged.write("summary.json", lambda p: p.write_text(json_text(result.summary)))
