@@ -42,15 +42,21 @@ class Staged:
         target = self.folder / name
         if target.exists() and not target.is_file():
             raise OSError(f"{str(target)!r} exists and is not a file")
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{name}.", suffix=".tmp")
-        os.close(fd)
-        self.moves.append((Path(tmp), target))
-        write(Path(tmp))
-        os.chmod(tmp, 0o666 & ~_umask())
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{name}.", suffix=".tmp")
+            os.close(fd)
+            self.moves.append((Path(tmp), target))
+            write(Path(tmp))
+            os.chmod(tmp, 0o666 & ~_umask())
+        except OSError as exc:
+            raise OSError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from exc
 
     def commit(self) -> list[Path]:
         for tmp, target in self.moves:
-            os.replace(tmp, target)
+            try:
+                os.replace(tmp, target)
+            except OSError as exc:
+                raise OSError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from exc
         return [t for _, t in self.moves]
 
     def discard(self) -> None:

@@ -214,7 +214,12 @@ def _reword(msg: str) -> str:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"a.b=value"`` as ``("a.b", value)``, the value parsed as a YAML scalar or list."""
+    """``"a.b=value"`` as ``("a.b", value)``, the value parsed as a YAML scalar or list.
+
+    A relative file path in an override (a ``path`` key, or a ``path`` inside a mapping
+    value) is made absolute against the current directory, as a shell user expects;
+    paths written in a scenario file stay relative to the file.
+    """
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*", key):
@@ -223,7 +228,16 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
-    return key, value
+    return key, _from_cwd(key.rsplit(".", 1)[-1], value)
+
+
+def _from_cwd(name: str, value: Any) -> Any:
+    """``value`` with the relative paths of its ``path`` keys made absolute against the CWD."""
+    if name == "path" and isinstance(value, str) and value and not Path(value).is_absolute():
+        return str(Path.cwd() / value)
+    if isinstance(value, dict):
+        return {k: _from_cwd(str(k), v) for k, v in value.items()}
+    return value
 
 
 def read_yaml(path: Path) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from des.metrics import (
     transfers_table,
 )
 from des.metrics.cache import cache_metrics
+from des.metrics.summary import arrival_window_end
 from des.metrics.utilisation import InstanceLimits, utilisation
 from des.scenario import Scenario
 from des.workload.arrivals import Closed, Trace
@@ -223,7 +224,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
         steps,
         warmup=scenario.warmup,
         end=end,
-        arrivals_end=end,
+        arrivals_end=arrival_window_end(requests, h.duration),
         replicas=len(cluster.instances),
         kv_capacity_tokens=last.memory.kv_capacity_tokens,
         max_batch=last.plan.policy.max_batch,

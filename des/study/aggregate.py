@@ -42,7 +42,7 @@ def runs_table(rows: Sequence[dict[str, Any]], grid_keys: Sequence[str]) -> pd.D
     return frame
 
 
-def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+def interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high) of a Student-t interval; NaN bounds with fewer than 2 values."""
     values = values[np.isfinite(values)]
     n = values.size
@@ -55,7 +55,8 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, f
     return mean, mean - half, mean + half
 
 
-def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequence[str], out_dir: Path) -> pd.DataFrame:
+def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequence[str], root: Path) -> pd.DataFrame:
+    """A row per variant and grid point; ``root`` holds the runs' folders (for the pooled latencies)."""
     groups: dict[tuple, list[RunSpec]] = {}
     for spec in specs:
         groups.setdefault((spec.variant, tuple(cell(v) for _, v in spec.point)), []).append(spec)
@@ -74,11 +75,11 @@ def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequen
         sub = by_run.loc[[s.index for s in members]]
         row: dict[str, Any] = {"variant": variant, **dict(zip(grid_keys, values, strict=True)), "n": len(members)}
         for m in metrics:
-            mean, lo, hi = t_interval(sub[m].to_numpy(dtype=float))
+            mean, lo, hi = interval(sub[m].to_numpy(dtype=float))
             row[m], row[f"{m}_lo"], row[f"{m}_hi"] = mean, lo, hi
         row["all_stable"] = bool(sub["stable"].all())
         row["any_drifting"] = bool(sub["drifting"].any())
-        pooled = pd.concat([pd.read_parquet(run_dir(out_dir, s) / "latencies.parquet") for s in members])
+        pooled = pd.concat([pd.read_parquet(run_dir(root, s) / "latencies.parquet") for s in members])
         for name in POOLED:
             v = pooled[name].to_numpy(dtype=float)
             v = v[np.isfinite(v)]

@@ -1,39 +1,48 @@
 """Capacity under SLOs: the highest value of a parameter at which every SLO holds.
 
 Every candidate value is simulated with ``R`` replications (seeds ``r = 0..R-1``, the
-same at every value: common random numbers). For each SLO ``metric <= limit`` the
-replications give a mean and a Student-t 95 % interval. At a value the SLOs
+same at every value: common random numbers), each through the sweep's runner into its
+own folder ``DIR/capacity/<value>/r<k>/``, so a search is resumable and its runs can be
+read like a sweep's. For each SLO ``metric <= limit`` the replications give a mean and
+a 95 % interval (:func:`des.study.aggregate.interval`). At a value the SLOs
 
 - *hold* when every mean is within its limit and every replication is stable;
-- *surely hold* when every interval's upper end is within its limit (and all stable);
-- *surely fail* when some interval's lower end is beyond its limit, or a replication
+- *surely hold* when every interval's far end is within its limit (and all stable);
+- *surely fail* when some interval's near end is beyond its limit, or a replication
   is unstable.
 
-Bisection on "hold" gives the capacity; two more bisections, on "surely hold" below
-it and on "surely fail" above it, give its confidence interval: the last value at
-which the SLOs surely hold and the first at which they surely fail. The same search
-over ``cluster.replicas`` (integers, at a fixed rate) gives the fewest replicas that
-carry a target load.
+The search brackets the capacity (doubling from the scenario's value until the SLOs
+fail), bisects on "hold", then finds each edge of the confidence interval the same way
+(:func:`_ci_edge`): the last value at which the SLOs surely hold below the capacity,
+and the first at which they surely fail above it, extending the bracket until they
+do. The same search over ``cluster.replicas`` (integers, at a fixed rate) gives the
+fewest replicas that carry a target load.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from des.dotted import deep_copy, get_dotted, set_dotted
+from des.dotted import get_dotted
 from des.errors import ScenarioError
-from des.scenario import load_scenario
-from des.study.aggregate import t_interval
-from des.study.spec import replication_seed
+from des.scenario import Scenario, load_scenario
+from des.study.aggregate import interval
+from des.study.runner import CAPACITY, Backend, run_specs, sweep_lock
+from des.study.spec import RunSpec, point_scenario, replication_seed, slug
 
 SLO_PATTERN = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=)\s*(\S+)\s*$")
+QUOTE_HINT = "quote it in the shell, e.g. --slo 'ttft_p99<=2' (bash reads < and > as redirections)"
+#: How far a search extends a bracket: doublings of the starting value, and CI-edge steps.
+MAX_DOUBLINGS = 12
+EDGE_STEP, EDGE_REACH = 1.25, 64.0
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,7 @@ class SLOTerm:
 def parse_slo(text: str, known: Sequence[str]) -> SLOTerm:
     m = SLO_PATTERN.match(text)
     if not m:
-        raise ScenarioError(("--slo", f"expected METRIC<=VALUE or METRIC>=VALUE, got {text!r}"))
+        raise ScenarioError(("--slo", f"expected METRIC<=VALUE or METRIC>=VALUE, got {text!r}; {QUOTE_HINT}"))
     metric, op, raw = m.group(1), m.group(2), m.group(3)
     if metric not in known:
         raise ScenarioError(("--slo", f"unknown metric {metric!r}; valid: {', '.join(known)}"))
@@ -72,14 +81,37 @@ def parse_slo(text: str, known: Sequence[str]) -> SLOTerm:
     return SLOTerm(metric, limit, op)
 
 
+def metric_names() -> list[str]:
+    """Summary metrics an SLO may name (numeric ones)."""
+    from des.metrics.summary import LATENCIES, PERCENTILES
+
+    names = [f"{m}_{s}" for m in LATENCIES for s in ("mean", *(f"p{p}" for p in PERCENTILES))]
+    return names + ["throughput_rps", "goodput_rps", "slo_attainment", "gpu_busy_fraction", "mean_queue_length"]
+
+
 @dataclass
 class Evaluation:
+    """The replications at one value: each SLO metric's (mean, low, high), the verdicts and why."""
+
     value: float
-    metrics: dict[str, tuple[float, float, float]]  # metric -> (mean, low, high)
-    stable: bool
+    metrics: dict[str, tuple[float, float, float]]
+    unstable: int
     holds: bool
     surely_holds: bool
     surely_fails: bool
+    why: list[str] = field(default_factory=list)
+
+    @property
+    def stable(self) -> bool:
+        return self.unstable == 0
+
+    @property
+    def verdict(self) -> str:
+        if self.surely_holds:
+            return "surely holds"
+        if self.holds:
+            return "holds"
+        return "surely fails" if self.surely_fails else "fails"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -88,63 +120,119 @@ class Evaluation:
             "surely_holds": self.surely_holds,
             "surely_fails": self.surely_fails,
             "stable": self.stable,
+            "why": self.why,
             "metrics": {k: {"mean": v[0], "low": v[1], "high": v[2]} for k, v in self.metrics.items()},
         }
 
 
-Summaries = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+def judge(value: float, slos: Sequence[SLOTerm], summaries: Sequence[dict[str, Any]]) -> Evaluation:
+    """The verdicts at ``value`` from its replications' summaries, with the reasons for a failure."""
+    unstable = sum(not s["stable"] for s in summaries)
+    metrics: dict[str, tuple[float, float, float]] = {}
+    verdicts, why = [], []
+    if unstable:
+        why.append(f"unstable in {unstable} of {len(summaries)} replications")
+    for slo in slos:
+        vals = np.array([np.nan if s.get(slo.metric) is None else s[slo.metric] for s in summaries], float)
+        if not np.isfinite(vals).all():  # the metric could not be measured (no completed request)
+            metrics[slo.metric] = (math.nan, math.nan, math.nan)
+            verdicts.append((False, False, True))
+            why.append(f"{slo.metric} not measured")
+            continue
+        mean, lo, hi = interval(vals)
+        if len(vals) < 2:
+            lo = hi = mean
+        metrics[slo.metric] = (mean, lo, hi)
+        v = slo.verdicts(mean, lo, hi)
+        verdicts.append(v)
+        bound = f"limit {slo.limit:g}"
+        if v[2]:
+            why.append(f"{slo.metric} beyond its {bound} even at the interval's near end")
+        elif not v[0]:
+            why.append(f"{slo.metric} mean beyond its {bound}")
+    stable = unstable == 0
+    return Evaluation(
+        value,
+        metrics,
+        unstable,
+        stable and all(v[0] for v in verdicts),
+        stable and all(v[1] for v in verdicts),
+        (not stable) or any(v[2] for v in verdicts),
+        why,
+    )
 
 
 @dataclass
 class Search:
-    """Memoised evaluations of one scenario along one parameter."""
+    """Memoised evaluations of one scenario along one parameter, run through a backend
+    into ``root/<value>/r<k>/``."""
 
     base: dict[str, Any]
     param: str
-    slos: list[SLOTerm]
+    slos: Sequence[SLOTerm]
     replications: int
-    run: Summaries
+    runner: Backend
+    root: Path
     integer: bool = False
-    seed: int = 0
     cache: dict[float, Evaluation] = field(default_factory=dict)
     on_eval: Callable[[Evaluation], None] | None = None
 
+    def specs(self, value: float) -> list[RunSpec]:
+        """The replications at ``value``, common random numbers across values."""
+        where = f"{self.param}={slug(value)}"
+        scenario = point_scenario(self.base, [(self.param, value)], where)
+        out = []
+        for r in range(self.replications):
+            s = dict(scenario)
+            s["seed"] = replication_seed(self.base["seed"], r)
+            s["name"] = f"{self.base['name']}/capacity/{where}/r{r}"
+            out.append(RunSpec(r, f"{slug(value)}/r{r}", "capacity", ((self.param, value),), r, s["seed"], s))
+        return out
+
     def evaluate(self, value: float) -> Evaluation:
         value = int(round(value)) if self.integer else float(value)
-        if value in self.cache:
-            return self.cache[value]
-        scenarios = []
-        for r in range(self.replications):
-            s = deep_copy(self.base)
-            set_dotted(s, self.param, value)
-            s["seed"] = replication_seed(self.seed, r)
-            scenarios.append(s)
-        summaries = self.run(scenarios)
-        stable = all(s["stable"] for s in summaries)
-        metrics, verdicts = {}, []
-        for slo in self.slos:
-            vals = np.array([np.nan if s.get(slo.metric) is None else s[slo.metric] for s in summaries], float)
-            if np.isfinite(vals).all():
-                mean, lo, hi = t_interval(vals)
-                if self.replications < 2:
-                    lo = hi = mean
-                metrics[slo.metric] = (mean, lo, hi)
-                verdicts.append(slo.verdicts(mean, lo, hi))
-            else:  # the metric could not be measured (no completed request): a failure
-                metrics[slo.metric] = (math.nan, math.nan, math.nan)
-                verdicts.append((False, False, True))
-        ev = Evaluation(
-            value,
-            metrics,
-            stable,
-            stable and all(v[0] for v in verdicts),
-            stable and all(v[1] for v in verdicts),
-            (not stable) or any(v[2] for v in verdicts),
-        )
-        self.cache[value] = ev
-        if self.on_eval:
-            self.on_eval(ev)
-        return ev
+        if value not in self.cache:
+            rows = run_specs(self.runner, self.specs(value), self.root)
+            self.cache[value] = judge(value, self.slos, rows)
+            if self.on_eval:
+                self.on_eval(self.cache[value])
+        return self.cache[value]
+
+
+@dataclass
+class CapacityAnswer:
+    """What a search found: ``value`` (the capacity, or the fewest replicas) and its interval."""
+
+    param: str
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    bracket: tuple[float, float]
+    slos: list[str]
+    replications: int
+    evaluations: list[Evaluation]
+    note: str | None = None
+    target_rate: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "param": self.param,
+            "replicas" if self.target_rate is not None else "capacity": self.value,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "bracket": list(self.bracket),
+            "slos": self.slos,
+            "replications": self.replications,
+            "target_rate": self.target_rate,
+            "note": self.note,
+            "evaluations": [e.as_dict() for e in self.evaluations],
+        }
+
+
+def _answer(search: Search, value, lo, hi, bracket, note=None, target_rate=None) -> CapacityAnswer:
+    evals = sorted(search.cache.values(), key=lambda e: e.value)
+    slos = [str(s) for s in search.slos]
+    return CapacityAnswer(search.param, value, lo, hi, bracket, slos, search.replications, evals, note, target_rate)
 
 
 def _bisect(
@@ -155,7 +243,7 @@ def _bisect(
         if search.integer:
             if hi - lo <= 1:
                 return lo, hi
-            mid = (lo + hi) // 2
+            mid: float = (lo + hi) // 2
         else:
             if hi - lo <= rel_tol * hi:
                 return lo, hi
@@ -166,113 +254,141 @@ def _bisect(
             hi = mid
 
 
-def find_capacity(search: Search, low: float | None, high: float | None, rel_tol: float = 0.02) -> dict[str, Any]:
+def _bracket(search: Search, lo: float, hi: float) -> tuple[float, float] | str:
+    """``(lo, hi)`` with the SLOs holding at lo and failing at hi, doubling hi as needed;
+    or why there is no such bracket."""
+    if not search.evaluate(lo).holds:
+        return "the SLOs fail at the lowest value tried"
+    for _ in range(MAX_DOUBLINGS):
+        if not search.evaluate(hi).holds:
+            return lo, hi
+        lo, hi = hi, hi * 2
+    return "the SLOs still hold at the highest value tried"
+
+
+def _ci_edge(search: Search, start: float, sure: Callable[[Evaluation], bool], up: bool, rel_tol: float):
+    """The value nearest ``start`` in direction ``up`` (or down) at which ``sure`` holds:
+    ``start`` itself, or found by stepping away from it until ``sure`` (from the values
+    already tried first) and bisecting back. None when it is not reached within
+    ``EDGE_REACH`` times ``start``."""
+    if sure(search.evaluate(start)):
+        return start
+    beyond = [v for v, e in search.cache.items() if sure(e) and (v > start if up else v < start)]
+    far = (min(beyond) if up else max(beyond)) if beyond else None
+    step = 2.0 if search.integer else EDGE_STEP
+    probe = start
+    while far is None:
+        probe = probe * step if up else probe / step
+        if probe > start * EDGE_REACH or probe < start / EDGE_REACH or (search.integer and probe < 1):
+            return None
+        if sure(search.evaluate(probe)):
+            far = probe
+    if up:
+        return _bisect(search, start, far, lambda e: not sure(e), rel_tol)[1]
+    return _bisect(search, far, start, sure, rel_tol)[0]
+
+
+def find_capacity(search: Search, low: float | None, high: float | None, rel_tol: float = 0.02) -> CapacityAnswer:
     """The highest value at which the SLOs hold, with its confidence interval."""
     start = get_dotted(search.base, search.param)
     lo = low if low is not None else (1 if search.integer else start / 8)
     hi = high if high is not None else start
-    if not search.evaluate(lo).holds:
-        return _report(search, None, None, None, lo, hi, "the SLOs fail at the lowest value tried")
-    # grow the bracket until the SLOs fail
-    grow = 0
-    while search.evaluate(hi).holds:
-        lo, hi = hi, hi * 2
-        grow += 1
-        if grow > 12:
-            return _report(search, hi, None, None, lo, hi, "the SLOs still hold at the highest value tried")
-    lo, hi = _bisect(search, lo, hi, lambda e: e.holds, rel_tol)
-    capacity = lo
-    # confidence interval: last value surely holding below, first surely failing above
-    holds_sure = [v for v, e in search.cache.items() if e.surely_holds and v <= capacity]
-    fails_sure = [v for v, e in search.cache.items() if e.surely_fails and v >= hi]
-    ci_lo = max(holds_sure) if holds_sure else None
-    if ci_lo is not None and ci_lo < capacity and not search.evaluate(capacity).surely_holds:
-        ci_lo, _ = _bisect(search, ci_lo, capacity, lambda e: e.surely_holds, rel_tol)
-    elif search.evaluate(capacity).surely_holds:
-        ci_lo = capacity
-    ci_hi = min(fails_sure) if fails_sure else None
-    if ci_hi is None:
-        top = hi
-        while not search.evaluate(top).surely_fails and top < 64 * hi:
-            top *= 1.25 if not search.integer else 2
-        ci_hi = top if search.evaluate(top).surely_fails else None
-    if ci_hi is not None and ci_hi > hi:
-        _, ci_hi = _bisect(search, hi, ci_hi, lambda e: not e.surely_fails, rel_tol)
-    elif ci_hi is not None:
-        ci_hi = hi if search.evaluate(hi).surely_fails else ci_hi
-    return _report(search, capacity, ci_lo, ci_hi, lo, hi, None)
+    bracket = _bracket(search, lo, hi)
+    if isinstance(bracket, str):
+        holding = [v for v, e in search.cache.items() if e.holds]
+        return _answer(search, max(holding) if holding else None, None, None, (lo, hi), bracket)
+    lo, hi = _bisect(search, *bracket, lambda e: e.holds, rel_tol)
+    ci_low = _ci_edge(search, lo, lambda e: e.surely_holds, up=False, rel_tol=rel_tol)
+    ci_high = _ci_edge(search, hi, lambda e: e.surely_fails, up=True, rel_tol=rel_tol)
+    return _answer(search, lo, ci_low, ci_high, (lo, hi))
 
 
-def find_min_replicas(search: Search, start: int = 1, limit: int = 1024) -> dict[str, Any]:
+def find_min_replicas(search: Search, target_rate: float, start: int = 1, limit: int = 1024) -> CapacityAnswer:
     """The fewest replicas at which the SLOs hold (and at which they surely hold)."""
     n = max(start, 1)
-    if search.evaluate(n).holds:
-        need = n
-    else:
-        lo = n
-        while not search.evaluate(n).holds:
-            lo, n = n, n * 2
-            if n > limit:
-                return _report(search, None, None, None, lo, n, f"the SLOs fail even with {limit} replicas")
-        # lo fails, n holds: bisect for the smallest that holds
-        _, upper = _bisect(search, lo, n, lambda e: not e.holds, 0)
-        need = int(upper)
+    lo = 0
+    while not search.evaluate(n).holds:
+        lo, n = n, n * 2
+        if n > limit:
+            return _answer(search, None, None, None, (lo, n), f"the SLOs fail even with {limit} replicas", target_rate)
+    need = n if lo == 0 else int(_bisect(search, lo, n, lambda e: not e.holds, 0)[1])
     sure = need
     while not search.evaluate(sure).surely_holds and sure < limit:
         sure += 1
-    return _report(search, need, need, sure, need, need, None, kind="replicas")
+    return _answer(search, need, need, sure, (need, need), None, target_rate)
 
 
-def _report(search, value, lo, hi, b_lo, b_hi, note, kind="capacity") -> dict[str, Any]:
-    evals = sorted(search.cache.values(), key=lambda e: e.value)
-    return {
-        "param": search.param,
-        kind: value,
-        "ci_low": lo,
-        "ci_high": hi,
-        "bracket": [b_lo, b_hi],
-        "slos": [str(s) for s in search.slos],
-        "replications": search.replications,
-        "note": note,
-        "evaluations": [e.as_dict() for e in evals],
-    }
+def default_param(base: dict[str, Any]) -> str:
+    """What "load" means for the scenario's arrivals: rate, a trace's rate_scale, or users."""
+    arrival = base["workload"]["arrival"]
+    for key in ("rate", "rate_scale", "concurrency"):
+        if key in arrival:
+            return f"workload.arrival.{key}"
+    raise ScenarioError(("--param", f"{arrival['process']} arrivals have no single rate: name the parameter"))
 
 
-class SummaryPool:
-    """Runs scenario dicts in parallel on one process pool kept for a whole search;
-    ``pool(scenarios)`` returns their summaries in order."""
+@dataclass(frozen=True)
+class CapacityQuestion:
+    """A validated ``des capacity`` question: which parameter, under which SLOs, how sure."""
 
-    def __init__(self, workers: int):
-        self.workers = workers
-        self._pool: ProcessPoolExecutor | None = None
+    base: dict[str, Any]
+    param: str
+    slos: tuple[SLOTerm, ...]
+    replications: int = 5
+    target_rate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    tolerance: float = 0.02
 
-    def __enter__(self) -> SummaryPool:
-        if self.workers > 1:
-            import multiprocessing as mp
+    @classmethod
+    def ask(
+        cls,
+        scenario: Scenario,
+        slos: Sequence[str],
+        param: str | None = None,
+        target_rate: float | None = None,
+        **options: Any,
+    ) -> CapacityQuestion:
+        """Check the question against the scenario; problems name the flag at fault."""
+        terms = tuple(parse_slo(s, metric_names()) for s in slos)
+        base = scenario.resolved()
+        if target_rate is not None:
+            if target_rate <= 0:
+                raise ScenarioError(("--replicas-for", f"must be > 0 (got {target_rate})"))
+            if "rate" not in base["workload"]["arrival"]:
+                process = base["workload"]["arrival"]["process"]
+                raise ScenarioError(("--replicas-for", f"needs arrivals with a rate; {process} arrivals have none"))
+            base = load_scenario(base, [("workload.arrival.rate", target_rate)]).resolved()
+            param = "cluster.replicas"
+        param = param or default_param(base)
+        try:
+            value = get_dotted(base, param)
+        except KeyError:
+            raise ScenarioError(("--param", f"{param!r} is not a field of the scenario")) from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ScenarioError(("--param", f"{param!r} is {value!r}, not a number"))
+        try:
+            load_scenario(base, [(param, value)])
+        except ScenarioError as exc:
+            raise exc.prefixed("--param") from None
+        return cls(base, param, terms, target_rate=target_rate, **options)
 
-            ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
-        return self
+    @property
+    def integer(self) -> bool:
+        return isinstance(get_dotted(self.base, self.param), int)
 
-    def __exit__(self, *exc) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-
-    def __call__(self, scenarios: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if self._pool is None or len(scenarios) <= 1:
-            return [_summary(s) for s in scenarios]
-        return list(self._pool.map(_summary, scenarios))
-
-
-def _summary(scenario: dict[str, Any]) -> dict[str, Any]:
-    from des.simulation import simulate
-
-    return simulate(load_scenario(scenario)).summary
-
-
-def metric_names() -> list[str]:
-    """Summary metrics an SLO may name (numeric ones)."""
-    from des.metrics.summary import LATENCIES, PERCENTILES
-
-    names = [f"{m}_{s}" for m in LATENCIES for s in ("mean", *(f"p{p}" for p in PERCENTILES))]
-    return names + ["throughput_rps", "goodput_rps", "slo_attainment", "gpu_busy_fraction", "mean_queue_length"]
+    def answer(
+        self, runner: Backend, out_dir: Path, on_eval: Callable[[Evaluation], None] | None = None
+    ) -> CapacityAnswer:
+        """Search, with every run in ``out_dir/capacity/``; the answer is also written there."""
+        root = Path(out_dir) / CAPACITY
+        with sweep_lock(root):
+            search = Search(self.base, self.param, self.slos, self.replications, runner, root, self.integer)
+            search.on_eval = on_eval
+            if self.target_rate is not None:
+                start = int(self.base["cluster"]["replicas"])
+                answer = find_min_replicas(search, self.target_rate, start=start)
+            else:
+                answer = find_capacity(search, self.low, self.high, self.tolerance)
+            (root / "answer.json").write_text(json.dumps(answer.as_dict(), indent=2, default=float) + "\n")
+        return answer

@@ -1,12 +1,17 @@
-"""Running a study's simulations: one folder per run, resumable, local or on dask.
+"""Running simulations for studies and capacity searches: one folder per run,
+resumable, on a local process pool or on dask.
 
-Each run writes into ``DIR/runs/<run_id>/``: ``scenario.yaml``, ``summary.json``,
-``latencies.parquet`` (the measured requests' latencies, for pooled percentiles) and,
-with ``keep_tables``, ``requests.parquet`` and ``steps.parquet``; then ``run.json`` (its
-seed, wall time and scenario digest) last, as the mark of a finished run. A sweep
-started again skips every run whose ``run.json`` matches its scenario, so an
-interrupted sweep resumes where it stopped. A lock file keeps a second sweep out of a
-folder in use; sweeps in different folders share nothing.
+Each run writes into its folder under a root (``DIR/runs/<run_id>/`` for a sweep,
+``DIR/capacity/<value>/r<k>/`` for a capacity search): ``scenario.yaml``,
+``summary.json``, ``latencies.parquet`` (the measured requests' latencies, for pooled
+percentiles) and, with ``keep_tables``, ``requests.parquet`` and ``steps.parquet``; then
+``run.json`` (its seed, wall time and scenario digest) last, as the mark of a finished
+run. :func:`run_specs` skips every run whose ``run.json`` matches its scenario, so an
+interrupted sweep or search resumes where it stopped. A lock file keeps a second sweep
+out of a folder in use; sweeps in different folders share nothing.
+
+A backend (:class:`LocalBackend`, :class:`DaskBackend`) keeps its workers for a whole
+``with`` block, so that a capacity search's many small batches of runs share one pool.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,11 +30,13 @@ import yaml
 
 from des.study.spec import RunSpec
 
+#: The folder of a sweep's runs, and of a capacity search's, under its results folder.
+RUNS, CAPACITY = "runs", "capacity"
 LATENCY_COLUMNS = ["arrival_time", "prompt_tokens", "output_tokens", "ttft", "tpot", "e2e", "queue_delay"]
 
 
-class SweepLocked(RuntimeError):
-    pass
+class SweepLocked(OSError):
+    """Another process holds the folder's lock."""
 
 
 @contextmanager
@@ -47,13 +54,13 @@ def sweep_lock(out_dir: Path):
         os.close(fd)
 
 
-def run_dir(out_dir: Path, spec: RunSpec) -> Path:
-    return out_dir / "runs" / spec.run_id
+def run_dir(root: Path, spec: RunSpec) -> Path:
+    return root / spec.run_id
 
 
-def finished(out_dir: Path, spec: RunSpec) -> dict[str, Any] | None:
+def finished(root: Path, spec: RunSpec) -> dict[str, Any] | None:
     """The row of a run already done with this scenario, or None."""
-    d = run_dir(out_dir, spec)
+    d = run_dir(root, spec)
     try:
         meta = json.loads((d / "run.json").read_text())
         summary = json.loads((d / "summary.json").read_text())
@@ -72,14 +79,14 @@ def row_of(spec: RunSpec, summary: dict[str, Any], wall: float) -> dict[str, Any
     return row
 
 
-def execute(spec: RunSpec, out_dir: str, keep_tables: bool) -> dict[str, Any]:
-    """Simulate one run and write its folder; returns its row. Runs in worker processes."""
+def execute(spec: RunSpec, root: str, keep_tables: bool) -> dict[str, Any]:
+    """Simulate one run and write its folder under ``root``; returns its row. Runs in worker processes."""
     from des.metrics.summary import measured_mask
     from des.output import Staged, json_text, parquet_writer
     from des.scenario import load_scenario
     from des.simulation import simulate
 
-    folder = run_dir(Path(out_dir), spec)
+    folder = run_dir(Path(root), spec)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.json").unlink(missing_ok=True)
     t0 = time.perf_counter()
@@ -103,20 +110,38 @@ def execute(spec: RunSpec, out_dir: str, keep_tables: bool) -> dict[str, Any]:
     return row_of(spec, json.loads(json_text(result.summary)), wall)
 
 
-def run_local(
-    specs: list[RunSpec], out_dir: Path, keep_tables: bool, workers: int, done: Callable[[dict], None]
-) -> None:
-    """Run ``specs`` on a pool of ``workers`` processes (in this process when 1)."""
-    if workers <= 1 or len(specs) <= 1:
-        for spec in specs:
-            done(execute(spec, str(out_dir), keep_tables))
-        return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+Done = Callable[[dict[str, Any]], None]
 
-    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(execute, spec, str(out_dir), keep_tables) for spec in specs]
+
+class LocalBackend:
+    """Runs on a pool of ``workers`` processes kept for the ``with`` block (in this process when 1)."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._pool: Any = None
+
+    def __enter__(self) -> LocalBackend:
+        if self.workers > 1:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    def run(self, specs: Sequence[RunSpec], root: Path, keep_tables: bool, done: Done) -> None:
+        if self._pool is None or len(specs) <= 1:
+            for spec in specs:
+                done(execute(spec, str(root), keep_tables))
+            return
+        from concurrent.futures import as_completed
+
+        futures = [self._pool.submit(execute, spec, str(root), keep_tables) for spec in specs]
         try:
             for fut in as_completed(futures):
                 done(fut.result())
@@ -126,44 +151,79 @@ def run_local(
             raise
 
 
-def run_dask(
-    specs: list[RunSpec],
-    out_dir: Path,
-    keep_tables: bool,
-    workers: int,
-    address: str | None,
-    done: Callable[[dict], None],
-) -> None:
-    """Run ``specs`` on a dask.distributed cluster (a LocalCluster when ``address`` is None)."""
-    try:
-        from dask.distributed import Client, LocalCluster, as_completed
-    except ImportError:  # pragma: no cover - depends on the optional extra
-        raise RuntimeError("the dask backend needs dask.distributed: pip install 'des[cluster]'") from None
-    cluster = None
-    if address is None:
-        cluster = LocalCluster(
-            n_workers=max(workers, 1), threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
-        )
-        client = Client(cluster)
-    else:
-        client = Client(address)
-    try:
-        futures = client.map(execute, specs, out_dir=str(out_dir), keep_tables=keep_tables, pure=False)
+class DaskBackend:
+    """Runs on a dask.distributed cluster (a LocalCluster of ``workers`` when ``address`` is None)."""
+
+    def __init__(self, workers: int, address: str | None = None):
+        self.workers, self.address = workers, address
+        self._client: Any = None
+        self._cluster: Any = None
+
+    def __enter__(self) -> DaskBackend:
+        try:
+            from dask.distributed import Client, LocalCluster
+        except ImportError:  # pragma: no cover - depends on the optional extra
+            raise RuntimeError("the dask backend needs dask.distributed: pip install 'des[cluster]'") from None
+        if self.address is None:
+            self._cluster = LocalCluster(
+                n_workers=max(self.workers, 1),
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=40,
+            )
+            self._client = Client(self._cluster)
+        else:
+            self._client = Client(self.address)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._client is not None:
+            self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+        self._client = self._cluster = None
+
+    def run(self, specs: Sequence[RunSpec], root: Path, keep_tables: bool, done: Done) -> None:
+        from dask.distributed import as_completed
+
+        futures = self._client.map(execute, list(specs), root=str(root), keep_tables=keep_tables, pure=False)
         for fut in as_completed(futures):
             done(fut.result())
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
-def pending(specs: Iterable[RunSpec], out_dir: Path) -> tuple[list[RunSpec], list[dict]]:
-    """Split ``specs`` into those still to run and the rows of those already done."""
+Backend = LocalBackend | DaskBackend
+
+
+def open_backend(kind: str = "local", workers: int = 1, address: str | None = None) -> Backend:
+    """The backend named ``kind`` (``local`` or ``dask``); use it as a context manager."""
+    return DaskBackend(workers, address) if kind == "dask" else LocalBackend(workers)
+
+
+#: Progress callback: (runs finished, runs asked for, runs reused from an earlier sweep).
+Progress = Callable[[int, int, int], None]
+
+
+def run_specs(
+    runner: Backend, specs: Sequence[RunSpec], root: Path, keep_tables: bool = False, progress: Progress | None = None
+) -> list[dict[str, Any]]:
+    """The rows of ``specs`` in their order: reused where finished before, run on ``runner`` otherwise."""
     todo, rows = [], []
     for spec in specs:
-        row = finished(out_dir, spec)
+        row = finished(root, spec)
         if row is None:
             todo.append(spec)
         else:
             rows.append(row)
-    return todo, rows
+    total, reused = len(specs), len(rows)
+    if progress:
+        progress(len(rows), total, reused)
+
+    def done(row: dict[str, Any]) -> None:
+        rows.append(row)
+        if progress:
+            progress(len(rows), total, reused)
+
+    runner.run(todo, root, keep_tables, done)
+    order = {spec.run_id: i for i, spec in enumerate(specs)}
+    return sorted(rows, key=lambda r: order[r["run_id"]])

@@ -28,7 +28,7 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,60 +105,95 @@ def replication_seed(seed: int, r: int) -> int:
     return int(np.random.SeedSequence([seed, r]).generate_state(1)[0])
 
 
-def _slug(value: Any) -> str:
+def slug(value: Any) -> str:
+    """``value`` as a folder-name-safe string."""
     text = json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else str(value)
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)[:60]
 
 
+def is_study(data: Mapping[str, Any]) -> bool:
+    """Whether a mapping read from YAML is a study (it names a ``base`` scenario), not a scenario."""
+    return "base" in data
+
+
 def load_study(source: str | Path | Mapping[str, Any], base_dir: Path | None = None) -> Study:
     """Validate a study and expand it into runs, validating every run's scenario."""
+    spec, base_dir = _read_spec(source, base_dir)
+    base = _base_scenario(spec, base_dir)
+    runs, problems = _expand(spec, base)
+    if problems:
+        raise ScenarioError(problems)
+    return Study(spec, runs)
+
+
+def _read_spec(source: str | Path | Mapping[str, Any], base_dir: Path | None) -> tuple[StudySpec, Path]:
+    """The validated study and the folder its relative paths start from."""
     if isinstance(source, Mapping):
         data, base_dir = dict(source), base_dir or Path.cwd()
     else:
         path = Path(source)
         data, base_dir = read_yaml(path), path.resolve().parent
+        if not is_study(data) and "workload" in data:
+            raise ScenarioError(("study", f"{str(path)!r} is a scenario, not a study: run it with `des run {path}`"))
     try:
-        spec = StudySpec.model_validate(data)
+        return StudySpec.model_validate(data), base_dir
     except ValidationError as exc:
         raise ScenarioError(problems_of(exc)) from None
+
+
+def _base_scenario(spec: StudySpec, base_dir: Path) -> dict[str, Any]:
+    """The base scenario with the study's ``set`` applied, resolved; errors under ``base.`` / ``set.``."""
     # a path is relative to the study file; Path's "/" keeps an absolute one as it is
     source = base_dir / spec.base if isinstance(spec.base, str) else spec.base
     try:
         base = load_scenario(source).resolved()
     except ScenarioError as exc:
         raise exc.prefixed("base") from None
-    if spec.set:
-        try:
-            base = load_scenario(base, list(spec.set.items())).resolved()
-        except ScenarioError as exc:
-            raise exc.prefixed("set") from None
+    if not spec.set:
+        return base
+    try:
+        return load_scenario(base, list(spec.set.items())).resolved()
+    except ScenarioError as exc:
+        raise exc.prefixed("set") from None
+
+
+def _expand(spec: StudySpec, base: dict[str, Any]) -> tuple[list[RunSpec], list[tuple[str, str]]]:
+    """Variants x grid points x replications, each scenario validated; the problems found."""
     seed = spec.seed if spec.seed is not None else base["seed"]
-    variants = spec.variants or {"base": {}}
     keys = list(spec.grid)
     runs: list[RunSpec] = []
     problems: list[tuple[str, str]] = []
-    for vname, partial in variants.items():
+    for vname, partial in (spec.variants or {"base": {}}).items():
         merged = merge(base, partial)
         for values in itertools.product(*(spec.grid[k] for k in keys)) if keys else [()]:
             point = tuple(zip(keys, values, strict=True))
-            scenario = deep_copy(merged)
+            where = "/".join([vname, *(f"{k}={slug(v)}" for k, v in point)])
             try:
-                for k, v in point:
-                    set_dotted(scenario, k, v)
+                checked = point_scenario(merged, point, where)
             except ScenarioError as exc:
-                problems += [(f"grid.{p}", m) for p, m in exc.problems]
-                continue
-            where = "/".join([vname, *(f"{k}={_slug(v)}" for k, v in point)])
-            try:
-                checked = load_scenario(scenario).resolved()
-            except ScenarioError as exc:
-                problems += [(f"{where}: {p}", m) for p, m in exc.problems]
+                problems += exc.problems
                 continue
             for r in range(spec.replications):
                 s = dict(checked)
                 s["seed"] = replication_seed(seed, r)
                 s["name"] = f"{spec.name}/{where}/r{r}"
                 runs.append(RunSpec(len(runs), f"{where}/r{r}", vname, point, r, s["seed"], s))
-    if problems:
-        raise ScenarioError(problems)
-    return Study(spec, runs)
+    return runs, problems
+
+
+def point_scenario(scenario: dict[str, Any], point: Sequence[tuple[str, Any]], where: str) -> dict[str, Any]:
+    """``scenario`` with the dotted keys of ``point`` set, validated and resolved.
+
+    Problems name ``grid.<key>`` when a key cannot be set, ``<where>: <path>`` when the
+    result is not a valid scenario.
+    """
+    data = deep_copy(scenario)
+    try:
+        for k, v in point:
+            set_dotted(data, k, v)
+    except ScenarioError as exc:
+        raise ScenarioError([(f"grid.{p}", m) for p, m in exc.problems]) from None
+    try:
+        return load_scenario(data).resolved()
+    except ScenarioError as exc:
+        raise ScenarioError([(f"{where}: {p}", m) for p, m in exc.problems]) from None

@@ -39,7 +39,7 @@ from pydantic import (
 
 from des.config import Strict, resolve_path
 from des.registry import Registry, check_union, kind_of
-from des.workload.trace import read_trace
+from des.workload.trace import TraceStats, read_trace, trace_stats
 
 CHUNK = 1024
 
@@ -202,12 +202,21 @@ class Closed(Strict):
 class Trace(Strict):
     """Replay of a CSV or JSONL file with columns arrival_time, prompt_tokens, output_tokens.
 
-    ``time_scale`` multiplies the recorded arrival times (0.5 replays twice as fast).
+    A request recorded at ``t`` arrives at ``(t - t0) * time_scale / rate_scale`` seconds,
+    where ``t0`` is the trace's first arrival: logs hold epoch timestamps, and a replay
+    starts at 0. ``absolute_times: true`` keeps the recorded times (``t0 = 0``).
+
+    - ``time_scale`` converts the file's unit to seconds (0.001 for milliseconds).
+    - ``rate_scale`` multiplies the load: 2 replays the same requests twice as fast
+      (every gap halved), 0.5 half as fast. It is the parameter ``des capacity``
+      searches on a trace: how much more of this traffic fits.
     """
 
     process: Literal["trace"] = "trace"
     path: Path
     time_scale: PositiveFloat = 1.0
+    rate_scale: PositiveFloat = 1.0
+    absolute_times: bool = False
     _table: pd.DataFrame = PrivateAttr()
 
     @field_validator("path", mode="after")
@@ -224,11 +233,20 @@ class Trace(Strict):
         return self
 
     @property
+    def offset(self) -> float:
+        """Recorded time (file units) moved to t = 0: the first arrival, or 0 with ``absolute_times``."""
+        return 0.0 if self.absolute_times else float(self._table["arrival_time"].iloc[0])
+
+    @property
     def table(self) -> pd.DataFrame:
-        """The trace's rows sorted by arrival; times already multiplied by ``time_scale``."""
+        """The trace's rows sorted by arrival, with arrival times in simulated seconds."""
         t = self._table.copy()
-        t["arrival_time"] = t["arrival_time"] * self.time_scale
+        t["arrival_time"] = (t["arrival_time"] - self.offset) * (self.time_scale / self.rate_scale)
         return t
+
+    def stats(self) -> TraceStats:
+        """Requests, span, mean rate and burstiness (cv of the gaps) of the replayed arrivals."""
+        return trace_stats(self.table["arrival_time"].to_numpy())
 
 
 ARRIVALS: Registry[type[Strict]] = Registry("arrival process")

@@ -1,12 +1,16 @@
 """Reading request traces: CSV or JSONL with arrival_time, prompt_tokens, output_tokens.
 
-Rows are sorted by arrival time (stably); times are seconds from the start of the
-trace and are shifted so the first request arrives at ``t = 0`` only if asked.
-Every problem is reported as a ``ValueError`` naming the file, the row and the value.
+Rows are sorted by arrival time (stably) and times are kept as recorded (any time
+>= 0: seconds from a start, or epoch timestamps); :class:`des.workload.arrivals.Trace`
+moves the first arrival to ``t = 0`` and scales them. Every problem is reported as a
+``ValueError`` naming the file, the row and the value. :func:`trace_stats` measures a
+replay's rate and burstiness: the figures to fit a synthetic arrival process to.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -67,3 +71,25 @@ def read_trace(path: Path) -> pd.DataFrame:
         out[col] = values if col == "arrival_time" else values.astype(np.int64)
     table = pd.DataFrame(out)
     return table.sort_values("arrival_time", kind="stable", ignore_index=True)
+
+
+@dataclass(frozen=True)
+class TraceStats:
+    """Arrivals of a replay: ``requests`` over ``span`` seconds (first to last), their mean
+    ``rate`` (gaps per second, ``(requests - 1) / span``) and ``cv``, the coefficient of
+    variation of the gaps (1 for Poisson, above 1 bursty); None where undefined."""
+
+    requests: int
+    span: float
+    rate: float | None
+    cv: float | None
+
+
+def trace_stats(times: np.ndarray) -> TraceStats:
+    """:class:`TraceStats` of sorted arrival times (seconds)."""
+    gaps = np.diff(times)
+    span = float(times[-1] - times[0]) if len(times) else 0.0
+    rate = (len(gaps) / span) if span > 0 else None
+    mean = float(gaps.mean()) if len(gaps) else 0.0
+    cv = float(gaps.std() / mean) if len(gaps) > 1 and mean > 0 else None
+    return TraceStats(int(len(times)), span, rate, cv if cv is None or math.isfinite(cv) else None)

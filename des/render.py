@@ -1,0 +1,334 @@
+"""Everything the ``des`` command shows: summaries, tables, progress bars and log lines.
+
+Results go to stdout, progress bars and warnings to stderr. Bars appear only when
+stderr is a terminal (pipes and logs get the same results without them); a stdout that
+is not a terminal gets tables wide enough not to wrap. Nothing here computes a metric:
+it formats what the library returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from des.costmodel import CostReport
+    from des.metrics import Result
+    from des.scenario import Scenario
+    from des.study.capacity import CapacityAnswer, Evaluation
+
+ERR = Console(stderr=True)
+LATENCY_COLUMNS = ("mean", "p50", "p90", "p95", "p99")
+
+
+def out() -> Console:
+    """The stdout console; wide enough for the tables when not a terminal (pipes, logs)."""
+    c = Console()
+    return c if c.is_terminal else Console(width=160)
+
+
+def fmt(v: Any) -> str:
+    """A summary value for people: '-' for missing, yes/NO, thousands separators, 4 digits."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if abs(v) >= 100:
+        return f"{v:,.1f}"
+    return f"{v:.4g}"
+
+
+def warning(note: str) -> None:
+    ERR.print(f"[yellow]warning:[/] {note}", highlight=False)
+
+
+# -- des run ---------------------------------------------------------------------------
+
+
+def workload_line(sc: Scenario) -> str:
+    """The arrivals, as configured; a trace with what its replay measures."""
+    from des.workload.arrivals import Trace
+
+    a = sc.workload.arrival
+    if not isinstance(a, Trace):
+        params = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in _fields(a).items())
+        return f"{a.process}: {params}"
+    st = a.stats()
+    moved = (
+        f"first arrival (recorded at {a.offset:,.6g}) moved to t = 0; absolute_times: true keeps the recorded clock"
+        if a.offset
+        else "times as recorded"
+    )
+    scale = "".join(f", {k} {v:g}" for k, v in (("time_scale", a.time_scale), ("rate_scale", a.rate_scale)) if v != 1.0)
+    rate = f"{st.rate:.3g} req/s" if st.rate is not None else "all at once"
+    cv = f", gap cv {st.cv:.2f}" if st.cv is not None else ""
+    return f"trace {a.path.name} ({moved}{scale}): {st.requests:,} requests over {st.span:,.1f} s, {rate}{cv}"
+
+
+def _fields(config: Any) -> dict[str, Any]:
+    return {k: v for k, v in config.model_dump().items() if k != "process" and v is not None}
+
+
+def stability_line(s: dict[str, Any]) -> str:
+    """The stability verdict and every flag behind it."""
+    parts = [f"backlog growth {s['backlog_growth']:.3f} of arrivals"]
+    if s.get("drifting"):
+        parts.append(f"latencies drifting (MSER-5 would drop {s['mser_truncation']:,} requests)")
+    elif s.get("mser_truncation"):
+        parts.append(f"warm-up short: MSER-5 would drop {s['mser_truncation']:,} more requests")
+    else:
+        parts.append("latencies settled")
+    return f"{fmt(s['stable'])} ({'; '.join(parts)})"
+
+
+def requests_line(s: dict[str, Any], rejected: dict[str, int]) -> str:
+    why = f" ({', '.join(f'{n:,} {reason}' for reason, n in rejected.items())})" if rejected else ""
+    return (
+        f"{s['num_requests']:,} arrived: {s['num_completed']:,} completed, "
+        f"{s['num_rejected']:,} rejected{why}, {s['num_unfinished']:,} unfinished"
+    )
+
+
+def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path) -> None:
+    from des.metrics.summary import rejections
+
+    s = result.summary
+    console = out()
+    head = Table.grid(padding=(0, 2))
+    head.add_row("scenario", f"{sc.name}  (seed {sc.seed})")
+    head.add_row(
+        "hardware",
+        f"{sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, "
+        f"{sc.scheduler.kind} batching, {sc.cost_model.kind} cost",
+    )
+    head.add_row("workload", workload_line(sc))
+    head.add_row("requests", requests_line(s, rejections(result.requests)))
+    head.add_row(
+        "load",
+        f"offered {fmt(s['offered_rps'])} req/s, throughput {fmt(s['throughput_rps'])} req/s, "
+        f"{fmt(s['output_tokens_per_s'])} output tok/s (over the arrival window)",
+    )
+    head.add_row(
+        "engine",
+        f"GPU busy {fmt(s['gpu_busy_fraction'])}, mean batch {fmt(s['mean_batch_size'])}, "
+        f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens",
+    )
+    head.add_row("stable", stability_line(s))
+    console.print(head)
+    table = Table(title="latency (seconds)", title_justify="left")
+    table.add_column("metric")
+    for col in LATENCY_COLUMNS:
+        table.add_column(col, justify="right")
+    for name in ("ttft", "tpot", "e2e", "queue_delay"):
+        table.add_row(name, *(fmt(s[f"{name}_{c}"]) for c in LATENCY_COLUMNS))
+    console.print(table)
+    console.print(
+        f"wrote {out_dir}/ (requests.parquet, steps.parquet, summary.json, scenario.yaml) in {wall:.2f} s",
+        highlight=False,
+    )
+
+
+# -- des sweep ---------------------------------------------------------------------------
+
+
+def short_headers(keys: Sequence[str]) -> list[str]:
+    """The shortest dotted suffix of each key that no other key ends with: rate, cv."""
+    out = []
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            tail = ".".join(parts[-n:])
+            if not any(other != key and (other == tail or other.endswith("." + tail)) for other in keys):
+                break
+        out.append(tail)
+    return out
+
+
+def _with_ci(p: pd.Series, m: str) -> str:
+    if p[m] != p[m]:
+        return "-"
+    if p[f"{m}_lo"] == p[f"{m}_lo"]:
+        return f"{p[m]:.3g} [{p[f'{m}_lo']:.3g}, {p[f'{m}_hi']:.3g}]"
+    return f"{p[m]:.3g}"
+
+
+POINT_METRICS = (
+    ("throughput_rps", "req/s"),
+    ("ttft_p99", "ttft p99"),
+    ("tpot_p50", "tpot p50"),
+    ("e2e_p99", "e2e p99"),
+)
+
+
+def points_table(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
+    table = Table(title="mean over replications [95 % CI]; latencies in seconds", title_justify="left")
+    table.add_column("variant", no_wrap=True)
+    for head in short_headers(grid_keys):
+        table.add_column(head, justify="right", no_wrap=True)
+    for _, head in POINT_METRICS:
+        table.add_column(head, justify="right", no_wrap=True)
+    table.add_column("stable", no_wrap=True)
+    for _, p in points.iterrows():
+        table.add_row(
+            str(p["variant"]),
+            *(f"{p[k]:g}" if isinstance(p[k], float) else str(p[k]) for k in grid_keys),
+            *(_with_ci(p, m) for m, _ in POINT_METRICS),
+            "yes" if p["all_stable"] else "NO",
+        )
+    out().print(table)
+
+
+def sweep_done(runs: int, points: int, replications: int, seconds: float, out_dir: Path) -> None:
+    out().print(
+        f"{runs} runs ({points} points x {replications} replications) in {seconds:.1f} s; "
+        f"wrote {out_dir}/runs.parquet and points.parquet",
+        highlight=False,
+    )
+
+
+# -- des capacity --------------------------------------------------------------------------
+
+
+def probe_line(param: str, ev: Evaluation) -> str:
+    """One line per value a capacity search tried: its metrics and verdict, and why."""
+    ms = ", ".join(f"{k} {v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]" for k, v in ev.metrics.items())
+    why = f" ({'; '.join(ev.why)})" if ev.why else ""
+    return f"{param} = {ev.value:g}: {ms}; {ev.verdict}{why}"
+
+
+def capacity_answer(answer: CapacityAnswer) -> str:
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4g}"
+
+    what = (
+        f"fewest replicas carrying {answer.target_rate:g} req/s"
+        if answer.target_rate is not None
+        else f"capacity ({answer.param})"
+    )
+    return (
+        f"{what} under {' and '.join(answer.slos)}: {f(answer.value)}  95 % CI [{f(answer.ci_low)}, "
+        f"{f(answer.ci_high)}]  ({answer.replications} replications per value, {len(answer.evaluations)} values tried)"
+    )
+
+
+# -- des costmodel -------------------------------------------------------------------------
+
+
+def cost_report(rep: CostReport) -> None:
+    gpu, model, precision, tp = rep.gpu, rep.model, rep.precision, rep.tp
+    facts = rep.facts()
+    console = out()
+    gib = 1 << 30
+    head = Table.grid(padding=(0, 2))
+    head.add_row(
+        "model",
+        f"{model.name}: {facts['params'] / 1e9:.2f} B parameters, {precision.weights} weights "
+        f"{facts['weight_bytes'] / gib:.2f} GiB, "
+        f"KV {facts['kv_bytes_per_token']:,} bytes/token ({precision.kv_cache_dtype})",
+    )
+    head.add_row(
+        "gpu",
+        f"{tp} x {gpu.name}: {gpu.peak_flops(precision.compute_dtype) / 1e12:.1f} TFLOP/s "
+        f"{precision.compute_dtype}, {gpu.memory_bandwidth / 1e9:.0f} GB/s, {gpu.memory_bytes / gib:.1f} GiB; "
+        f"GEMMs at {gpu.efficiency.gemm_compute:.2f} of peak, weights at {gpu.efficiency.weight_bandwidth:.2f} "
+        f"of bandwidth (knee {gpu.efficiency.gemm_knee:.2f}), CPU {gpu.efficiency.step_overhead * 1e3:.2g} ms/step",
+    )
+    head.add_row("ridge", f"{facts['ridge_tokens']:.0f} tokens per step (compute overtakes weight reads)")
+    head.add_row(
+        "kv", f"{facts['kv_tokens_0.90']:,} tokens at gpu_memory_utilization 0.90, {facts['kv_tokens_0.92']:,} at 0.92"
+    )
+    console.print(head)
+    contexts = (512, 2048, 8192)
+    dec = Table(title="decode step (ms) and output tokens/s, by batch size and context", title_justify="left")
+    dec.add_column("batch", justify="right")
+    for c in contexts:
+        dec.add_column(f"ms @{c}", justify="right")
+        dec.add_column(f"tok/s @{c}", justify="right")
+    for row in rep.decode_table():
+        cells = [str(row["batch"])]
+        for c in contexts:
+            cells += [f"{row[f'ms@{c}']:.2f}", f"{row[f'tok/s@{c}']:,.0f}"]
+        dec.add_row(*cells)
+    console.print(dec)
+    pre = Table(title="prefill of one prompt in one step", title_justify="left")
+    for col in ("prompt tokens", "ms", "tok/s"):
+        pre.add_column(col, justify="right")
+    for row in rep.prefill_table():
+        pre.add_row(f"{row['prompt']:,}", f"{row['ms']:.1f}", f"{row['tok/s']:,.0f}")
+    console.print(pre)
+
+
+def wrote(path: Path) -> None:
+    out().print(f"wrote {path}", highlight=False)
+
+
+# -- progress bars -----------------------------------------------------------------------
+
+Callback = Callable[..., None]
+
+
+def progress(kind: str, quiet: bool = False) -> tuple[Callback | None, AbstractContextManager[Any]]:
+    """A transient progress bar on stderr when it is a terminal: ``(callback, context)``.
+
+    ``kind`` ``"run"``: the callback takes a :class:`des.simulation.RunProgress` (share of
+    the arrival horizon simulated, then the requests left while the run drains).
+    ``"sweep"``: it takes ``(runs done, runs in all, runs reused)``. Without a terminal,
+    or ``quiet``, there is no bar and the callback is None.
+    """
+    if quiet or not ERR.is_terminal:
+        return None, nullcontext()
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    if kind == "run":
+        columns: Iterable[Any] = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[now]:>10,.1f} s simulated"),
+            TextColumn("{task.fields[n]:>8,} requests"),
+            TextColumn("{task.fields[note]}"),
+            TimeElapsedColumn(),
+        )
+    else:
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("runs"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+        )
+    bar = Progress(*columns, console=ERR, transient=True)
+    task = bar.add_task("simulating" if kind == "run" else "sweeping", total=None, now=0.0, n=0, note="")
+
+    def run_update(p: Any) -> None:
+        if p.draining:
+            bar.update(task, description="draining", completed=1.0, total=1.0, now=p.now, n=p.arrived)
+            bar.update(task, note=f"{p.in_system:,} left")
+        else:
+            frac = p.fraction
+            total = None if frac is None else 1.0
+            bar.update(
+                task, completed=frac or 0.0, total=total, now=p.now, n=p.arrived, note=f"{p.in_system:,} in system"
+            )
+
+    def sweep_update(done: int, total: int, reused: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return (run_update if kind == "run" else sweep_update), bar
