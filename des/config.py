@@ -8,8 +8,9 @@ named (traces, empirical length tables), and only to check it once at load time.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo
 
 
 class Strict(BaseModel):
@@ -25,3 +26,7 @@ def resolve_path(path: Path, info: ValidationInfo) -> Path:
     if path.is_absolute() or base is None:
         return path
     return Path(base) / path
+
+
+#: A path field of a scenario: relative paths are relative to the scenario file (:func:`resolve_path`).
+FilePath = Annotated[Path, AfterValidator(resolve_path)]

@@ -104,3 +104,13 @@ def test_every_shipped_scenario_and_study_loads(path):
         assert study.spec.name == path.stem and study.runs
     else:
         assert des.load_scenario(path).name == path.stem
+
+
+def test_the_shipped_default_scenario_is_the_packaged_one():
+    # des/scenarios/default.yaml (installed with the package) is the one source;
+    # scenarios/qwen7b-4090-poisson.yaml links to it, so the two cannot drift apart
+    from des.scenario import default_scenario_path
+
+    shipped = SCENARIOS / "qwen7b-4090-poisson.yaml"
+    assert shipped.read_bytes() == default_scenario_path().read_bytes()
+    assert shipped.resolve() == default_scenario_path().resolve()

@@ -21,7 +21,6 @@ Closed and trace processes are described here too; their SimPy processes live in
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
@@ -32,35 +31,13 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     PrivateAttr,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
 
-from des.config import Strict, resolve_path
+from des.config import FilePath, Strict
 from des.registry import Registry, check_union, kind_of
+from des.workload._buffer import Buffered
 from des.workload.trace import TraceStats, read_trace, trace_stats
-
-CHUNK = 1024
-
-
-class _Chunked:
-    """Serves pre-drawn gaps one by one; refills ``CHUNK`` at a time."""
-
-    __slots__ = ("_draw", "_buf", "_i")
-
-    def __init__(self, draw):
-        self._draw = draw
-        self._buf: list[float] = []
-        self._i = 0
-
-    def __call__(self) -> float:
-        if self._i >= len(self._buf):
-            self._buf = self._draw(CHUNK).tolist()
-            self._i = 0
-        v = self._buf[self._i]
-        self._i += 1
-        return v
 
 
 class Poisson(Strict):
@@ -70,7 +47,7 @@ class Poisson(Strict):
     def gaps(self, rng: np.random.Generator):
         """A callable returning successive gaps, seconds."""
         scale = 1.0 / self.rate
-        return _Chunked(lambda n: rng.exponential(scale, n))
+        return Buffered(lambda n: rng.exponential(scale, n))
 
 
 class Gamma(Strict):
@@ -81,7 +58,7 @@ class Gamma(Strict):
     def gaps(self, rng: np.random.Generator):
         shape = 1.0 / self.cv**2
         scale = 1.0 / (self.rate * shape)
-        return _Chunked(lambda n: rng.gamma(shape, scale, n))
+        return Buffered(lambda n: rng.gamma(shape, scale, n))
 
 
 class MMPP(Strict):
@@ -166,7 +143,7 @@ class _MMPPGaps:
         self.cum_jumps = np.cumsum(jumps, axis=1)
         self.state = int(rng.choice(len(rates), p=start))
         self.left = rng.exponential(sojourn[self.state])  # time left in the current state
-        self._u = _Chunked(lambda n: rng.exponential(1.0, n))
+        self._u = Buffered(lambda n: rng.exponential(1.0, n))
 
     def __call__(self) -> float:
         gap = 0.0
@@ -196,7 +173,7 @@ class Closed(Strict):
             return lambda: 0.0
         if self.think_dist == "fixed":
             return lambda: self.think_time
-        return _Chunked(lambda n: rng.exponential(self.think_time, n))
+        return Buffered(lambda n: rng.exponential(self.think_time, n))
 
 
 class Trace(Strict):
@@ -213,16 +190,11 @@ class Trace(Strict):
     """
 
     process: Literal["trace"] = "trace"
-    path: Path
+    path: FilePath
     time_scale: PositiveFloat = 1.0
     rate_scale: PositiveFloat = 1.0
     absolute_times: bool = False
     _table: pd.DataFrame = PrivateAttr()
-
-    @field_validator("path", mode="after")
-    @classmethod
-    def _resolve(cls, path: Path, info: ValidationInfo) -> Path:
-        return resolve_path(path, info)
 
     @model_validator(mode="after")
     def _read(self) -> Trace:

@@ -29,18 +29,14 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     PrivateAttr,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
 from scipy import special
 
-from des.config import Strict, resolve_path
+from des.config import FilePath, Strict
 from des.registry import Registry, check_union, kind_of
-from des.workload.trace import MAX_TOKENS, first_line, show
-
-#: Draws are generated in chunks of this many for speed (a fixed size, so runs repeat).
-CHUNK = 1024
+from des.workload._buffer import Buffered
+from des.workload.trace import existing_file, first_line, positive_ints
 
 
 class LengthDist(Strict):
@@ -210,15 +206,10 @@ class Empirical(LengthDist):
     """Lengths read from a file: one integer per line, or the column ``column`` of a CSV."""
 
     dist: Literal["empirical"] = "empirical"
-    path: Path
+    path: FilePath
     column: str | None = None
     _values: np.ndarray = PrivateAttr()
     _cum: np.ndarray = PrivateAttr()
-
-    @field_validator("path", mode="after")
-    @classmethod
-    def _resolve(cls, path: Path, info: ValidationInfo) -> Path:
-        return resolve_path(path, info)
 
     def _prepare(self) -> None:
         try:
@@ -245,10 +236,7 @@ def read_lengths(path: Path, column: str | None) -> np.ndarray:
     """Positive integer lengths from ``path``; raises ValueError naming the problem."""
     import pandas as pd
 
-    if not path.exists():
-        raise ValueError(f"cannot read {str(path)!r}: no such file")
-    if not path.is_file():
-        raise ValueError(f"cannot read {str(path)!r}: not a file")
+    existing_file(path)
     try:
         if column is None:
             frame = pd.read_csv(path, header=None, comment="#")
@@ -264,18 +252,11 @@ def read_lengths(path: Path, column: str | None) -> np.ndarray:
                     f"{str(path)!r} has no column {column!r}; columns: {', '.join(map(str, frame.columns))}"
                 )
             series = frame[column]
-        values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"cannot read {str(path)!r}: {first_line(exc)}") from None
-    if values.size == 0:
+    if series.size == 0:
         raise ValueError(f"{str(path)!r} holds no lengths")
-    bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values)) | (values > MAX_TOKENS)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(
-            f"{str(path)!r} value #{i + 1} ({show(series.iloc[i])}) is not a positive integer up to {MAX_TOKENS:,}"
-        )
-    return values.astype(np.int64)
+    return positive_ints(series, f"{str(path)!r} value #{{row}}")
 
 
 def _is_number(x) -> bool:
@@ -294,20 +275,10 @@ LengthConfig = Annotated[Fixed | Uniform | Geometric | LogNormal | Empirical, Fi
 check_union(LengthConfig, LENGTHS)
 
 
-class LengthStream:
-    """Draws lengths one at a time from a chunked buffer (fast and reproducible)."""
+class LengthStream(Buffered):
+    """Draws lengths of ``dist`` one at a time with ``rng`` (chunked: fast and reproducible)."""
 
-    __slots__ = ("_dist", "_rng", "_buf", "_i")
+    __slots__ = ()
 
     def __init__(self, dist: LengthDist, rng: np.random.Generator):
-        self._dist, self._rng = dist, rng
-        self._buf: list[int] = []
-        self._i = 0
-
-    def __call__(self) -> int:
-        if self._i >= len(self._buf):
-            self._buf = self._dist.sample(self._rng, CHUNK).tolist()
-            self._i = 0
-        v = self._buf[self._i]
-        self._i += 1
-        return v
+        super().__init__(lambda n: dist.sample(rng, n))

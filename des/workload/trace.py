@@ -34,12 +34,29 @@ def show(value) -> str:
     return repr(value)
 
 
-def read_trace(path: Path) -> pd.DataFrame:
-    """The trace at ``path`` as a DataFrame of the three columns, sorted by arrival."""
+def existing_file(path: Path) -> None:
+    """Raise ValueError unless ``path`` is a file."""
     if not path.exists():
         raise ValueError(f"cannot read {str(path)!r}: no such file")
     if not path.is_file():
         raise ValueError(f"cannot read {str(path)!r}: not a file")
+
+
+def positive_ints(raw: pd.Series, where: str) -> np.ndarray:
+    """``raw`` as int64 token counts; ValueError at the first value that is not a positive
+    integer up to :data:`MAX_TOKENS`, placed by ``where`` (its ``{row}`` counts from 1)."""
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+    bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values)) | (values > MAX_TOKENS)
+    if bad.any():
+        i = int(np.argmax(bad))
+        what = f"is not a positive integer up to {MAX_TOKENS:,}"
+        raise ValueError(f"{where.format(row=i + 1)} {show(raw.iloc[i])} {what}")
+    return values.astype(np.int64)
+
+
+def read_trace(path: Path) -> pd.DataFrame:
+    """The trace at ``path`` as a DataFrame of the three columns, sorted by arrival."""
+    existing_file(path)
     suffix = path.suffix.lower()
     try:
         if suffix in (".jsonl", ".ndjson", ".json"):
@@ -55,22 +72,16 @@ def read_trace(path: Path) -> pd.DataFrame:
         )
     if len(frame) == 0:
         raise ValueError(f"{str(path)!r} has no rows")
-    out = {}
-    for col in COLUMNS:
-        raw = frame[col]
-        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
-        if col == "arrival_time":
-            bad = ~np.isfinite(values) | (values < 0)
-            what = "a time >= 0 (seconds)"
-        else:
-            bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values)) | (values > MAX_TOKENS)
-            what = f"a positive integer up to {MAX_TOKENS:,}"
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"{str(path)!r} row {i + 1}: {col} {show(raw.iloc[i])} is not {what}")
-        out[col] = values if col == "arrival_time" else values.astype(np.int64)
-    table = pd.DataFrame(out)
-    return table.sort_values("arrival_time", kind="stable", ignore_index=True)
+    raw = frame["arrival_time"]
+    times = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+    bad = ~np.isfinite(times) | (times < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{str(path)!r} row {i + 1}: arrival_time {show(raw.iloc[i])} is not a time >= 0 (seconds)")
+    out = {"arrival_time": times}
+    for col in COLUMNS[1:]:
+        out[col] = positive_ints(frame[col], f"{str(path)!r} row {{row}}: {col}")
+    return pd.DataFrame(out).sort_values("arrival_time", kind="stable", ignore_index=True)
 
 
 @dataclass(frozen=True)
