@@ -80,7 +80,7 @@ def _fields(config: Any) -> dict[str, Any]:
 
 def stability_line(s: dict[str, Any]) -> str:
     """The stability verdict and every flag behind it."""
-    parts = [f"backlog growth {s['backlog_growth']:.3f} of arrivals"]
+    parts = [f"backlog grew by {s['backlog_growth']:.3f} of arrivals, {s['backlog_growth_of_level']:.2f} of its level"]
     if s.get("drifting"):
         parts.append(f"latencies drifting (MSER-5 would drop {s['mser_truncation']:,} requests)")
     elif s.get("mser_truncation"):

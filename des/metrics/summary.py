@@ -172,13 +172,14 @@ def levels(
 def stability(arrival: np.ndarray, finish: np.ndarray, e2e_in_order: np.ndarray, start: float, end: float) -> dict:
     """Did the backlog of admitted requests (``arrival``, ``finish``) grow over the arrival
     window, and do the measured latencies (in arrival order) settle?"""
-    growth, growing = backlog_trend(arrival, finish, start, end)
+    growth, of_level, growing = backlog_trend(arrival, finish, start, end)
     dropped, drifting = drift(e2e_in_order)
     return {
         "backlog_growth": growth,
         "stable": not growing,
         "mser_truncation": int(dropped),
         "drifting": bool(drifting),
+        "backlog_growth_of_level": of_level,
     }
 
 

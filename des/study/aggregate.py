@@ -1,9 +1,10 @@
 """A study's tables: one row per run, and per design point the mean and 95 % CI of
 every metric across replications, plus percentiles of the pooled requests.
 
-Confidence intervals are Student-t intervals over the replications' values
-(``mean ± t_{0.975, n-1} · sd / sqrt(n)``), which is right for means of independent
-replications whatever each run's internal autocorrelation. A p99 "of the point" can
+Confidence intervals are over the replications' values (independent, whatever each
+run's internal autocorrelation) and stay inside the metric's support
+(:func:`interval`): latencies and rates are positive and right-skewed, and a Student-t
+interval over three of them routinely reaches below zero. A p99 "of the point" can
 mean two things: the mean of the replications' p99s (``ttft_p99``, with its CI) or the
 p99 of all the point's requests pooled (``pooled_ttft_p99``); both are given.
 """
@@ -42,8 +43,18 @@ def runs_table(rows: Sequence[dict[str, Any]], grid_keys: Sequence[str]) -> pd.D
     return frame
 
 
-def interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high) of a Student-t interval; NaN bounds with fewer than 2 values."""
+def interval(values: np.ndarray, level: float = 0.95, upper: float | None = None) -> tuple[float, float, float]:
+    """(mean, low, high): the replications' mean and a ``level`` interval for it in the metric's support.
+
+    - All values > 0 (latencies, rates): the modified Cox interval for the mean of a
+      lognormal law (Olsson, J. Stat. Educ. 13(1), 2005). With ``y`` the logs' mean and
+      ``s²`` their variance, ``exp(y + s²/2 ± t_{n-1} · sqrt(s²/n + s⁴/(2(n-1))))``:
+      positive, asymmetric like the data, and the Student-t interval again when the
+      spread is small. It is widened to hold the mean should it fall outside.
+    - Values >= 0 with zeros among them: Student-t, ``mean ± t_{n-1} · sd / sqrt(n)``,
+      its lower end clipped at 0; any other values: Student-t.
+    - ``upper`` clips the high end (1 for shares). NaN bounds with fewer than 2 values.
+    """
     values = values[np.isfinite(values)]
     n = values.size
     if n == 0:
@@ -51,8 +62,27 @@ def interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, flo
     mean = float(values.mean())
     if n < 2:
         return mean, math.nan, math.nan
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * values.std(ddof=1) / math.sqrt(n))
-    return mean, mean - half, mean + half
+    t = float(stats.t.ppf(0.5 + level / 2, n - 1))
+    if (values > 0).all():
+        logs = np.log(values)
+        s2 = float(logs.var(ddof=1))
+        if s2 == 0:
+            return mean, mean, mean
+        centre = float(logs.mean()) + s2 / 2
+        half = t * math.sqrt(s2 / n + s2**2 / (2 * (n - 1)))
+        lo, hi = min(math.exp(centre - half), mean), max(math.exp(centre + half), mean)
+    else:
+        half = t * float(values.std(ddof=1)) / math.sqrt(n)
+        lo, hi = mean - half, mean + half
+        if (values >= 0).all():
+            lo = max(lo, 0.0)
+    if upper is not None:
+        hi = min(hi, max(upper, mean))
+    return mean, lo, hi
+
+
+#: Summary metrics that are shares of a whole: their intervals end at 1.
+SHARES = ("gpu_busy_fraction", "slot_utilization", "slo_attainment")
 
 
 def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequence[str], root: Path) -> pd.DataFrame:
@@ -75,7 +105,7 @@ def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequen
         sub = by_run.loc[[s.index for s in members]]
         row: dict[str, Any] = {"variant": variant, **dict(zip(grid_keys, values, strict=True)), "n": len(members)}
         for m in metrics:
-            mean, lo, hi = interval(sub[m].to_numpy(dtype=float))
+            mean, lo, hi = interval(sub[m].to_numpy(dtype=float), upper=1.0 if m in SHARES else None)
             row[m], row[f"{m}_lo"], row[f"{m}_hi"] = mean, lo, hi
         row["all_stable"] = bool(sub["stable"].all())
         row["any_drifting"] = bool(sub["drifting"].any())

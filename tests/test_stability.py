@@ -1,0 +1,76 @@
+"""The stability verdict catches a queue that keeps growing, and the summary prints every flag."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import des
+from des.metrics.stability import backlog_trend
+from tests.helpers import ROOT
+
+FOURTEEN_B = ["model=qwen2.5-14b", "cluster.tp=2", "horizon.duration=3600", "horizon.drain=false"]
+
+
+def test_a_backlog_growing_by_its_level_but_few_arrivals_is_unstable():
+    # 10 req/s for 1000 s; the backlog starts at 300 and piles up another 300 (3 % of
+    # the 10,000 arrivals, below the 5 % rule, but double its starting level)
+    # B(t) = 300 + 0.3 t: the i-th request (FIFO) finishes when 9.7 t - 300 are done
+    arrival = np.arange(10_000) / 10.0
+    finish = (np.arange(10_000) + 301) / 9.7
+    finish[finish > 1000] = np.nan
+    growth, of_level, growing = backlog_trend(arrival, finish, 0.0, 1000.0)
+    assert growth == pytest.approx(0.03, abs=0.005)
+    assert of_level > 0.5
+    assert growing
+
+
+def test_a_steady_backlog_is_stable():
+    # every request takes 30 s: the backlog sits at 300 with no trend
+    arrival = np.linspace(0, 1000, 10_000, endpoint=False)
+    growth, of_level, growing = backlog_trend(arrival, arrival + 30.0, 100.0, 1000.0)
+    assert abs(growth) < 0.001 and abs(of_level) < 0.01
+    assert not growing
+
+
+def test_qwen14b_on_two_4090s_just_past_capacity_is_flagged():
+    # the issue's case: about 3 % over capacity, the queue grows from ~150 to ~1000 in an
+    # hour while only ~3 % of the arrivals pile up
+    over = des.simulate(des.load_scenario(None, [*FOURTEEN_B, "workload.arrival.rate=9"])).summary
+    assert over["backlog_growth"] < 0.05  # the old rule alone called this stable
+    assert over["backlog_growth_of_level"] > 0.5
+    assert not over["stable"]
+    # and a comfortable load of the same setup is not condemned
+    under = des.simulate(des.load_scenario(None, [*FOURTEEN_B, "workload.arrival.rate=6"])).summary
+    assert under["stable"] and not under["drifting"]
+
+
+def test_the_printed_summary_shows_every_stability_flag(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "des.cli",
+            "run",
+            "--set",
+            "horizon.duration=300",
+            "--set",
+            "warmup=30",
+            "--set",
+            "workload.arrival.rate=20",
+            "--set",
+            "horizon.drain=false",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("stable"))
+    assert "NO" in line and "of arrivals" in line and "of its level" in line
+    assert "drifting" in line
