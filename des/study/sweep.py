@@ -1,5 +1,7 @@
 """``des sweep``: run every variant x grid point x replication of a study, then tabulate.
 
+A study with a ``load`` grid first runs its saturation probes (see :mod:`des.study.spec`).
+
 Writes ``DIR/runs.parquet`` (a row per run) and ``DIR/points.parquet`` (a row per
 variant and grid point, see :mod:`des.study.aggregate`), next to ``DIR/study.yaml``
 (the study as run) and the per-run folders of :mod:`des.study.runner`.
@@ -41,6 +43,9 @@ def sweep(
         )
         staged.commit()
         with open_backend(backend, workers or default_workers(), address) as runner:
+            if study.probes:
+                probed = run_specs(runner, study.probes, root)
+                study = study.at_saturation({row["variant"]: row["throughput_rps"] for row in probed})
             rows = run_specs(runner, study.runs, root, study.spec.keep_tables, progress)
         runs = runs_table(rows, study.grid_keys)
         points = points_table(runs, study.runs, study.grid_keys, root)
