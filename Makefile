@@ -22,7 +22,7 @@ run: $(STAMP)
 	$(BIN)/des sweep scenarios/burstiness.yaml --out results/burstiness --quiet
 	$(BIN)/des sweep scenarios/detail.yaml --out results/detail --quiet
 	$(BIN)/des sweep scenarios/lesson-grid.yaml --out results/lesson-grid --quiet
-	$(BIN)/python analysis/report.py --results results --out reports
+	$(BIN)/python -m analysis.report --results results --out reports
 
 # Lint (ruff rules and formatting, mypy with the pydantic plugin), then every test.
 test: lint

@@ -1,55 +1,74 @@
-"""Latency against burstiness at fixed load.
+"""Latency against burstiness, one line per GPU count (or per rate).
 
-Reads a sweep over ``workload.arrival.cv`` (gamma-renewal arrivals; cv 1 is Poisson)
-at one or more fixed rates and draws p50 and p99 of TTFT and end-to-end latency
-against the coefficient of variation of the gaps, one colour per rate, with 95 %
-bands. Hollow markers: a replication was unstable.
+Reads a sweep over ``workload.arrival.cv`` (gamma-renewal arrivals; cv 1 is Poisson):
+``scenarios/burstiness.yaml`` runs continuous batching on 1, 2, 4 and 8 GPUs at the
+same load per GPU, one variant per GPU count (a sweep with a rate grid instead gets
+one line per rate). Draws p50 and p99 of TTFT, TPOT and end-to-end latency against the
+coefficient of variation of the gaps, with 95 % bands; hollow markers: a replication
+was unstable. A round-robin router hands GPU k of n every n-th request, so the gaps a
+GPU sees are sums of n gaps, whose cv is cv / sqrt(n): the same stream is far less
+bursty for each of 8 GPUs than for one.
 
-    python analysis/burstiness.py results/burstiness --out reports/burstiness.png
+    python -m analysis.burstiness results/burstiness --out reports/burstiness.png
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from analysis.common import CV, RATE, points_figure_main, style  # noqa: E402
+from analysis.common import CV, RATE, points_figure_main, style
 
 PANELS = (("ttft", "time to first token (s)"), ("tpot", "time per output token (s)"), ("e2e", "end-to-end latency (s)"))
 
 
+def _lines(points: pd.DataFrame) -> tuple[str, list, dict]:
+    """The column that tells the lines apart (variant, else rate), its values, their labels."""
+    if points["variant"].nunique() > 1:
+        variants = list(dict.fromkeys(points["variant"]))
+        return "variant", variants, {v: str(v).replace("-", " ") for v in variants}
+    rates = sorted(points[RATE].unique())
+    return RATE, rates, {r: f"{r:g} req/s" for r in rates}
+
+
 def draw(points: pd.DataFrame, slo: dict | None = None):
     style()
-    rates = sorted(points[RATE].unique())
-    colours = dict(zip(rates, sns.color_palette("viridis", len(rates)), strict=True))
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4.2), squeeze=False)
+    key, lines, labels = _lines(points)
+    colours = dict(zip(lines, sns.color_palette("viridis", len(lines)), strict=True))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(5.2 * len(PANELS), 4.6), squeeze=False)
     for ax, (metric, label) in zip(axes[0], PANELS, strict=True):
-        for rate in rates:
-            g = points[points[RATE] == rate].sort_values(CV)
+        for line in lines:
+            g = points[points[key] == line].sort_values(CV)
             for pct, ls in (("p50", "-"), ("p99", ":")):
                 col = f"{metric}_{pct}"
-                ax.plot(g[CV], g[col], ls=ls, color=colours[rate], label=f"{rate:g} req/s {pct}")
-                ax.fill_between(
-                    g[CV], g[f"{col}_lo"].clip(lower=g[col] / 20), g[f"{col}_hi"], color=colours[rate], alpha=0.15, lw=0
-                )
-                st = g["all_stable"]
-                ax.scatter(g.loc[st, CV], g.loc[st, col], color=colours[rate], s=16, zorder=3)
+                ax.plot(g[CV], g[col], ls=ls, color=colours[line], label=f"{labels[line]} {pct}")
+                ax.fill_between(g[CV], g[f"{col}_lo"], g[f"{col}_hi"], color=colours[line], alpha=0.12, lw=0)
+                st = g["all_stable"].astype(bool)
+                ax.scatter(g.loc[st, CV], g.loc[st, col], color=colours[line], s=16, zorder=3)
                 ax.scatter(
-                    g.loc[~st, CV], g.loc[~st, col], facecolors="white", edgecolors=colours[rate], s=20, zorder=3
+                    g.loc[~st, CV], g.loc[~st, col], facecolors="white", edgecolors=colours[line], s=20, zorder=3
                 )
         if slo and metric in slo:
             ax.axhline(slo[metric], color="black", lw=1, alpha=0.6)
+            ax.annotate(
+                f"SLO {slo[metric]:g} s",
+                (0.01, slo[metric]),
+                xycoords=("axes fraction", "data"),
+                xytext=(2, 3),
+                textcoords="offset points",
+                fontsize=8,
+            )
         ax.axvline(1.0, color="grey", lw=1, ls="--")
-        ax.set(yscale="log", xlabel="coefficient of variation of inter-arrival gaps (1 = Poisson)", ylabel=label)
-    axes[0, 0].legend(fontsize=8)
+        ax.set(yscale="log", xlabel="cv of the inter-arrival gaps (1 = Poisson)", ylabel=label)
+    handles, texts = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, texts, loc="lower center", ncol=len(lines), frameon=False, bbox_to_anchor=(0.5, -0.1))
+    per_gpu = " at the same load per GPU" if key == "variant" else ""
     fig.suptitle(
-        "Latency against burstiness at fixed load (continuous batching, one RTX 4090; mean of replications, 95 % CI)",
+        f"Latency against burstiness{per_gpu}: continuous batching, round-robin router "
+        "(mean of replications, 95 % CI; hollow: unstable)",
         fontsize=11,
     )
     fig.tight_layout()

@@ -7,29 +7,30 @@ the last point that holds and the first that fails, the crossing is interpolated
 linearly in log(metric); the 95 % interval repeats this with the upper ends of the
 metrics' intervals (the load at which the SLOs surely hold) and with their lower ends
 (the load at which they surely fail). When the first failure is an unstable point
-with no latency to interpolate, the estimate stays at the last point that holds.
+with no latency to interpolate, the estimate stays at the last point that holds. An
+interval's end that the grid does not reach is left open (None): the upper end is
+never pinned at the top of the grid. A study with a ``load`` grid runs every variant
+past its own saturation, where the SLOs surely fail.
 
-    python analysis/capacity.py results/headline --slo ttft_p99<=2 --slo tpot_p50<=0.1
+    python -m analysis.capacity results/headline --slo ttft_p99<=2 --slo tpot_p50<=0.1
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-from analysis.common import CV, RATE, Sweep  # noqa: E402
+from analysis.common import CV, RATE, Sweep
 
 DEFAULT_SLO = {"ttft_p99": 2.0, "tpot_p50": 0.1}
 
 
 def _crossing(g: pd.DataFrame, slo: dict[str, float], suffix: str) -> float | None:
-    """Interpolated load where the first SLO metric (column + suffix) crosses its limit."""
+    """Interpolated load where the first SLO metric (column + suffix) crosses its limit;
+    None if it fails at the lowest load, infinity if it never fails within the grid."""
     rates = g[RATE].to_numpy(float)
     ok_prev = None
     for i, r in enumerate(rates):
@@ -53,21 +54,25 @@ def _crossing(g: pd.DataFrame, slo: dict[str, float], suffix: str) -> float | No
             elif not (b == b and b <= lim) and not row["all_stable"]:
                 cross = min(cross, r0)
         return float(cross)
-    return float(rates[-1])  # holds everywhere: at least the top of the grid
+    return math.inf  # holds everywhere: somewhere above the grid
 
 
 def capacities(points: pd.DataFrame, slo: dict[str, float] = DEFAULT_SLO) -> pd.DataFrame:
     """One row per variant (and cv): capacity estimate, CI, and throughput ceiling."""
+    if RATE not in points:
+        raise SystemExit(f"capacity is read off a sweep over {RATE} (a rate grid, or a load grid)")
     keys = ["variant"] + ([CV] if CV in points else [])
     rows = []
     for key, g in points.groupby(keys, sort=False):
         key = key if isinstance(key, tuple) else (key,)
         g = g.sort_values(RATE)
         row = dict(zip(keys, key, strict=True))
-        row["capacity"] = _crossing(g, slo, "")
-        row["ci_low"] = _crossing(g, slo, "_hi")
-        row["ci_high"] = _crossing(g, slo, "_lo")
-        row["holds_everywhere"] = row["capacity"] == g[RATE].max() and bool(g["all_stable"].all())
+        top = float(g[RATE].max())
+        capacity, low, high = (_crossing(g, slo, suffix) for suffix in ("", "_hi", "_lo"))
+        row["holds_everywhere"] = capacity == math.inf
+        row["capacity"] = top if capacity == math.inf else capacity
+        row["ci_low"] = top if low == math.inf else low
+        row["ci_high"] = None if high == math.inf else high  # open: the grid ends before they surely fail
         row["lowest_rate"] = float(g[RATE].min())
         first = g.iloc[0]
         row.update({f"at_lowest_{m}": float(first[m]) for m in slo})
@@ -84,8 +89,9 @@ def describe(row: pd.Series, slo: dict[str, float] = DEFAULT_SLO) -> str:
             f"{who}: no load in the grid meets the SLO (already at {row['lowest_rate']:g} req/s: {worst}); "
             f"highest throughput {row['max_throughput']:.2f} req/s"
         )
-    ci = f"95 % CI [{_f(row['ci_low'])}, {_f(row['ci_high'])}]"
-    more = " (the SLO holds across the whole grid)" if row["holds_everywhere"] else ""
+    high = _f(row["ci_high"]) if row["ci_high"] == row["ci_high"] and row["ci_high"] is not None else "above the grid"
+    ci = f"95 % CI [{_f(row['ci_low'])}, {high}]"
+    more = " (the SLO holds across the whole grid: at least this)" if row["holds_everywhere"] else ""
     return f"{who}: {row['capacity']:.2f} req/s, {ci}{more}; highest throughput {row['max_throughput']:.2f} req/s"
 
 

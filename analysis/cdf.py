@@ -10,23 +10,20 @@ its p50 and p99, whose values are listed in the legend. A variant whose run was 
 labelled so. Requests with a single output token have no TPOT and are left out of that
 panel.
 
-    python analysis/cdf.py results/detail --rate 1 --out reports/cdf.png
+    python -m analysis.cdf results/detail --rate 1 --out reports/cdf.png
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-from analysis.common import PALETTE, RATE, Sweep, save, style  # noqa: E402
+from analysis.common import PALETTE, RATE, Sweep, save, style
 
 METRICS = (("ttft", "time to first token"), ("tpot", "time per output token"), ("e2e", "end-to-end latency"))
 LEVELS = ((0.5, "p50", "o"), (0.99, "p99", "D"))
@@ -112,7 +109,13 @@ def draw(lat: pd.DataFrame, title: str = "", unstable: set[str] | frozenset = fr
                 color="0.3",
             )
         ax.set_xscale("log")
+        lo, hi = ax.get_xlim()
+        decades = np.log10(hi / lo) if lo > 0 else 9.0
+        ax.xaxis.set_major_locator(
+            LogLocator(subs=(1.0, 2.0, 5.0) if decades < 1.5 else (1.0, 3.0) if decades < 2.5 else (1.0,))
+        )
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt_seconds(v)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"{label} (log scale; ticks in ms / s / ks)")
         ax.set_title(label)
         ax.set_ylim(0, 1.02)

@@ -1,5 +1,7 @@
 """Helpers shared by the analysis scripts: reading a sweep's folder, and figure style.
 
+A results folder is a sweep's or a single run's (``des run --out``: ``requests.parquet``,
+``steps.parquet``, ``summary.json``, ``scenario.yaml``), which reads as a sweep of one run.
 A sweep folder (written by ``des sweep``) holds ``study.yaml``, ``runs.parquet`` (a row
 per run), ``points.parquet`` (a row per variant and grid point: each metric's mean over
 replications with ``_lo``/``_hi`` 95 % bounds, ``pooled_*`` percentiles, ``all_stable``)
@@ -15,13 +17,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-import yaml  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+import yaml
 
 #: Colours per scheduler, the same in every figure.
 PALETTE = {"continuous": "#1f77b4", "static": "#d62728", "disaggregated": "#2ca02c", "base": "#1f77b4"}
@@ -34,39 +33,80 @@ def style() -> None:
 
 
 class Sweep:
-    """Read access to one sweep folder."""
+    """Read access to a results folder: a sweep's, or a single run's (``des run --out``).
+
+    A single run reads as a sweep of one run (its folder's name as ``run_id``, its
+    scheduler kind as the variant) and one point whose intervals are empty, so every
+    script accepts either.
+    """
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        if not (self.folder / "points.parquet").is_file():
-            raise SystemExit(f"{self.folder} holds no sweep results (points.parquet); run `des sweep` first")
+        self.single = not (self.folder / "points.parquet").is_file()
+        self.single_id = self.folder.resolve().name
+        if self.single and not (self.folder / "summary.json").is_file():
+            raise SystemExit(
+                f"{self.folder} holds no results (points.parquet of `des sweep`, or summary.json of `des run`)"
+            )
 
     @property
     def study(self) -> dict:
+        if self.single:
+            return {"set": {"slo": self.scenario(self.single_id).get("slo")}, "replications": 1}
         return yaml.safe_load((self.folder / "study.yaml").read_text())
+
+    def _single_row(self) -> dict:
+        sc = self.scenario(self.single_id)
+        arrival = sc["workload"]["arrival"]
+        row = {
+            "run": 0,
+            "run_id": self.single_id,
+            "variant": sc["scheduler"]["kind"],
+            "replication": 0,
+            "seed": sc["seed"],
+        }
+        row |= {key: arrival[key.rsplit(".", 1)[1]] for key in (RATE, CV) if key.rsplit(".", 1)[1] in arrival}
+        return row | self.summary(self.single_id)
 
     @property
     def points(self) -> pd.DataFrame:
-        return pd.read_parquet(self.folder / "points.parquet")
+        if not self.single:
+            return pd.read_parquet(self.folder / "points.parquet")
+        row = self._single_row()
+        point = {k: v for k, v in row.items() if k not in ("run", "run_id", "replication", "seed")}
+        for k, v in list(point.items()):
+            if isinstance(v, int | float) and not isinstance(v, bool) and k not in (RATE, CV):
+                point[f"{k}_lo"] = point[f"{k}_hi"] = float("nan")
+        return pd.DataFrame([point | {"n": 1, "all_stable": bool(row["stable"])}])
 
     @property
     def runs(self) -> pd.DataFrame:
+        if self.single:
+            return pd.DataFrame([self._single_row()])
         return pd.read_parquet(self.folder / "runs.parquet")
 
     def run_folder(self, run_id: str) -> Path:
-        return self.folder / "runs" / run_id
+        return self.folder if self.single else self.folder / "runs" / run_id
 
     def latencies(self, run_ids) -> pd.DataFrame:
         """The measured requests of the given runs, pooled, with a ``run_id`` column."""
         frames = []
         for rid in run_ids:
-            f = pd.read_parquet(self.run_folder(rid) / "latencies.parquet")
+            if self.single:
+                from des.metrics.summary import measured_mask
+
+                req = self.table(rid, "requests")
+                sc = self.scenario(rid)
+                end = sc["horizon"].get("duration") or float("inf")
+                f = req[measured_mask(req, float(sc.get("warmup") or 0.0), end)].reset_index(drop=True)
+            else:
+                f = pd.read_parquet(self.run_folder(rid) / "latencies.parquet")
             f["run_id"] = rid
             frames.append(f)
         return pd.concat(frames, ignore_index=True)
 
     def table(self, run_id: str, name: str) -> pd.DataFrame:
-        """``requests`` or ``steps`` of a run kept whole (``keep_tables: true``)."""
+        """``requests`` or ``steps`` of a run kept whole (``keep_tables: true``, or a single run)."""
         path = self.run_folder(run_id) / f"{name}.parquet"
         if not path.is_file():
             raise SystemExit(f"{path} is missing: the study needs keep_tables: true")
@@ -91,7 +131,7 @@ def points_figure_main(doc: str, default_out: str, draw: Callable, argv=None) ->
     """The command line of a figure drawn from a sweep's points and its study's SLO:
     ``script RESULTS [--out PNG]``; returns the PNG written."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("results", type=Path, help="a sweep folder (des sweep --out)")
+    ap.add_argument("results", type=Path, help="a results folder (des sweep --out, or des run --out)")
     ap.add_argument("--out", type=Path, default=Path(default_out))
     args = ap.parse_args(argv)
     sweep = Sweep(args.results)

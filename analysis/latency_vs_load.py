@@ -1,25 +1,24 @@
 """The headline figure: latency percentiles against load, one colour per scheduler.
 
-Reads a sweep over ``workload.arrival.rate`` (and optionally ``workload.arrival.cv``)
-and draws p50 / p90 / p99 of TTFT, TPOT and end-to-end latency (rows) for each
+Reads a sweep over ``workload.arrival.rate`` (and optionally ``workload.arrival.cv``),
+typically a ``load`` grid giving each scheduler its own rates (both axes are then
+logarithmic), and draws p50 / p90 / p99 of TTFT, TPOT and end-to-end latency (rows) for each
 arrival burstiness (columns), each line the mean over replications with its 95 %
 confidence band. Points where a replication was unstable (the backlog grew) are left
 out: past capacity a latency "percentile" only measures how long the run was.
 
-    python analysis/latency_vs_load.py results/headline --out reports/latency_vs_load.png
+    python -m analysis.latency_vs_load results/headline --out reports/latency_vs_load.png
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.ticker import FuncFormatter
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from analysis.common import CV, PALETTE, RATE, points_figure_main, style  # noqa: E402
+from analysis.common import CV, PALETTE, RATE, points_figure_main, style
 
 METRICS = (
     ("ttft", "time to first token (s)"),
@@ -52,9 +51,9 @@ def draw(points: pd.DataFrame, slo: dict | None = None, title: str = ""):
                         color=PALETTE.get(variant),
                         label=f"{variant} {pct}",
                     )
-                    # a 3-replication t-interval can reach below zero: clip it for the log axis
-                    lo = g[f"{col}_lo"].clip(lower=g[col] / 20)
-                    ax.fill_between(g[RATE], lo, g[f"{col}_hi"], color=PALETTE.get(variant), alpha=0.15, lw=0)
+                    ax.fill_between(
+                        g[RATE], g[f"{col}_lo"], g[f"{col}_hi"], color=PALETTE.get(variant), alpha=0.15, lw=0
+                    )
             if slo and metric in slo:
                 ax.axhline(slo[metric], color="black", lw=1, alpha=0.6)
                 ax.annotate(
@@ -66,6 +65,9 @@ def draw(points: pd.DataFrame, slo: dict | None = None, title: str = ""):
                     fontsize=8,
                 )
             ax.set_yscale("log")
+            if points[RATE].max() > 10 * points[RATE].min():
+                ax.set_xscale("log")  # each scheduler's grid spans its own range of loads
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
             if i == 0:
                 ax.set_title(
                     "Poisson arrivals (cv 1)"
@@ -84,8 +86,8 @@ def draw(points: pd.DataFrame, slo: dict | None = None, title: str = ""):
     )
     fig.suptitle(
         title
-        or "Latency against load (mean of replications with 95 % CI, clipped at 1/20 of the mean "
-        "on the log axis; unstable points omitted)",
+        or "Latency against load, each scheduler from light load to past its own saturation "
+        "(mean of replications with 95 % CI; unstable points omitted)",
         fontsize=11,
     )
     fig.tight_layout()

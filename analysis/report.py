@@ -5,26 +5,56 @@ Reads the sweeps written by ``make run`` (``results/headline``, ``results/bursti
 the other analysis scripts, reads each scheduler's capacity under the default SLO off
 the headline sweep (analysis/capacity.py) and writes the report around them.
 
-    python analysis/report.py --results results --out reports
+    python -m analysis.report --results results --out reports
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import math
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pandas as pd
 
-from analysis import burstiness, calibration, capacity, latency_vs_load, throughput  # noqa: E402
-from analysis.common import CV, RATE, Sweep  # noqa: E402
+from analysis import burstiness, calibration, capacity, cdf, latency_vs_load, slot_grid, throughput, timeline
+from analysis.common import CV, RATE, Sweep
+
+#: What the coefficient of variation of the gaps means for real traffic (README and report).
+CV_MEANING = [
+    "**What cv means.** The coefficient of variation of the gaps between arrivals is their",
+    "standard deviation over their mean. Poisson traffic (independent users) has cv 1; cv 3",
+    "means requests come in clumps: most gaps are far shorter than the mean, a few are long",
+    "lulls (a gamma-renewal process with shape 1/cv²). Real traffic is burstier than Poisson",
+    "when requests are correlated: agents and batch jobs firing many calls at once, retries,",
+    "a UI that sends on a timer. Two alternatives describe bursts by their cause rather than",
+    "by one number: `onoff{on_rate, off_rate, mean_on, mean_off}` (bursts and lulls) and",
+    "`mmpp{rates, mean_sojourn}` (several load regimes). To fit cv from your own logs, replay",
+    "them (`workload.arrival: {process: trace, path: log.csv}`): `des run` prints the trace's",
+    "measured rate and gap cv.",
+]
 
 
-def _optional(name: str):
-    try:
-        return __import__(f"analysis.{name}", fromlist=["main"])
-    except ImportError:
-        return None
+def _figures(res: Path, out: Path) -> dict[str, Path]:
+    figures = {
+        "latency": latency_vs_load.main([str(res / "headline"), "--out", str(out / "latency_vs_load.png")]),
+        "throughput": throughput.main([str(res / "headline"), "--out", str(out / "throughput.png")]),
+        "burstiness": burstiness.main([str(res / "burstiness"), "--out", str(out / "burstiness.png")]),
+        "cdf": cdf.main([str(res / "detail"), "--rate", "1", "--out", str(out / "cdf.png")]),
+        "timeline": timeline.main([str(res / "detail"), "--out", str(out / "timeline.png")]),
+        "slot_grid": slot_grid.main([str(res / "lesson-grid"), "--out", str(out / "slot_grid.png")]),
+    }
+    calibration.main(["--out", str(out)])
+    return figures
+
+
+def _burstiness_lines(points: pd.DataFrame) -> list[str]:
+    """p99 TTFT at cv 1 and at the highest cv, per GPU count."""
+    top = points[CV].max()
+    lines = []
+    for variant, g in points.groupby("variant", sort=False):
+        at = g.set_index(CV)["ttft_p99"]
+        lines.append(f"| {variant.replace('-', ' ')} | {at.get(1.0, math.nan):.2f} s | {at.get(top, math.nan):.2f} s |")
+    return [f"| GPUs | p99 TTFT at cv 1 | at cv {top:g} |", "|---|---|---|", *lines]
 
 
 def main(argv=None) -> Path:
@@ -37,78 +67,63 @@ def main(argv=None) -> Path:
     head = Sweep(res / "headline")
     study = head.study
     slo_req = study.get("set", {}).get("slo", {})
-    points = head.points
-    runs = head.runs
+    points, runs = head.points, head.runs
+    figures = _figures(res, out)
 
-    figures = {
-        "latency": latency_vs_load.main([str(res / "headline"), "--out", str(out / "latency_vs_load.png")]),
-        "throughput": throughput.main([str(res / "headline"), "--out", str(out / "throughput.png")]),
-        "burstiness": burstiness.main([str(res / "burstiness"), "--out", str(out / "burstiness.png")]),
-    }
-    cdf, timeline, slot_grid = _optional("cdf"), _optional("timeline"), _optional("slot_grid")
-    if cdf and (res / "detail").is_dir():
-        figures["cdf"] = cdf.main([str(res / "detail"), "--rate", "1", "--out", str(out / "cdf.png")])
-    if timeline and (res / "detail").is_dir():
-        figures["timeline"] = timeline.main([str(res / "detail"), "--out", str(out / "timeline.png")])
-    if slot_grid and (res / "lesson-grid").is_dir():
-        figures["slot_grid"] = slot_grid.main([str(res / "lesson-grid"), "--out", str(out / "slot_grid.png")])
-    calibration.main(["--out", str(out)])
-
-    caps = capacity.capacities(points, capacity.DEFAULT_SLO)
-    cap_lines = [f"- {capacity.describe(row, capacity.DEFAULT_SLO)}" for _, row in caps.iterrows()]
-    cont = caps[(caps["variant"] == "continuous") & (caps[CV] == 1.0)].iloc[0] if CV in caps else caps.iloc[0]
-    stat = caps[(caps["variant"] == "static") & (caps[CV] == 1.0)].iloc[0] if CV in caps else None
-    ratio = cont["max_throughput"] / stat["max_throughput"] if stat is not None else float("nan")
-    bursty = caps[(caps["variant"] == "continuous") & (caps[CV] == 3.0)] if CV in caps else caps.iloc[:0]
-    loss = (
-        1 - bursty.iloc[0]["capacity"] / cont["capacity"]
-        if len(bursty) and bursty.iloc[0]["capacity"]
-        else float("nan")
-    )
-    p = points.set_index(["variant", CV, RATE]) if CV in points else None
-    n_runs, reps = len(runs), int(study.get("replications", 1))
-    rates = sorted(points[RATE].unique())
+    slo = capacity.DEFAULT_SLO
+    caps = capacity.capacities(points, slo)
+    cap_lines = [f"- {capacity.describe(row, slo)}" for _, row in caps.iterrows()]
+    cont = caps[(caps["variant"] == "continuous") & (caps[CV] == 1.0)].iloc[0]
+    stat = caps[(caps["variant"] == "static") & (caps[CV] == 1.0)].iloc[0]
+    bursty = caps[(caps["variant"] == "continuous") & (caps[CV] == 3.0)].iloc[0]
+    loss = 1 - bursty["capacity"] / cont["capacity"]
+    saturation = (points["workload.arrival.rate"] / points["load"]).groupby(points["variant"]).median()
+    fractions = sorted(points["load"].unique())
+    static_low = points[(points["variant"] == "static") & (points[CV] == 1.0)].sort_values(RATE).iloc[0]
+    reps = int(study.get("replications", 1))
     lines = [
         "# des report: one RTX 4090 serving Qwen2.5-7B",
         "",
         "Generated by `make run` (`des sweep` of `scenarios/headline.yaml`, `burstiness.yaml`, `detail.yaml`,",
-        "`lesson-grid.yaml`, then `python analysis/report.py`). Every number below is read from those sweeps.",
+        "`lesson-grid.yaml`, then `python -m analysis.report`). Every number below is read from those sweeps.",
         "",
         "**Setup.** One RTX 4090 (24 GB) serving Qwen2.5-7B in bf16, step times from the calibrated roofline",
         "model (`reports/calibration.md`); prompts lognormal (mean 512 tokens, sigma 0.6), outputs geometric",
         "(mean 128 tokens). Continuous batching is vLLM's V1 scheduler (128 sequences, 2048-token budget,",
-        "chunked prefill, paged KV cache of 122,448 tokens); static batching takes up to 32 requests",
-        "(waiting at most 50 ms for company), pads them to the longest prompt and runs them until the",
-        "longest output is done. Arrivals are gamma-renewal at each offered rate with cv 1 (Poisson) or",
-        f"cv 3 (bursty). Rates {', '.join(f'{r:g}' for r in rates)} req/s; {reps} replications of 600 s",
-        f"(60 s warm-up) per point, common random numbers across schedulers: {n_runs} runs,",
-        f"{int(runs['num_requests'].sum()):,} simulated requests.",
+        "chunked prefill, paged KV cache); static batching takes up to 32 requests (waiting at most 50 ms",
+        "for company), pads them to the longest prompt and runs them until the longest output is done.",
+        "Arrivals are gamma-renewal with cv 1 (Poisson) or cv 3 (bursty). Each scheduler runs at its own",
+        f"loads: {', '.join(f'{f:g}' for f in fractions)} of its saturation throughput, measured first by a",
+        "closed-loop probe that keeps every batch full ("
+        + ", ".join(f"{v} {saturation[v]:.2f} req/s" for v in saturation.index)
+        + ").",
+        f"{reps} replications of 600 s (60 s warm-up) per point, common random numbers across schedulers:",
+        f"{len(runs)} runs, {int(runs['num_requests'].sum()):,} simulated requests.",
         "",
         "The disaggregated (prefill/decode split) scheduler has not landed yet; it joins these figures",
         "at equal GPU count when it does.",
         "",
         "## Capacity under the default SLO",
         "",
-        f"Default SLO: p99 time to first token ≤ {capacity.DEFAULT_SLO['ttft_p99']:g} s and median time per output",
-        f"token ≤ {capacity.DEFAULT_SLO['tpot_p50'] * 1e3:g} ms, with every replication stable.",
+        f"Default SLO: p99 time to first token ≤ {slo['ttft_p99']:g} s and median time per output",
+        f"token ≤ {slo['tpot_p50'] * 1e3:g} ms, with every replication stable. Capacity is interpolated",
+        "between the grid's points; its 95 % interval runs from where the SLOs surely hold (upper ends",
+        "of the metrics' intervals) to where they surely fail (lower ends), left open if the grid ends first.",
         "",
         *cap_lines,
         "",
         f"Continuous batching carries **{cont['capacity']:.1f} req/s** of Poisson traffic within the SLO. Static",
-        f"batching meets it at no load in the grid: even at {rates[0]:g} req/s its p99 TTFT is "
-        f"{p.loc[('static', 1.0, rates[0]), 'ttft_p99']:.0f} s,"
-        if p is not None
-        else "",
-        "because a request arriving during a batch waits for the batch's longest output (the maximum of up",
-        f"to 32 geometric lengths) before it starts. Its throughput tops out at {stat['max_throughput']:.1f} req/s,"
-        if stat is not None
-        else "",
-        f"against the {cont['max_throughput']:.1f} req/s that continuous batching served at the top of the grid",
-        f"({ratio:.1f}x). Bursty arrivals (cv 3) cost continuous batching {loss:.0%} of its SLO capacity:",
-        "bursts queue prompts whose 2048-token prefill chunks share steps with the running decodes,",
-        "which raises both the TTFT tail and the TPOT tail.",
+        f"batching meets it at no load: even at {static_low[RATE]:.2g} req/s (a tenth of its saturation)",
+        f"its p99 TTFT is {static_low['ttft_p99']:.0f} s, because a request arriving during a batch waits for",
+        "the batch's longest output (the maximum of up to 32 geometric lengths) before it starts. Its",
+        f"throughput tops out at {stat['max_throughput']:.1f} req/s, against {cont['max_throughput']:.1f} req/s for",
+        f"continuous batching ({cont['max_throughput'] / stat['max_throughput']:.1f}x). Bursty arrivals (cv 3) cost",
+        f"continuous batching {loss:.0%} of its SLO capacity: bursts queue prompts whose 2048-token prefill",
+        "chunks share steps with the running decodes, which raises both the TTFT tail and the TPOT tail.",
         "",
         "## Latency against load",
+        "",
+        "Each scheduler from light load to past its own saturation (log axes).",
         "",
         "![latency percentiles against load](latency_vs_load.png)",
         "",
@@ -120,34 +135,44 @@ def main(argv=None) -> Path:
         "",
         "![throughput and goodput against load](throughput.png)",
         "",
-        "## Burstiness at fixed load",
+        "## Burstiness, per GPU count",
         "",
-        "![latency against burstiness](burstiness.png)",
+        *CV_MEANING,
         "",
-    ]
-    if "cdf" in figures:
-        lines += ["## Latency distributions at 1 req/s", "", "![CDFs](cdf.png)", ""]
-    if "timeline" in figures:
-        lines += ["## Batch size, queue and KV cache over time", "", "![timeline](timeline.png)", ""]
-    if "slot_grid" in figures:
-        lines += [
-            "## The seed lesson's slot grid, simulated",
-            "",
-            "The lesson's 12 requests on 4 slots with unit-cost steps, drawn from des's own steps and",
-            "requests tables: static batching takes 30 steps at 46.7 % slot utilisation, continuous 18 at",
-            "77.8 %, as the lesson computes.",
-            "",
-            "![slot grid](slot_grid.png)",
-            "",
-        ]
-    lines += [
+        "The same stream is far less bursty for each GPU of a cluster: a round-robin router hands GPU",
+        "k of n every n-th request, so the gaps each GPU sees are sums of n gaps, with cv / sqrt(n).",
+        "At the same load per GPU (8 req/s, about 60 % of one 4090's capacity):",
+        "",
+        *_burstiness_lines(Sweep(res / "burstiness").points),
+        "",
+        "So a capacity measured on one GPU under bursty traffic understates what a cluster carries",
+        "per GPU; plan with the GPU count you will deploy.",
+        "",
+        "![latency against burstiness, per GPU count](burstiness.png)",
+        "",
+        "## Latency distributions at 1 req/s",
+        "",
+        "![CDFs](cdf.png)",
+        "",
+        "## Batch size, queue and KV cache over time",
+        "",
+        "![timeline](timeline.png)",
+        "",
+        "## The seed lesson's slot grid, simulated",
+        "",
+        "The lesson's 12 requests on 4 slots with unit-cost steps, drawn from des's own steps and",
+        "requests tables: static batching takes 30 steps at 46.7 % slot utilisation, continuous 18 at",
+        "77.8 %, as the lesson computes.",
+        "",
+        "![slot grid](slot_grid.png)",
+        "",
         "## Calibration",
         "",
         "See [calibration.md](calibration.md) for the roofline constants and how they were set.",
         "",
     ]
     path = out / "README.md"
-    path.write_text("\n".join(line for line in lines if line is not None))
+    path.write_text("\n".join(lines))
     print(f"wrote {path} and {len(figures)} figures")
     return path
 

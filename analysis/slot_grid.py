@@ -13,23 +13,20 @@ at admission. Each panel states its makespan (steps) and slot utilisation (usefu
 slot-steps / slots x steps), both computed from the tables, and the figure checks that
 the useful cells of every step add up to that step's ``batch_size``.
 
-    python analysis/slot_grid.py results/lesson-grid --out reports/slot_grid.png
+    python -m analysis.slot_grid results/lesson-grid --out reports/slot_grid.png
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Patch, Rectangle
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.patches import Patch, Rectangle  # noqa: E402
-
-from analysis.common import PALETTE, Sweep, save, style  # noqa: E402
+from analysis.common import PALETTE, Sweep, save, style
 
 ORDER = ("static", "continuous")
 IDLE = "0.85"

@@ -19,26 +19,23 @@ bin. The warm-up (excluded from the latency metrics) is shaded and the end of ar
 (``horizon.duration``) marked. Give ``--run`` twice to overlay a second run, such as the
 other scheduler.
 
-    python analysis/timeline.py results/detail --run continuous/workload.arrival.rate=10/r0 \\
+    python -m analysis.timeline results/detail --run continuous/workload.arrival.rate=10/r0 \\
         --out reports/timeline.png
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.artist import Artist
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.artist import Artist  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-
-from analysis.common import PALETTE, RATE, Sweep, save, style  # noqa: E402
+from analysis.common import PALETTE, RATE, Sweep, save, style
 
 NICE_BINS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 FALLBACK_COLORS = ("#9467bd", "#ff7f0e", "#8c564b", "#17becf")
@@ -119,7 +116,7 @@ def run_info(sweep: Sweep, run_id: str) -> dict:
     block = (sc.get("scheduler") or {}).get("block_size", 16)
     return {
         "run_id": run_id,
-        "variant": run_id.split("/")[0],
+        "variant": str(sweep.runs.set_index("run_id").loc[run_id, "variant"]),
         "kind": (sc.get("scheduler") or {}).get("kind", "?"),
         "rate": ((sc.get("workload") or {}).get("arrival") or {}).get("rate"),
         "warmup": float(sc.get("warmup") or 0.0),

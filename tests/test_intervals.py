@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from des.study.aggregate import interval
+from des.study.aggregate import interval, metric_interval
 
 TRIALS = 4000
 SE = math.sqrt(0.95 * 0.05 / TRIALS)  # standard error of a coverage estimate at 95 %
@@ -63,5 +63,13 @@ def test_zeros_clip_at_zero_and_shares_at_one():
     mean, lo, hi = interval(np.array([0.97, 0.99, 1.0]), upper=1.0)
     assert hi == 1.0 and lo < mean
     assert interval(np.array([-1.0, 1.0]))[1] < -1  # a signed metric keeps Student-t
+    assert interval(np.array([0.001, 0.01, 0.5]), log=False)[1] == 0.0  # a rate: Student-t clipped at 0
     assert interval(np.array([2.0, 2.0, 2.0])) == (2.0, 2.0, 2.0)
     assert math.isnan(interval(np.array([2.0]))[1])
+
+
+def test_latencies_get_the_log_interval_and_rates_the_clipped_one():
+    spread = np.array([0.001, 0.01, 0.5])
+    assert metric_interval("ttft_p99", spread)[1] > 0
+    assert metric_interval("goodput_rps", spread)[1] == 0.0
+    assert metric_interval("slo_attainment", np.array([0.9, 0.99, 1.0]))[2] == 1.0

@@ -16,7 +16,7 @@ import pytest
 import des
 from des.errors import ScenarioError
 from des.study import load_study, replication_seed, sweep
-from des.study.aggregate import interval
+from des.study.aggregate import metric_interval
 from des.study.runner import SweepLocked, sweep_lock
 from tests.helpers import ROOT, SCENARIOS
 
@@ -73,7 +73,7 @@ def test_expansion_seeds_and_rows(tmp_path):
     g = runs[(runs["variant"] == "continuous") & (runs["workload.arrival.rate"] == 3)]
     pt = points[(points["variant"] == "continuous") & (points["workload.arrival.rate"] == 3)].iloc[0]
     assert pt["ttft_p99"] == pytest.approx(g["ttft_p99"].mean())
-    mean, lo, hi = interval(g["ttft_p99"].to_numpy())
+    mean, lo, hi = metric_interval("ttft_p99", g["ttft_p99"].to_numpy())
     assert (pt["ttft_p99_lo"], pt["ttft_p99_hi"]) == pytest.approx((lo, hi))
     assert 0 < lo <= mean <= hi
     # pooled percentiles come from the runs' measured requests

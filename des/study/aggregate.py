@@ -43,16 +43,18 @@ def runs_table(rows: Sequence[dict[str, Any]], grid_keys: Sequence[str]) -> pd.D
     return frame
 
 
-def interval(values: np.ndarray, level: float = 0.95, upper: float | None = None) -> tuple[float, float, float]:
+def interval(
+    values: np.ndarray, level: float = 0.95, upper: float | None = None, log: bool = True
+) -> tuple[float, float, float]:
     """(mean, low, high): the replications' mean and a ``level`` interval for it in the metric's support.
 
-    - All values > 0 (latencies, rates): the modified Cox interval for the mean of a
-      lognormal law (Olsson, J. Stat. Educ. 13(1), 2005). With ``y`` the logs' mean and
-      ``s²`` their variance, ``exp(y + s²/2 ± t_{n-1} · sqrt(s²/n + s⁴/(2(n-1))))``:
+    - ``log`` and all values > 0 (latencies): the modified Cox interval for the mean of
+      a lognormal law (Olsson, J. Stat. Educ. 13(1), 2005). With ``y`` the logs' mean
+      and ``s²`` their variance, ``exp(y + s²/2 ± t_{n-1} · sqrt(s²/n + s⁴/(2(n-1))))``:
       positive, asymmetric like the data, and the Student-t interval again when the
       spread is small. It is widened to hold the mean should it fall outside.
-    - Values >= 0 with zeros among them: Student-t, ``mean ± t_{n-1} · sd / sqrt(n)``,
-      its lower end clipped at 0; any other values: Student-t.
+    - Otherwise Student-t, ``mean ± t_{n-1} · sd / sqrt(n)``, its lower end clipped at 0
+      when no value is negative (rates, counts).
     - ``upper`` clips the high end (1 for shares). NaN bounds with fewer than 2 values.
     """
     values = values[np.isfinite(values)]
@@ -63,7 +65,7 @@ def interval(values: np.ndarray, level: float = 0.95, upper: float | None = None
     if n < 2:
         return mean, math.nan, math.nan
     t = float(stats.t.ppf(0.5 + level / 2, n - 1))
-    if (values > 0).all():
+    if log and (values > 0).all():
         logs = np.log(values)
         s2 = float(logs.var(ddof=1))
         if s2 == 0:
@@ -83,6 +85,15 @@ def interval(values: np.ndarray, level: float = 0.95, upper: float | None = None
 
 #: Summary metrics that are shares of a whole: their intervals end at 1.
 SHARES = ("gpu_busy_fraction", "slot_utilization", "slo_attainment")
+#: Latencies (positive, right-skewed across replications) get the log-scale interval; rates
+#: and counts, averages of many requests, Student-t. (Goodput collapsing towards 0 spans
+#: orders of magnitude across three replications, where a lognormal interval explodes.)
+SKEWED = ("ttft_", "tpot_", "e2e_", "queue_delay_")
+
+
+def metric_interval(metric: str, values: np.ndarray) -> tuple[float, float, float]:
+    """:func:`interval` with the support of the summary metric ``metric``."""
+    return interval(values, upper=1.0 if metric in SHARES else None, log=metric.startswith(SKEWED))
 
 
 def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequence[str], root: Path) -> pd.DataFrame:
@@ -105,7 +116,7 @@ def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequen
         sub = by_run.loc[[s.index for s in members]]
         row: dict[str, Any] = {"variant": variant, **dict(zip(grid_keys, values, strict=True)), "n": len(members)}
         for m in metrics:
-            mean, lo, hi = interval(sub[m].to_numpy(dtype=float), upper=1.0 if m in SHARES else None)
+            mean, lo, hi = metric_interval(m, sub[m].to_numpy(dtype=float))
             row[m], row[f"{m}_lo"], row[f"{m}_hi"] = mean, lo, hi
         row["all_stable"] = bool(sub["stable"].all())
         row["any_drifting"] = bool(sub["drifting"].any())

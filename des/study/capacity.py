@@ -4,7 +4,7 @@ Every candidate value is simulated with ``R`` replications (seeds ``r = 0..R-1``
 same at every value: common random numbers), each through the sweep's runner into its
 own folder ``DIR/capacity/<value>/r<k>/``, so a search is resumable and its runs can be
 read like a sweep's. For each SLO ``metric <= limit`` the replications give a mean and
-a 95 % interval (:func:`des.study.aggregate.interval`). At a value the SLOs
+a 95 % interval (:func:`des.study.aggregate.metric_interval`). At a value the SLOs
 
 - *hold* when every mean is within its limit and every replication is stable;
 - *surely hold* when every interval's far end is within its limit (and all stable);
@@ -34,7 +34,7 @@ import numpy as np
 from des.dotted import get_dotted
 from des.errors import ScenarioError
 from des.scenario import Scenario, load_scenario
-from des.study.aggregate import interval
+from des.study.aggregate import metric_interval
 from des.study.runner import CAPACITY, Backend, run_specs, sweep_lock
 from des.study.spec import RunSpec, point_scenario, replication_seed, slug
 
@@ -139,7 +139,7 @@ def judge(value: float, slos: Sequence[SLOTerm], summaries: Sequence[dict[str, A
             verdicts.append((False, False, True))
             why.append(f"{slo.metric} not measured")
             continue
-        mean, lo, hi = interval(vals)
+        mean, lo, hi = metric_interval(slo.metric, vals)
         if len(vals) < 2:
             lo = hi = mean
         metrics[slo.metric] = (mean, lo, hi)
