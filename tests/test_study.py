@@ -298,3 +298,80 @@ def test_sweep_cli_and_the_analysis_scripts_on_a_small_sweep(tmp_path):
     assert set(caps["variant"]) == {"continuous", "static"}
     cont = caps[(caps["variant"] == "continuous") & (caps["workload.arrival.cv"] == 1.0)].iloc[0]
     assert cont["capacity"] == 3.0 and cont["holds_everywhere"]
+
+
+def test_a_load_grid_gives_each_variant_its_own_rates_from_its_saturation(tmp_path):
+    study = load_study(
+        {
+            "name": "load",
+            "base": str(SCENARIOS / "qwen7b-4090-poisson.yaml"),
+            "set": {"horizon.duration": 60, "warmup": 10, "horizon.drain": False},
+            "variants": {"continuous": {}, "static": {"scheduler": {"kind": "static", "max_batch_size": 16}}},
+            "load": {"fractions": [0.3, 1.2]},
+        }
+    )
+    assert [p.run_id for p in study.probes] == ["continuous/saturation", "static/saturation"]
+    runs, points = sweep(study, tmp_path / "out", workers=1)
+    saturation = {
+        v: json.loads((tmp_path / "out" / "runs" / v / "saturation" / "summary.json").read_text())["throughput_rps"]
+        for v in ("continuous", "static")
+    }
+    assert saturation["static"] < saturation["continuous"] / 3
+    for _, p in points.iterrows():
+        assert p["workload.arrival.rate"] == pytest.approx(p["load"] * saturation[p["variant"]], rel=1e-3)
+    # every curve runs from light load (stable) to past its own knee (unstable)
+    for _, g in points.groupby("variant"):
+        by_load = g.set_index("load")["all_stable"]
+        assert by_load[0.3] and not by_load[1.2]
+    with pytest.raises(ScenarioError) as info:
+        load_study({**SMALL, "load": {"fractions": [0.5]}})
+    assert info.value.problems[0][0] == "grid"
+
+
+def test_analysis_scripts_read_a_single_run_folder(tmp_path):
+    from analysis import cdf, latency_vs_load, throughput, timeline
+
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "des.cli",
+            "run",
+            "--set",
+            "horizon.duration=60",
+            "--set",
+            "warmup=10",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for mod in (cdf, timeline, latency_vs_load, throughput):
+        png = mod.main([str(out), "--out", str(tmp_path / f"{mod.__name__}.png")])
+        assert png.stat().st_size > 20_000
+
+
+def test_capacity_readout_leaves_an_unreached_interval_end_open():
+    from analysis import capacity
+
+    rates = [1.0, 2.0, 4.0]
+    points = pd.DataFrame(
+        {
+            "variant": "continuous",
+            "workload.arrival.rate": rates,
+            "all_stable": True,
+            # means cross the limit 1 between 2 and 4 req/s; the lower bounds never do
+            "ttft_p99": [0.2, 0.8, 1.6],
+            "ttft_p99_lo": [0.1, 0.3, 0.6],
+            "ttft_p99_hi": [0.4, 1.2, 3.0],
+            "throughput_rps": rates,
+        }
+    )
+    row = capacity.capacities(points, {"ttft_p99": 1.0}).iloc[0]
+    assert 2.0 < row["capacity"] < 4.0
+    assert row["ci_high"] is None
+    assert "above the grid" in capacity.describe(row, {"ttft_p99": 1.0})
