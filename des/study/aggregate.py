@@ -38,6 +38,9 @@ def cell(value: Any) -> Any:
 
 def runs_table(rows: Sequence[dict[str, Any]], grid_keys: Sequence[str]) -> pd.DataFrame:
     frame = pd.DataFrame(sorted(rows, key=lambda r: r["run"]))
+    for c in frame.columns:  # a metric null in every run (no arrival window: no rates) is still a number
+        if frame[c].dtype == object and frame[c].isna().all():
+            frame[c] = frame[c].astype(float)
     for k in grid_keys:
         frame[k] = [cell(v) for v in frame[k]]
     return frame
