@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from analysis.common import CV, RATE, points_figure_main, style
+from analysis.common import CV, RATE, points_figure_main, slo_line, style
 
 PANELS = (("ttft", "time to first token (s)"), ("tpot", "time per output token (s)"), ("e2e", "end-to-end latency (s)"))
 
@@ -51,16 +51,7 @@ def draw(points: pd.DataFrame, slo: dict | None = None):
                 ax.scatter(
                     g.loc[~st, CV], g.loc[~st, col], facecolors="white", edgecolors=colours[line], s=20, zorder=3
                 )
-        if slo and metric in slo:
-            ax.axhline(slo[metric], color="black", lw=1, alpha=0.6)
-            ax.annotate(
-                f"SLO {slo[metric]:g} s",
-                (0.01, slo[metric]),
-                xycoords=("axes fraction", "data"),
-                xytext=(2, 3),
-                textcoords="offset points",
-                fontsize=8,
-            )
+        slo_line(ax, (slo or {}).get(metric))
         ax.axvline(1.0, color="grey", lw=1, ls="--")
         ax.set(yscale="log", xlabel="cv of the inter-arrival gaps (1 = Poisson)", ylabel=label)
     handles, texts = axes[0, 0].get_legend_handles_labels()

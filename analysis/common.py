@@ -119,6 +119,21 @@ class Sweep:
         return yaml.safe_load((self.run_folder(run_id) / "scenario.yaml").read_text())
 
 
+def slo_line(ax, limit: float | None) -> None:
+    """A labelled horizontal line at an SLO ``limit`` (seconds); nothing without one."""
+    if limit is None:
+        return
+    ax.axhline(limit, color="black", lw=1, alpha=0.6)
+    ax.annotate(
+        f"SLO {limit:g} s",
+        (0.01, limit),
+        xycoords=("axes fraction", "data"),
+        xytext=(2, 3),
+        textcoords="offset points",
+        fontsize=8,
+    )
+
+
 def save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
-from analysis.common import CV, PALETTE, RATE, points_figure_main, style
+from analysis.common import CV, PALETTE, RATE, points_figure_main, slo_line, style
 
 METRICS = (
     ("ttft", "time to first token (s)"),
@@ -54,16 +54,7 @@ def draw(points: pd.DataFrame, slo: dict | None = None, title: str = ""):
                     ax.fill_between(
                         g[RATE], g[f"{col}_lo"], g[f"{col}_hi"], color=PALETTE.get(variant), alpha=0.15, lw=0
                     )
-            if slo and metric in slo:
-                ax.axhline(slo[metric], color="black", lw=1, alpha=0.6)
-                ax.annotate(
-                    f"SLO {slo[metric]:g} s",
-                    (0.01, slo[metric]),
-                    xycoords=("axes fraction", "data"),
-                    xytext=(2, 3),
-                    textcoords="offset points",
-                    fontsize=8,
-                )
+            slo_line(ax, (slo or {}).get(metric))
             ax.set_yscale("log")
             if points[RATE].max() > 10 * points[RATE].min():
                 ax.set_xscale("log")  # each scheduler's grid spans its own range of loads

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
+
+
+def des_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """``python -m des.cli ARGS`` as a user runs it from ``cwd``, output captured."""
+    return subprocess.run([sys.executable, "-m", "des.cli", *args], capture_output=True, text=True, cwd=cwd)

@@ -14,36 +14,32 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import ROOT, SCENARIOS
+from tests.helpers import ROOT, SCENARIOS, des_cli
 from tests.test_terminal import in_pty
-
-
-def des(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "des.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def test_an_slo_mangled_by_the_shell_says_how_to_quote_it():
     # `--slo ttft_p99>=0.9` unquoted: bash redirects into a file named "=0.9" and des gets "ttft_p99"
-    proc = des("capacity", "--slo", "ttft_p99", "--replications", "1")
+    proc = des_cli("capacity", "--slo", "ttft_p99", "--replications", "1")
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: --slo: ") and "Traceback" not in proc.stderr
     assert "--slo 'ttft_p99<=2'" in proc.stderr and "quote" in proc.stderr
 
 
 def test_a_study_given_to_des_run_says_use_des_sweep(tmp_path):
-    proc = des("run", str(SCENARIOS / "headline.yaml"), "--out", str(tmp_path / "out"))
+    proc = des_cli("run", str(SCENARIOS / "headline.yaml"), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f"error: scenario: {str(SCENARIOS / 'headline.yaml')!r} is a study, not a scenario: "
         f"run it with `des sweep {SCENARIOS / 'headline.yaml'}`"
     ]
     assert not (tmp_path / "out").exists()
-    proc = des("sweep", str(SCENARIOS / "lesson-static.yaml"), "--out", str(tmp_path / "out"))
+    proc = des_cli("sweep", str(SCENARIOS / "lesson-static.yaml"), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2 and "is a scenario, not a study: run it with `des run" in proc.stderr
 
 
 def test_rejections_are_counted_by_reason(tmp_path):
-    proc = des(
+    proc = des_cli(
         "run",
         "--set",
         "horizon.duration=60",
@@ -156,10 +152,10 @@ def test_capacity_logs_each_probe_as_a_line_while_it_runs_when_piped(tmp_path, m
 
 def test_a_capacity_search_started_again_reuses_its_runs(tmp_path, md1_file):
     args = ["capacity", str(md1_file), "--slo", "queue_delay_mean<=1", "--replications", "2", "--workers", "1"]
-    first = des(*args, "--json", "--out", str(tmp_path / "out"))
+    first = des_cli(*args, "--json", "--out", str(tmp_path / "out"))
     assert first.returncode == 0, first.stderr
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "capacity").glob("*/r*/run.json")}
-    again = des(*args, "--json", "--out", str(tmp_path / "out"))
+    again = des_cli(*args, "--json", "--out", str(tmp_path / "out"))
     assert json.loads(again.stdout)["capacity"] == json.loads(first.stdout)["capacity"]
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
@@ -170,7 +166,7 @@ def test_capacity_of_a_trace_searches_its_rate_scale(tmp_path):
     trace.write_text("arrival_time,prompt_tokens,output_tokens\n" + rows + "\n")
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump({"workload": {"arrival": {"process": "trace", "path": "t.csv"}}}))
-    proc = des(
+    proc = des_cli(
         "capacity",
         str(scenario),
         "--slo",

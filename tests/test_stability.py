@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import des
 from des.metrics.stability import backlog_trend
-from tests.helpers import ROOT
+from tests.helpers import des_cli
 
 FOURTEEN_B = ["model=qwen2.5-14b", "cluster.tp=2", "horizon.duration=3600", "horizon.drain=false"]
 
@@ -49,26 +46,11 @@ def test_qwen14b_on_two_4090s_just_past_capacity_is_flagged():
 
 
 def test_the_printed_summary_shows_every_stability_flag(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "des.cli",
-            "run",
-            "--set",
-            "horizon.duration=300",
-            "--set",
-            "warmup=30",
-            "--set",
-            "workload.arrival.rate=20",
-            "--set",
-            "horizon.drain=false",
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+    proc = des_cli(
+        "run",
+        *("--set", "horizon.duration=300", "--set", "warmup=30"),
+        *("--set", "workload.arrival.rate=20", "--set", "horizon.drain=false"),
+        *("--out", str(tmp_path / "out")),
     )
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("stable"))

@@ -18,7 +18,7 @@ from des.errors import ScenarioError
 from des.study import load_study, replication_seed, sweep
 from des.study.aggregate import metric_interval
 from des.study.runner import SweepLocked, sweep_lock
-from tests.helpers import ROOT, SCENARIOS
+from tests.helpers import ROOT, SCENARIOS, des_cli
 
 SMALL: dict[str, Any] = {
     "name": "small",
@@ -332,23 +332,7 @@ def test_analysis_scripts_read_a_single_run_folder(tmp_path):
     from analysis import cdf, latency_vs_load, throughput, timeline
 
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "des.cli",
-            "run",
-            "--set",
-            "horizon.duration=60",
-            "--set",
-            "warmup=10",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    proc = des_cli("run", "--set", "horizon.duration=60", "--set", "warmup=10", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     for mod in (cdf, timeline, latency_vs_load, throughput):
         png = mod.main([str(out), "--out", str(tmp_path / f"{mod.__name__}.png")])

@@ -4,8 +4,6 @@ time and rate scaling, paths given on the command line, and the trace's own figu
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +13,7 @@ import pytest
 import des
 from des.workload.arrivals import Trace
 from des.workload.trace import trace_stats
-from tests.helpers import ROOT
+from tests.helpers import ROOT, des_cli
 
 EPOCH = 1_700_000_000.0
 
@@ -111,10 +109,6 @@ def test_trace_stats_measures_rate_and_burstiness():
     st = trace_stats(np.cumsum(gaps))
     # the cv of n exponential gaps has a standard error of about 1 / sqrt(n) = 0.005
     assert st.cv == pytest.approx(1.0, abs=0.025)
-
-
-def des_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "des.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def test_set_path_is_relative_to_the_current_directory(tmp_path, traces):
