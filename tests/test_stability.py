@@ -12,24 +12,34 @@ from tests.helpers import des_cli
 FOURTEEN_B = ["model=qwen2.5-14b", "cluster.tp=2", "horizon.duration=3600", "horizon.drain=false"]
 
 
-def test_a_backlog_growing_by_its_level_but_few_arrivals_is_unstable():
+def test_a_queue_growing_by_the_backlogs_level_but_few_arrivals_is_unstable():
     # 10 req/s for 1000 s; the backlog starts at 300 and piles up another 300 (3 % of
-    # the 10,000 arrivals, below the 5 % rule, but double its starting level)
-    # B(t) = 300 + 0.3 t: the i-th request (FIFO) finishes when 9.7 t - 300 are done
+    # the 10,000 arrivals, below the 5 % rule, but double its starting level).
+    # B(t) = 300 + 0.3 t: the i-th request (FIFO) finishes when 9.7 t - 300 are done,
+    # after 10 s of service, so the waiting queue grows by those 300 too.
     arrival = np.arange(10_000) / 10.0
     finish = (np.arange(10_000) + 301) / 9.7
     finish[finish > 1000] = np.nan
-    growth, of_level, growing = backlog_trend(arrival, finish, 0.0, 1000.0)
+    growth, of_level, growing = backlog_trend(arrival, finish - 10.0, finish, 0.0, 1000.0)
     assert growth == pytest.approx(0.03, abs=0.005)
     assert of_level > 0.5
     assert growing
 
 
 def test_a_steady_backlog_is_stable():
-    # every request takes 30 s: the backlog sits at 300 with no trend
-    arrival = np.linspace(0, 1000, 10_000, endpoint=False)
-    growth, of_level, growing = backlog_trend(arrival, arrival + 30.0, 100.0, 1000.0)
+    # every request waits 20 s and takes 10 s more: a queue of 200, a backlog of 300, no trend
+    arrival = np.arange(10_000) / 10.0
+    growth, of_level, growing = backlog_trend(arrival, arrival + 20.0, arrival + 30.0, 100.0, 1000.0)
     assert abs(growth) < 0.001 and abs(of_level) < 0.01
+    assert not growing
+
+
+def test_a_running_set_that_follows_rising_arrivals_without_a_queue_is_stable():
+    # arrivals go from 5 to 10 req/s; each request is scheduled at once and runs 30 s:
+    # the backlog doubles (150 -> 300) with its arrivals, but nothing waits
+    arrival = np.concatenate([np.arange(2500) / 5.0, 500 + np.arange(5000) / 10.0])
+    growth, of_level, growing = backlog_trend(arrival, arrival, arrival + 30.0, 60.0, 1000.0)
+    assert growth < 0.05 and of_level == pytest.approx(0.0, abs=0.01)
     assert not growing
 
 

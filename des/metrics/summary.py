@@ -169,10 +169,18 @@ def levels(
     }
 
 
-def stability(arrival: np.ndarray, finish: np.ndarray, e2e_in_order: np.ndarray, start: float, end: float) -> dict:
-    """Did the backlog of admitted requests (``arrival``, ``finish``) grow over the arrival
-    window, and do the measured latencies (in arrival order) settle?"""
-    growth, of_level, growing = backlog_trend(arrival, finish, start, end)
+def stability(
+    arrival: np.ndarray,
+    scheduled: np.ndarray,
+    finish: np.ndarray,
+    e2e_in_order: np.ndarray,
+    start: float,
+    end: float,
+) -> dict:
+    """Did the backlog and queue of admitted requests (``arrival``, ``scheduled``,
+    ``finish``) grow over the arrival window, and do the measured latencies (in arrival
+    order) settle?"""
+    growth, of_level, growing = backlog_trend(arrival, scheduled, finish, start, end)
     dropped, drifting = drift(e2e_in_order)
     return {
         "backlog_growth": growth,
@@ -212,10 +220,11 @@ def summarize(
     out |= rates(arrival, finish, completed, step_end, steps["tokens_emitted"].to_numpy(), warmup, arrivals_end)
     out |= latencies(sel)
     out |= slo_metrics(sel, slo, warmup, arrivals_end)
+    scheduled = requests["scheduled_time"].to_numpy()
     out |= levels(
         steps,
         arrival[admitted],
-        requests["scheduled_time"].to_numpy()[admitted],
+        scheduled[admitted],
         finish[admitted],
         warmup,
         end,
@@ -226,5 +235,5 @@ def summarize(
     out["num_steps"] = int(len(steps))
     out["makespan"] = _finite(float(np.nanmax(finish)) if completed.any() else 0.0)
     e2e_in_order = sel.sort_values("arrival_time")["e2e"].to_numpy()
-    out |= stability(arrival[admitted], finish[admitted], e2e_in_order, warmup, arrivals_end)
+    out |= stability(arrival[admitted], scheduled[admitted], finish[admitted], e2e_in_order, warmup, arrivals_end)
     return out
