@@ -78,9 +78,26 @@ def _fields(config: Any) -> dict[str, Any]:
     return {k: v for k, v in config.model_dump().items() if k != "process" and v is not None}
 
 
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f} %"
+
+
+def utilisation_line(s: dict[str, Any]) -> str:
+    """What share of the hardware the steps used (see :mod:`des.metrics.utilisation`)."""
+    return (
+        f"roofline {_pct(s['roofline_share'])} (compute {_pct(s['compute_utilization'])}, "
+        f"bandwidth {_pct(s['bandwidth_utilization'])}), token budget {_pct(s.get('token_budget_use'))}, "
+        f"batch slots {_pct(s.get('batch_occupancy'))}, KV {_pct(s.get('kv_use_mean'))} mean, "
+        f"{_pct(s.get('kv_use_p99'))} p99, {_pct(s.get('kv_use_peak'))} peak"
+    )
+
+
 def stability_line(s: dict[str, Any]) -> str:
     """The stability verdict and every flag behind it."""
-    parts = [f"backlog grew by {s['backlog_growth']:.3f} of arrivals, {s['backlog_growth_of_level']:.2f} of its level"]
+    parts = [
+        f"backlog grew by {s['backlog_growth']:.3f} of arrivals; queue by {s['backlog_growth_of_level']:.2f} "
+        "of the backlog's level"
+    ]
     if s.get("drifting"):
         parts.append(f"latencies drifting (MSER-5 would drop {s['mser_truncation']:,} requests)")
     elif s.get("mser_truncation"):
@@ -122,6 +139,21 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path) -> Non
         f"GPU busy {fmt(s['gpu_busy_fraction'])}, mean batch {fmt(s['mean_batch_size'])}, "
         f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens",
     )
+    if s.get("roofline_share") is not None:
+        head.add_row("utilisation", utilisation_line(s))
+    for role in ("prefill", "decode"):
+        if s.get(f"{role}_busy_fraction") is not None:
+            head.add_row(
+                role,
+                f"busy {fmt(s[f'{role}_busy_fraction'])}, mean batch {fmt(s[f'{role}_mean_batch_size'])}, "
+                f"KV use {_pct(s[f'{role}_kv_use'])}",
+            )
+    if s.get("kv_transfer_time_mean") is not None:
+        head.add_row(
+            "kv transfer",
+            f"{fmt(s['kv_transfer_time_mean'])} s mean, p99 {fmt(s['kv_transfer_time_p99'])} s; "
+            f"waiting for blocks {fmt(s['kv_transfer_wait_mean'])} s mean",
+        )
     head.add_row("stable", stability_line(s))
     console.print(head)
     table = Table(title="latency (seconds)", title_justify="left")

@@ -55,6 +55,8 @@ def test_rejections_are_counted_by_reason(tmp_path):
     n = summary["num_rejected"]
     assert n > 0
     assert f"{n:,} rejected ({n:,} exceeds_max_model_len)" in proc.stdout
+    # and the utilisation a planner can use (des.metrics.utilisation) is printed with it
+    assert "roofline" in proc.stdout and "batch slots" in proc.stdout and "KV" in proc.stdout
 
 
 def test_the_sweep_table_has_short_unique_headers_and_rows_that_do_not_wrap(tmp_path):

@@ -64,5 +64,5 @@ def test_the_printed_summary_shows_every_stability_flag(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("stable"))
-    assert "NO" in line and "of arrivals" in line and "of its level" in line
+    assert "NO" in line and "of arrivals" in line and "of the backlog's level" in line
     assert "drifting" in line
