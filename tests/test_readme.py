@@ -1,11 +1,12 @@
 """The README's shell examples run when pasted into bash.
 
 Every line of every ```sh block is run by ``bash -c``, in order, in a scratch folder
-that looks like a checkout (``.venv``, ``scenarios`` and ``analysis`` linked in), so
-that quoting mistakes (``--slo ttft_p99<=2`` unquoted is a redirection) and stale
-commands fail here. ``make run`` and ``make test`` are the exceptions: the first is
-checked from a clean clone by hand and in CI's own ``make test``, the second is this
-suite.
+that looks like a checkout (``.venv``, ``scenarios``, ``analysis`` and ``data`` linked
+in), so that quoting mistakes (``--slo ttft_p99<=2`` unquoted is a redirection) and
+stale commands fail here. ``bench.json``, the README's stand-in for a user's own
+``vllm bench serve`` result, is written first from a short des run. ``make run`` and
+``make test`` are the exceptions: the first is checked from a clean clone by hand and
+in CI's own ``make test``, the second is this suite.
 """
 
 from __future__ import annotations
@@ -18,6 +19,17 @@ import pytest
 from tests.helpers import ROOT
 
 BLOCK = re.compile(r"```sh\n(.*?)```", re.S)
+
+
+def write_bench(path) -> None:
+    """A vllm bench serve result of 100 requests, recorded from des itself."""
+    import des
+    from des.compare import simulated_rows
+    from des.workload.formats.vllm_bench import write_vllm_bench
+
+    sc = des.load_scenario(None, ["horizon.duration=null", "horizon.num_requests=100", "warmup=0"])
+    rows, _ = simulated_rows(des.simulate(sc).requests)
+    write_vllm_bench(rows, path, {"model_id": "Qwen/Qwen2.5-7B-Instruct"})
 
 
 def commands() -> list[str]:
@@ -36,8 +48,9 @@ def test_the_readme_has_examples_and_quotes_every_slo():
 
 @pytest.mark.slow
 def test_every_readme_example_runs_in_bash(tmp_path):
-    for name in (".venv", "scenarios", "analysis"):
+    for name in (".venv", "scenarios", "analysis", "data"):
         (tmp_path / name).symlink_to(ROOT / name)
+    write_bench(tmp_path / "bench.json")
     for cmd in commands():
         proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
