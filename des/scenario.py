@@ -22,6 +22,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -37,8 +38,11 @@ from des.engine.router import ROUTERS
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
 from des.errors import ScenarioError
 from des.registry import UnknownKind
-from des.workload.arrivals import ARRIVALS, ArrivalConfig, Trace
+from des.workload.arrivals import ARRIVALS, ArrivalConfig, Closed, Trace
+from des.workload.conversations import Conversations
 from des.workload.lengths import LENGTHS, LengthConfig
+from des.workload.shared_prefix import SharedPrefix
+from des.workload.times import TIMES
 
 
 class Horizon(Strict):
@@ -54,11 +58,14 @@ class Horizon(Strict):
 
 
 class Workload(Strict):
-    """How requests arrive and how long their prompts and outputs are (tokens)."""
+    """How requests arrive, how long their prompts and outputs are (tokens), and what
+    they share: a system prompt (``shared_prefix``) or a chat history (``conversations``)."""
 
     arrival: ArrivalConfig
     prompt_tokens: LengthConfig | None = None
     output_tokens: LengthConfig | None = None
+    shared_prefix: SharedPrefix | None = None
+    conversations: Conversations | None = None
 
     @model_validator(mode="after")
     def _lengths_needed(self) -> Workload:
@@ -66,6 +73,11 @@ class Workload(Strict):
             for key in ("prompt_tokens", "output_tokens"):
                 if getattr(self, key) is None:
                     raise ValueError(f"{key}: required (a length distribution) unless the arrivals replay a trace")
+        if self.conversations is not None and isinstance(self.arrival, Closed | Trace):
+            raise ValueError(
+                "conversations: need an open arrival process (poisson, gamma, onoff, mmpp) to start them; "
+                "a trace states its own conversations (conversation_id)"
+            )
         return self
 
 
@@ -113,6 +125,18 @@ class Scenario(Strict):
     cluster: ClusterConfig = ClusterConfig()
     slo: SLO | None = None
 
+    @field_validator("scheduler", "cost_model", mode="before")
+    @classmethod
+    def _default_kind(cls, v: Any, info: ValidationInfo) -> Any:
+        """A section that names no kind but only keys of the default kind is of that kind
+        (so ``--set scheduler.max_num_seqs=64`` works on a scenario that leaves the
+        scheduler out); with keys of another kind, its kind stays required."""
+        if isinstance(v, dict) and "kind" not in v:
+            default = ContinuousConfig if info.field_name == "scheduler" else RooflineConfig
+            if set(v) <= set(default.model_fields):
+                return {"kind": default.model_fields["kind"].default, **v}
+        return v
+
     @field_validator("gpu", mode="before")
     @classmethod
     def _gpu_by_name(cls, v: Any) -> Any:
@@ -137,6 +161,11 @@ class Scenario(Strict):
         c = self.cluster
         return self.scheduler.plan(PlanContext(self.gpu, self.model, self.precision, c.replicas, c.tp, c.router))
 
+    @property
+    def context_limit(self) -> int:
+        """The longest sequence (prompt + output, tokens) every pool on a request's path accepts."""
+        return min(pool.policy.max_model_len or self.model.max_model_len for pool in self.plan().pools)
+
     def memory_plan(self) -> MemoryPlan:
         """The KV cache of one instance of the pool requests finish in (the only pool of
         colocated serving, the decode pool of disaggregated serving)."""
@@ -156,7 +185,7 @@ class Scenario(Strict):
 
 
 #: The kind names of every tagged union (pydantic puts them in error paths; users never wrote them).
-_TAGS = {*SCHEDULERS, *COST_MODELS, *ARRIVALS, *LENGTHS}
+_TAGS = {*SCHEDULERS, *COST_MODELS, *ARRIVALS, *LENGTHS, *TIMES}
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
 
 

@@ -9,10 +9,12 @@ seed give identical results.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import simpy
 from simpy.core import EmptySchedule
 from simpy.events import URGENT, Event
@@ -30,14 +32,16 @@ from des.metrics import (
 from des.metrics.cache import cache_metrics
 from des.metrics.summary import arrival_window_end
 from des.metrics.utilisation import InstanceLimits, utilisation
-from des.scenario import Scenario
+from des.scenario import Scenario, Workload
 from des.workload.arrivals import Closed, Trace
+from des.workload.conversations import conversation
 from des.workload.lengths import LengthStream
-from des.workload.source import Budget, closed_user, open_loop, trace_replay
+from des.workload.source import Budget, Make, Submit, closed_user, open_loop, open_sessions, trace_replay
+from des.workload.spec import ContentIds, RequestSpec
 
 #: Named random streams, spawned in this order from the run's seed. New streams go at
 #: the end, so the existing ones keep their draws.
-STREAMS = ("arrivals", "prompt_tokens", "output_tokens", "router", "think", "router_decode")
+STREAMS = ("arrivals", "prompt_tokens", "output_tokens", "router", "think", "router_decode", "prefix", "turns")
 #: The router stream of each pool, in pool order.
 ROUTER_STREAMS = ("router", "router_decode")
 
@@ -64,37 +68,86 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     duration = h.duration if h.duration is not None else math.inf
     budget = Budget(h.num_requests)
     arrival = w.arrival
+    ids = ContentIds()
+    submit = cluster.submit
     if isinstance(arrival, Trace):
         t = arrival.table
+        replay = trace_replay(env, t["arrival_time"].tolist(), trace_requests(t, ids), submit, duration, budget)
+        return env, cluster, [env.process(replay)]
+    assert w.prompt_tokens is not None and w.output_tokens is not None  # required unless replaying a trace
+    prompt = LengthStream(w.prompt_tokens, rng["prompt_tokens"])
+    output = LengthStream(w.output_tokens, rng["output_tokens"])
+    make = new_requests(w, prompt, output, rng, ids)
+    if isinstance(arrival, Closed):
+        think = arrival.think(rng["think"])
         procs = [
-            env.process(
-                trace_replay(
-                    env,
-                    t["arrival_time"].tolist(),
-                    t["prompt_tokens"].tolist(),
-                    t["output_tokens"].tolist(),
-                    cluster.submit,
-                    duration,
-                    budget,
-                )
-            )
+            env.process(closed_user(env, think, make, submit, duration, budget, arrival.retry_delay))
+            for _ in range(arrival.concurrency)
         ]
+    elif w.conversations is not None:
+
+        def still_open() -> bool:
+            return env.now < duration and budget.take()
+
+        start = conversations(env, w, prompt, output, rng, ids, scenario.context_limit, submit, still_open)
+        procs = [env.process(open_sessions(env, arrival.gaps(rng["arrivals"]), make, start, duration, budget))]
     else:
-        assert w.prompt_tokens is not None and w.output_tokens is not None  # required unless replaying a trace
-        prompt = LengthStream(w.prompt_tokens, rng["prompt_tokens"])
-        output = LengthStream(w.output_tokens, rng["output_tokens"])
-        if isinstance(arrival, Closed):
-            think = arrival.think(rng["think"])
-            procs = [
-                env.process(
-                    closed_user(env, think, prompt, output, cluster.submit, duration, budget, arrival.retry_delay)
-                )
-                for _ in range(arrival.concurrency)
-            ]
-        else:
-            gaps = arrival.gaps(rng["arrivals"])
-            procs = [env.process(open_loop(env, gaps, prompt, output, cluster.submit, duration, budget))]
+        procs = [env.process(open_loop(env, arrival.gaps(rng["arrivals"]), make, submit, duration, budget))]
     return env, cluster, procs
+
+
+def trace_requests(table: pd.DataFrame, ids: ContentIds) -> list[RequestSpec]:
+    """The requests of a trace's rows (lengths as recorded)."""
+    prompts, outputs = table["prompt_tokens"].tolist(), table["output_tokens"].tolist()
+    return [RequestSpec(p, o) for p, o in zip(prompts, outputs, strict=True)]
+
+
+def new_requests(
+    w: Workload, prompt: LengthStream, output: LengthStream, rng: dict[str, np.random.Generator], ids: ContentIds
+) -> Make:
+    """The maker of ``w``'s new requests: lengths drawn from ``prompt`` and ``output``, a
+    shared prefix group when ``w`` has one, explicit content when they start conversations."""
+    prefix = w.shared_prefix
+    chats = w.conversations is not None
+    if prefix is not None:
+        group = prefix.picker(rng["prefix"])
+
+        def make() -> RequestSpec:
+            spec = prefix.spec(group(), prompt(), output(), ids)
+            if chats:
+                spec.answer_id = ids.new()
+            return spec
+
+        return make
+    if chats:
+        return lambda: RequestSpec(p := prompt(), output(), ((ids.new(), p),), ids.new())
+    return lambda: RequestSpec(prompt(), output())
+
+
+def conversations(
+    env: simpy.Environment,
+    w: Workload,
+    prompt: LengthStream,
+    output: LengthStream,
+    rng: dict[str, np.random.Generator],
+    ids: ContentIds,
+    limit: int,
+    submit: Submit,
+    still_open: Callable[[], bool],
+) -> Callable[[RequestSpec], Generator[simpy.Event, Any, None]]:
+    """What starts each conversation of ``w`` from its first request (numbered in order);
+    its next turns draw their new tokens and outputs from ``prompt`` and ``output``."""
+    chats = w.conversations
+    assert chats is not None
+    turns = LengthStream(chats.turns, rng["turns"])
+    think = chats.think_time.sampler(rng["think"])
+    count = iter(range(1 << 62))
+
+    def start(first: RequestSpec) -> Generator[simpy.Event, Any, None]:
+        first.conversation_id, first.turn = next(count), 1
+        return conversation(env, first, turns(), think, prompt, output, submit, ids, limit, still_open)
+
+    return start
 
 
 @dataclass(frozen=True, slots=True)

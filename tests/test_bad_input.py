@@ -343,7 +343,7 @@ BAD_SECTIONS = [
         ["2"],
     ),
     Case("cost-kind-missing", base(cost_model={"step_time": 1}), "cost_model.kind", ["required"]),
-    Case("scheduler-kind-missing", base(scheduler={"max_num_seqs": 4}), "scheduler.kind", ["required"]),
+    Case("scheduler-kind-missing", base(scheduler={"max_batch_size": 4}), "scheduler.kind", ["required"]),
     Case(
         "static-batch-zero", base(scheduler={"kind": "static", "max_batch_size": 0}), "scheduler.max_batch_size", ["0"]
     ),
@@ -1176,3 +1176,8 @@ def test_calibrate_and_compare_report_bad_input(command_runs, case: CommandCase)
     assert keep.read_text() == "earlier results\n"
     assert not (work / "out").exists(), "a failing des compare created its results folder"
     assert not any(p.suffix == ".png" for p in work.iterdir()), "a failing des calibrate wrote a figure"
+
+
+def test_a_section_without_a_kind_is_of_the_default_kind_when_its_keys_are():
+    sc = des.load_scenario(base(scheduler={"max_num_seqs": 4}))
+    assert sc.scheduler.kind == "continuous" and sc.scheduler.max_num_seqs == 4

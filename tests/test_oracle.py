@@ -14,6 +14,7 @@ from typing import Any
 from unittest import mock
 
 from hypothesis import given
+from hypothesis import strategies as st
 
 import des
 from des.engine.kvcache import BlockManager
@@ -21,7 +22,7 @@ from des.engine.schedulers.base import Role
 from des.engine.schedulers.continuous import ContinuousSettings
 from tests.oracle.array_continuous import ContinuousScheduler as ArrayScheduler
 from tests.test_disaggregated_properties import disaggregated_scenarios
-from tests.test_properties import PROPS, scenarios
+from tests.test_properties import PROPS, scenario_dicts, scenarios
 
 
 def _array_build(self: ContinuousSettings, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> Any:
@@ -57,3 +58,29 @@ def test_incremental_scheduler_matches_the_array_scheduler(scn):
 @given(disaggregated_scenarios())
 def test_incremental_scheduler_matches_the_array_scheduler_disaggregated(scn):
     same(des.simulate(scn), oracle(scn))
+
+
+@st.composite
+def sharing_scenarios(draw: st.DrawFn) -> des.Scenario:
+    """Continuous batching under KV pressure on workloads that share content: a shared
+    prefix (1-3 groups) and/or conversations."""
+    data = draw(scenario_dicts(kv_pressure=True, kind="continuous"))
+    w = data["workload"]
+    if w["arrival"]["process"] == "closed" or draw(st.booleans()):
+        w["shared_prefix"] = {"tokens": draw(st.sampled_from([8, 40, 100])), "groups": draw(st.integers(1, 3))}
+    if w["arrival"]["process"] != "closed" and draw(st.booleans()):
+        w["conversations"] = {
+            "turns": {"dist": "uniform", "low": 1, "high": draw(st.integers(1, 4))},
+            "think_time": {"dist": "exponential", "mean": draw(st.sampled_from([0.05, 0.5]))},
+        }
+    data["scheduler"]["enable_prefix_caching"] = True
+    return des.load_scenario(data)
+
+
+@PROPS
+@given(sharing_scenarios())
+def test_incremental_scheduler_matches_the_array_scheduler_on_shared_content(scn):
+    same(des.simulate(scn), oracle(scn))
+    ref = des.simulate(scn, fast_forward=False)
+    fast = des.simulate(scn)
+    assert fast.requests.equals(ref.requests) and fast.steps.equals(ref.steps)

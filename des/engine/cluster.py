@@ -32,6 +32,7 @@ from des.engine.plan import Plan
 from des.engine.request import COMPLETED, REJECTED, Request
 from des.engine.steplog import StepLog
 from des.engine.topology import build_topology
+from des.workload.spec import RequestSpec
 
 
 class Cluster:
@@ -64,10 +65,20 @@ class Cluster:
     def instances(self) -> list[Instance]:
         return self.topology.instances
 
-    def submit(self, prompt_tokens: int, output_tokens: int, notify: bool = False) -> Any:
+    def submit(self, spec: RequestSpec, notify: bool = False) -> Any:
         """A request arrives now; returns an event fired when it leaves if ``notify``."""
         env = self.env
-        req = Request(len(self.requests), env.now, prompt_tokens, output_tokens)
+        req = Request(
+            len(self.requests),
+            env.now,
+            spec.prompt_tokens,
+            spec.output_tokens,
+            segments=spec.segments,
+            answer_id=spec.answer_id,
+            conversation_id=spec.conversation_id,
+            turn=spec.turn,
+            prefix_group=spec.prefix_group,
+        )
         self.requests.append(req)
         reason = self.topology.rejection(req)
         if reason is not None:

@@ -30,7 +30,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-Segment = tuple[int, int]  # (content id, tokens)
+from des.workload.spec import Segment
 
 
 def unique_prompt_id(request_id: int) -> int:

@@ -1,20 +1,24 @@
 """SimPy processes that generate requests and hand them to a ``submit`` callback.
 
-``submit(prompt_tokens, output_tokens, notify)`` is provided by the engine; with
-``notify=True`` it returns an event that fires when the request leaves the system
-(completed or rejected), which the closed-loop users wait on. Arrivals stop at the
-horizon: the first of ``duration`` seconds and ``num_requests`` requests.
+``submit(spec, notify)`` is provided by the engine (a :class:`RequestSpec` says the
+request's lengths and content); with ``notify=True`` it returns an event that fires
+when the request leaves the system (completed or rejected), which closed-loop users
+and conversations wait on. Arrivals stop at the horizon: the first of ``duration``
+seconds and ``num_requests`` requests.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, Protocol
 
 import simpy
 
-Submit = Callable[[int, int, bool], Any]  # returns a simpy.Event when notify is true
+from des.workload.spec import RequestSpec
+
+Submit = Callable[[RequestSpec, bool], Any]  # returns a simpy.Event when notify is true
+Make = Callable[[], RequestSpec]  # the next new request
 
 
 class Outcome(Protocol):
@@ -41,8 +45,7 @@ class Budget:
 def open_loop(
     env: simpy.Environment,
     gaps: Callable[[], float],
-    prompt: Callable[[], int],
-    output: Callable[[], int],
+    make: Make,
     submit: Submit,
     duration: float,
     budget: Budget,
@@ -54,32 +57,51 @@ def open_loop(
         if t >= duration or not budget.take():
             return
         yield env.timeout(t - env.now)
-        submit(prompt(), output(), False)
+        submit(make(), False)
+
+
+def open_sessions(
+    env: simpy.Environment,
+    gaps: Callable[[], float],
+    make: Make,
+    start: Callable[[RequestSpec], Generator[simpy.Event, Any, None]],
+    duration: float,
+    budget: Budget,
+) -> Generator[simpy.Event, Any, None]:
+    """Sessions (``start(first request)``, a SimPy process each, e.g. a conversation)
+    begun at the epochs of a point process until the horizon; ends when all have."""
+    t = 0.0
+    sessions = []
+    while True:
+        t += gaps()
+        if t >= duration or not budget.take():
+            break
+        yield env.timeout(t - env.now)
+        sessions.append(env.process(start(make())))
+    yield env.all_of(sessions)
 
 
 def trace_replay(
     env: simpy.Environment,
     times: list[float],
-    prompts: list[int],
-    outputs: list[int],
+    specs: Iterable[RequestSpec],
     submit: Submit,
     duration: float,
     budget: Budget,
 ) -> Generator[simpy.Event, Any, None]:
     """Requests at the recorded times with the recorded lengths, until the horizon."""
-    for t, p, o in zip(times, prompts, outputs, strict=True):
+    for t, spec in zip(times, specs, strict=True):
         if t >= duration or not budget.take():
             return
         if t > env.now:
             yield env.timeout(t - env.now)
-        submit(p, o, False)
+        submit(spec, False)
 
 
 def closed_user(
     env: simpy.Environment,
     think: Callable[[], float],
-    prompt: Callable[[], int],
-    output: Callable[[], int],
+    make: Make,
     submit: Submit,
     duration: float,
     budget: Budget,
@@ -92,7 +114,7 @@ def closed_user(
     zero-think workload is rejected).
     """
     while env.now < duration and budget.take():
-        request: Outcome = yield submit(prompt(), output(), True)
+        request: Outcome = yield submit(make(), True)
         pause = think() + (retry_delay if request.status == "rejected" else 0.0)
         if pause > 0:
             yield env.timeout(pause)
