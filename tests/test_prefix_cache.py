@@ -37,7 +37,7 @@ def test_a_conversation_turn_begins_with_the_previous_turn_whole_sequence():
     first.answer_id = 8
     second = request(1, 100 + 30 + 50, 20, segments=((7, 100), (8, 30), (9, 50)))
     n = 130 // 16  # full blocks of turn 1's prompt and answer
-    assert first.block_keys(16).upto(n) == second.block_keys(16).upto(n)
+    assert first.block_keys(16).upto(n)[:n] == second.block_keys(16).upto(n)[:n]
 
 
 # -- the cache ------------------------------------------------------------------------

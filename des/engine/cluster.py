@@ -78,6 +78,7 @@ class Cluster:
             conversation_id=spec.conversation_id,
             turn=spec.turn,
             prefix_group=spec.prefix_group,
+            previous=spec.previous,
         )
         self.requests.append(req)
         reason = self.topology.rejection(req)

@@ -65,7 +65,8 @@ class BlockKeys:
         return self._starts[-1] + self.segments[-1][1] if self.segments else 0
 
     def upto(self, n: int) -> list[int]:
-        """The keys of the first ``n`` blocks (all full; ``n · block_size`` tokens at most the length)."""
+        """The keys of at least the first ``n`` blocks (all full; ``n · block_size`` tokens at
+        most the length): the list kept, which may hold more; read only its first ``n``."""
         keys, bs, segs, starts = self.keys, self.block_size, self.segments, self._starts
         parent = keys[-1] if keys else 0
         for b in range(len(keys), n):
@@ -80,4 +81,4 @@ class BlockKeys:
                 i += 1
             parent = hash((parent, *pieces))
             keys.append(parent)
-        return keys[:n] if n < len(keys) else keys
+        return keys

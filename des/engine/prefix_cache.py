@@ -125,11 +125,12 @@ class PrefixCache(BlockManager):
         if tokens <= 1 or (req.segments is None and not req.preemptions):
             return 0, [], 0  # content of its own, never preempted: nothing of it can be cached
         bs = self.block_size
-        keys = req.block_keys(bs).upto((tokens - 1) // bs)
+        n = (tokens - 1) // bs
+        keys = req.block_keys(bs).upto(n)
         cached, ref = self.cached, self.ref
         found: list[int] = []
-        for k in keys:
-            b = cached.get(k)
+        for i in range(n):
+            b = cached.get(keys[i])
             if b is None:
                 break
             found.append(b)

@@ -53,6 +53,7 @@ class Request:
     turn: int = 0
     prefix_group: int = -1
     done: Any = None  # a simpy.Event fired when the request leaves, for closed-loop users
+    previous: Request | None = None  # a conversation's turn before: its sequence begins this prompt
     _keys: BlockKeys | None = None
     # bookkeeping of the scheduler running it (des.engine.schedulers.continuous)
     owner: Any = None
@@ -67,6 +68,12 @@ class Request:
             prompt = self.segments or ((unique_prompt_id(self.id), self.prompt_tokens),)
             answer = self.answer_id if self.answer_id is not None else unique_answer_id(self.id)
             keys = self._keys = BlockKeys((*prompt, (answer, self.output_tokens)), block_size)
+            before = self.previous
+            if before is not None and before._keys is not None and before._keys.block_size == block_size:
+                # the blocks of the turn before lie whole in this prompt: their keys are these
+                whole = (before.prompt_tokens + before.output_tokens) // block_size
+                keys.keys.extend(before._keys.keys[:whole])
+            self.previous = None  # keep no chain of turns alive
         return keys
 
     @property

@@ -71,6 +71,7 @@ def conversation(
         if pause > 0:
             yield env.timeout(pause)
         nxt = next_turn(spec, new_tokens(), output_tokens(), ids)
+        nxt.previous = outcome
         if nxt.prompt_tokens + nxt.output_tokens > limit or not still_open():
             return
         spec = nxt

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 #: A run of ``tokens`` tokens of the content ``content_id``.
 Segment = tuple[int, int]
@@ -28,6 +29,7 @@ class RequestSpec:
     conversation_id: int = -1
     turn: int = 0
     prefix_group: int = -1
+    previous: Any = None  # the request of the turn before, whose whole sequence this prompt begins with
 
 
 class ContentIds:
