@@ -253,9 +253,7 @@ def simulate(scenario: Scenario, progress: Progress | None = None, fast_forward:
 
         def observe() -> None:
             progress(
-                RunProgress(
-                    env.now, h.duration, len(cluster.requests), h.num_requests, cluster.in_system, cluster.closed
-                )
+                RunProgress(env.now, h.duration, len(cluster.ledger), h.num_requests, cluster.in_system, cluster.closed)
             )
 
     run_until(env, stop, observe)
@@ -265,7 +263,7 @@ def simulate(scenario: Scenario, progress: Progress | None = None, fast_forward:
 def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Result:
     """The tables and summary of a run of ``scenario`` on ``cluster`` that stopped at ``end_time``."""
     cluster.settle()
-    requests = requests_table(cluster.requests)
+    requests = requests_table(cluster.ledger)
     steps = steps_table(cluster.log)
     transfers = transfers_table(cluster.transfers)
     h = scenario.horizon

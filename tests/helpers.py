@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -13,3 +17,12 @@ SCENARIOS = ROOT / "scenarios"
 def des_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """``python -m des.cli ARGS`` as a user runs it from ``cwd``, output captured."""
     return subprocess.run([sys.executable, "-m", "des.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def ledger(cluster: Any) -> pd.DataFrame:
+    """A run's requests as the cluster's ledger holds them, with the tokens each generated."""
+    from des.metrics import requests_table
+
+    table = requests_table(cluster.ledger)
+    table["generated"] = np.frombuffer(cluster.ledger.columns["generated"], dtype=np.int64)
+    return table

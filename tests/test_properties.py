@@ -32,6 +32,7 @@ import des
 from des.engine.request import COMPLETED, REJECTED, UNFINISHED
 from des.metrics import requests_table, steps_table
 from des.simulation import build, run_until, stop_event
+from tests.helpers import ledger
 
 PROPS = settings(
     max_examples=150,
@@ -357,20 +358,19 @@ def check_kv(scn, res) -> None:
 
 def check_engine_state(scn, res, env, cluster) -> None:
     """The build path reproduces simulate; tokens and KV blocks balance at the end."""
-    assert requests_table(cluster.requests).equals(res.requests), "build+run differs from simulate"
+    assert requests_table(cluster.ledger).equals(res.requests), "build+run differs from simulate"
     steps = steps_table(cluster.log)
     assert steps.equals(res.steps)
-    reqs = cluster.requests
-    for r in reqs:
-        if r.status == COMPLETED:
-            assert r.generated == r.output_tokens, "completed request did not get exactly its tokens"
-        elif r.status == REJECTED:
-            assert r.generated == 0 and r.computed == 0
+    reqs = ledger(cluster)
+    status, generated = reqs["status"].astype(str), reqs["generated"]
+    done = status == COMPLETED
+    assert (generated[done] == reqs["output_tokens"][done]).all(), "completed request did not get exactly its tokens"
+    assert (generated[status == REJECTED] == 0).all()
     for inst in cluster.instances:  # KV is held by request id; a completed request holds none
         for rid in getattr(inst.scheduler, "held", {}):
-            assert reqs[rid].status != COMPLETED, f"completed request {rid} still holds KV blocks"
+            assert status[rid] != COMPLETED, f"completed request {rid} still holds KV blocks"
     if scn.horizon.drain:
-        assert int(steps["tokens_emitted"].sum()) == sum(r.generated for r in reqs)
+        assert int(steps["tokens_emitted"].sum()) == int(generated.sum())
     if scn.horizon.drain:
         assert cluster.drained.triggered
         for inst in cluster.instances:
@@ -378,7 +378,7 @@ def check_engine_state(scn, res, env, cluster) -> None:
             assert kv.free == kv.num_blocks, f"instance {inst.index}: {kv.used} KV blocks never freed"
             assert inst.scheduler.num_waiting() == 0
             assert inst.outstanding == 0
-        assert all(r.status in (COMPLETED, REJECTED) for r in reqs)
+        assert status.isin([COMPLETED, REJECTED]).all()
 
 
 def check_tokens(scn, res) -> None:
@@ -533,18 +533,18 @@ def test_random_scenarios(scn):
 def check_partial_progress(cluster) -> None:
     """Every emitted token is on a request, also for those still running at the horizon."""
     steps = steps_table(cluster.log)
-    reqs = cluster.requests
+    reqs = ledger(cluster)
     # a static batch returning results at its end holds finished rows until then
     held = getattr(cluster.instances[0].scheduler, "release_at_end", False)
-    for r in reqs:
+    for r in reqs.itertuples():
         assert 0 <= r.generated <= r.output_tokens
         if r.status == UNFINISHED:
             assert r.generated < r.output_tokens or held
             # a first token was emitted iff the request has generated something
             assert (r.generated > 0) == (not math.isnan(r.first_token_time)), (
-                f"request {r.id}: generated={r.generated}, first_token_time={r.first_token_time}"
+                f"request {r.request_id}: generated={r.generated}, first_token_time={r.first_token_time}"
             )
-    assert int(steps["tokens_emitted"].sum()) == sum(r.generated for r in reqs)
+    assert int(steps["tokens_emitted"].sum()) == int(reqs["generated"].sum())
 
 
 @PROPS

@@ -1,6 +1,7 @@
 """A cluster: pools of instances, the route between them, and the ledger of every request.
 
-``submit`` creates each request (ids from this cluster's own counter), rejects it
+``submit`` creates each request (ids from this cluster's own counter, rows of its
+:class:`~des.engine.ledger.RequestLog`), rejects it
 with a reason when some pool on its path can never serve it, and otherwise admits it
 to the first pool. Every instance hands each request that leaves it to
 :meth:`Cluster.leave`, its only exit: the topology's route names the request's next
@@ -27,6 +28,7 @@ from des.catalog.memory import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind
 from des.engine.instance import Instance
+from des.engine.ledger import RequestLog
 from des.engine.link import TransferLog
 from des.engine.plan import Plan
 from des.engine.request import COMPLETED, REJECTED, Request
@@ -56,7 +58,7 @@ class Cluster:
         self.topology = build_topology(
             env, plan, model, precision, cost, routers, self.log, self.transfers, self.leave, fast_forward
         )
-        self.requests: list[Request] = []
+        self.ledger = RequestLog()
         self.in_system = 0  # admitted requests not yet completed
         self.closed = False  # no more arrivals
         self.drained = env.event()  # fires once closed and nothing is left in the system
@@ -69,7 +71,7 @@ class Cluster:
         """A request arrives now; returns an event fired when it leaves if ``notify``."""
         env = self.env
         req = Request(
-            len(self.requests),
+            len(self.ledger),
             env.now,
             spec.prompt_tokens,
             spec.output_tokens,
@@ -80,10 +82,11 @@ class Cluster:
             prefix_group=spec.prefix_group,
             previous=spec.previous,
         )
-        self.requests.append(req)
+        self.ledger.add(req)
         reason = self.topology.rejection(req)
         if reason is not None:
             req.status, req.reason = REJECTED, reason
+            self.ledger.write(req)
             return env.event().succeed(req) if notify else None
         if notify:
             req.done = env.event()
@@ -99,6 +102,7 @@ class Cluster:
             return
         inst.free(req.id)
         req.status = COMPLETED
+        self.ledger.write(req)
         self.in_system -= 1
         if req.done is not None:
             req.done.succeed(req)
@@ -115,6 +119,8 @@ class Cluster:
             self.drained.succeed()
 
     def settle(self) -> None:
-        """Bring every request still held by a scheduler up to date (the run has stopped)."""
+        """Write every request still in flight into the ledger, its progress up to date (the
+        run has stopped)."""
         for inst in self.instances:
             inst.scheduler.sync()
+        self.ledger.settle()

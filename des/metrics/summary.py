@@ -88,7 +88,7 @@ def counts(status: np.ndarray, measured: np.ndarray, preemptions: np.ndarray) ->
 def rejections(requests: pd.DataFrame) -> dict[str, int]:
     """Rejected requests by reason, most frequent first (not part of the flat summary)."""
     reasons = requests.loc[requests["status"] == "rejected", "reason"].fillna("unknown")
-    return {str(k): int(v) for k, v in reasons.value_counts().items()}
+    return {str(k): int(v) for k, v in reasons.value_counts().items() if v}
 
 
 def rates(

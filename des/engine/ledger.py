@@ -1,0 +1,81 @@
+"""The ledger of every request that arrived: one row each, kept as typed columns.
+
+A row is appended when a request arrives and written when it leaves the system
+(completed or rejected); requests still in flight when the run stops are written at the
+end (:meth:`RequestLog.settle`). The Request object of a request that has left is no
+longer held by the cluster, so a run's memory grows by a row of typed values per
+request (about 150 bytes), not by an object (several hundred), which is what lets a day
+of traffic fit. ``status`` and ``reason`` are codes into :data:`STATUSES` and
+:data:`REASONS`.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Any
+
+from des.engine.request import COMPLETED, REJECTED, UNFINISHED, Request
+
+STATUSES = (UNFINISHED, COMPLETED, REJECTED)
+REASONS = ("", "exceeds_max_model_len", "exceeds_kv_capacity", "exceeds_token_budget")
+_STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
+_REASON_CODE = {r: i for i, r in enumerate(REASONS)}
+
+#: Column name -> array typecode: the request's fields the tables are built from.
+LEDGER_COLUMNS = {
+    "arrival_time": "d",
+    "prompt_tokens": "q",
+    "output_tokens": "q",
+    "scheduled_time": "d",
+    "first_token_time": "d",
+    "finish_time": "d",
+    "preemptions": "q",
+    "status": "b",
+    "reason": "b",
+    "instance": "q",
+    "prefill_instance": "q",
+    "decode_instance": "q",
+    "transfer_start": "d",
+    "transfer_end": "d",
+    "cached_tokens": "q",
+    "conversation_id": "q",
+    "turn": "q",
+    "prefix_group": "q",
+    "generated": "q",
+}
+_PLAIN = tuple(name for name in LEDGER_COLUMNS if name not in ("status", "reason"))
+
+
+class RequestLog:
+    """Rows of requests by id (ids are row numbers, in order of arrival)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, array[Any]] = {name: array(code) for name, code in LEDGER_COLUMNS.items()}
+        self.live: dict[int, Request] = {}  # arrived and not yet written
+        self._blank = tuple(math.nan if code == "d" else 0 for code in LEDGER_COLUMNS.values())
+        self._plain = tuple((self.columns[name], name) for name in _PLAIN)
+
+    def __len__(self) -> int:
+        return len(self.columns["arrival_time"])
+
+    def add(self, req: Request) -> None:
+        """A request arrives (its id must be the next row); its row is written when it leaves."""
+        for col, blank in zip(self.columns.values(), self._blank, strict=True):
+            col.append(blank)
+        self.live[req.id] = req
+
+    def write(self, req: Request) -> None:
+        """Write the row of a request that has left the system (or is still in flight at the end)."""
+        i = req.id
+        self.live.pop(i, None)
+        for col, name in self._plain:
+            col[i] = getattr(req, name)
+        c = self.columns
+        c["status"][i] = _STATUS_CODE[req.status]
+        c["reason"][i] = _REASON_CODE[req.reason]
+
+    def settle(self) -> None:
+        """Write every request still in flight (the run has stopped)."""
+        for req in list(self.live.values()):
+            self.write(req)
