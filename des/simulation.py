@@ -11,28 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import simpy
 from simpy.core import EmptySchedule
 from simpy.events import URGENT, Event
 
 from des.engine.cluster import Cluster
-from des.metrics import (
-    Result,
-    pool_metrics,
-    requests_table,
-    steps_table,
-    summarize,
-    transfer_metrics,
-    transfers_table,
-)
-from des.metrics.cache import cache_metrics
-from des.metrics.summary import arrival_window_end
-from des.metrics.utilisation import InstanceLimits, utilisation
 from des.scenario import Scenario, Workload
+
+if TYPE_CHECKING:
+    from des.metrics import Result
 from des.workload.arrivals import Closed, Trace
 from des.workload.conversations import conversation
 from des.workload.lengths import LengthStream
@@ -96,7 +86,7 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     return env, cluster, procs
 
 
-def trace_requests(table: pd.DataFrame, ids: ContentIds) -> list[RequestSpec]:
+def trace_requests(table: Any, ids: ContentIds) -> list[RequestSpec]:
     """The requests of a trace's rows (lengths as recorded)."""
     prompts, outputs = table["prompt_tokens"].tolist(), table["output_tokens"].tolist()
     return [RequestSpec(p, o) for p, o in zip(prompts, outputs, strict=True)]
@@ -261,7 +251,24 @@ def simulate(scenario: Scenario, progress: Progress | None = None, fast_forward:
 
 
 def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Result:
-    """The tables and summary of a run of ``scenario`` on ``cluster`` that stopped at ``end_time``."""
+    """The tables and summary of a run of ``scenario`` on ``cluster`` that stopped at ``end_time``.
+
+    The metrics (pandas) are imported here, once the simulation has run: a run does not
+    wait for them to start.
+    """
+    from des.metrics import (
+        Result,
+        pool_metrics,
+        requests_table,
+        steps_table,
+        summarize,
+        transfer_metrics,
+        transfers_table,
+    )
+    from des.metrics.cache import cache_metrics
+    from des.metrics.summary import arrival_window_end
+    from des.metrics.utilisation import InstanceLimits, utilisation
+
     cluster.settle()
     requests = requests_table(cluster.ledger)
     steps = steps_table(cluster.log)
