@@ -33,8 +33,8 @@ test-fast: lint
 	$(BIN)/python -m pytest -q -n auto -m "not slow"
 
 lint: $(STAMP)
-	$(BIN)/ruff check des tests analysis benchmarks
-	$(BIN)/ruff format --check des tests analysis benchmarks
+	$(BIN)/ruff check des tests analysis
+	$(BIN)/ruff format --check des tests analysis
 	$(BIN)/mypy
 
 # Regenerate the golden summaries of the shipped scenarios (only on purpose).
@@ -42,7 +42,8 @@ golden: $(STAMP)
 	$(BIN)/python -m tests.golden
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_run.py
+	$(BIN)/des bench --json reports/bench.json
+	$(BIN)/des bench --cases 1m --engines fast --repeats 1 --json reports/bench-1m.json
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .ruff_cache

@@ -127,9 +127,23 @@ SCENARIO = click.argument("scenario", required=False, type=click.Path(dir_okay=F
 @OUT
 @click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
 @SET
+@click.option(
+    "--steps",
+    type=click.Choice(["all", "sampled", "none"]),
+    default="all",
+    show_default=True,
+    help="Rows of steps.parquet: every GPU step, a systematic sample of at most 100,000, or no file.",
+)
 @QUIET
 @user_errors()
-def run(scenario: Path | None, out_dir: Path | None, seed: int | None, overrides: tuple[str, ...], quiet: bool) -> None:
+def run(
+    scenario: Path | None,
+    out_dir: Path | None,
+    seed: int | None,
+    overrides: tuple[str, ...],
+    steps: str,
+    quiet: bool,
+) -> None:
     """Simulate SCENARIO (default: the embedded RTX 4090 + Qwen2.5-7B scenario)."""
     from des import render
     from des.output import write_result
@@ -144,9 +158,45 @@ def run(scenario: Path | None, out_dir: Path | None, seed: int | None, overrides
     tick, bar = render.progress("run", quiet)
     with bar:
         result = simulate(sc, progress=tick)
-    write_result(result, out_dir)
+    written = write_result(result, out_dir, steps=steps)
     if not quiet:
-        render.run_summary(sc, result, time.perf_counter() - t0, out_dir)
+        render.run_summary(sc, result, time.perf_counter() - t0, out_dir, [p.name for p in written])
+
+
+@main.command()
+@click.option(
+    "--cases",
+    default="10k,50k,static,bursty,prefix-cached,disaggregated",
+    show_default=True,
+    help="Comma-separated cases: 10k, 50k, 1m, static, bursty, prefix-cached, disaggregated, smoke.",
+)
+@click.option("--engines", default="fast,reference", show_default=True, help="fast, reference or both.")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per case and engine.")
+@click.option("--json", "as_json", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table here.")
+@user_errors("--json")
+def bench(cases: str, engines: str, repeats: int, as_json: Path | None) -> None:
+    """Time des on standard workloads: whole-process wall time, requests and steps per second, peak memory."""
+    from des import render
+    from des.bench import CASES, ENGINES
+    from des.bench import bench as run_bench
+
+    chosen = _choices("--cases", cases, list(CASES))
+    motors = _choices("--engines", engines, list(ENGINES))
+    measures = run_bench(chosen, motors, repeats, progress=render.bench_line)
+    render.bench_table(measures)
+    if as_json is not None:
+        import json
+
+        as_json.write_text(json.dumps([m.row() for m in measures], indent=2) + "\n")
+
+
+def _choices(flag: str, text: str, valid: list[str]) -> list[str]:
+    """The comma-separated names of ``text``, each one of ``valid``; an unknown one names the flag."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in valid]
+    if unknown or not names:
+        raise ScenarioError((flag, f"unknown {', '.join(unknown) or 'empty list'}; valid: {', '.join(valid)}"))
+    return names
 
 
 @main.command()

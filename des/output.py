@@ -37,6 +37,11 @@ class Staged:
     def __init__(self, folder: Path):
         self.folder = folder
         self.moves: list[tuple[Path, Path]] = []
+        self.stale: list[Path] = []  # files of an earlier run this one does not write, removed at commit
+
+    def drop(self, name: str) -> None:
+        """Remove ``name`` from the folder at commit, if it is there (it would describe another run)."""
+        self.stale.append(self.folder / name)
 
     def write(self, name: str, write) -> None:
         target = self.folder / name
@@ -57,6 +62,8 @@ class Staged:
                 os.replace(tmp, target)
             except OSError as exc:
                 raise OSError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from exc
+        for path in self.stale:
+            path.unlink(missing_ok=True)
         return [t for _, t in self.moves]
 
     def discard(self) -> None:
@@ -64,10 +71,24 @@ class Staged:
             tmp.unlink(missing_ok=True)
 
 
-def parquet_writer(frame):
-    """A writer of ``frame`` as Parquet (no pandas index; zstd)."""
+def parquet_writer(frame: Any, metadata: dict[str, str] | None = None) -> Any:
+    """A writer of ``frame`` as Parquet (no pandas index; zstd), with ``metadata`` in its schema."""
     table = pa.Table.from_pandas(frame, preserve_index=False)
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
     return lambda tmp: pq.write_table(table, tmp, compression="zstd")
+
+
+#: Most rows of a sampled steps.parquet (``des run --steps sampled``).
+SAMPLED_STEPS = 100_000
+
+
+def sampled(steps: Any) -> tuple[Any, dict[str, str]]:
+    """Every k-th step (k the smallest that keeps at most :data:`SAMPLED_STEPS` rows), and
+    the sampling in words for the file's metadata."""
+    every = max(1, -(-len(steps) // SAMPLED_STEPS))
+    note = {"des.steps": f"1 in {every} of {len(steps)} steps" if every > 1 else f"all {len(steps)} steps"}
+    return steps.iloc[::every], note
 
 
 def json_ready(summary: dict[str, Any]) -> dict[str, Any]:
@@ -97,17 +118,31 @@ def check_writable(out_dir: Path) -> None:
         raise OSError(f"{str(probe)!r} is not writable")
 
 
-def write_result(result: Result, out_dir: Path) -> list[Path]:
+def write_result(result: Result, out_dir: Path, steps: str = "all") -> list[Path]:
     """Write the files of ``result`` into ``out_dir`` (created if missing): requests, steps
-    and (for disaggregated serving) transfers tables, the summary and the scenario."""
+    and (for disaggregated serving) transfers tables, the summary and the scenario.
+
+    ``steps``: ``all`` rows of the steps table, a systematic sample (``sampled``: every
+    k-th step, at most :data:`SAMPLED_STEPS` rows, the sampling stated in the file's
+    metadata ``des.steps``), or ``none`` (no steps.parquet; one left by an earlier run
+    is removed). Returns the files written.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     staged = Staged(out_dir)
     scenario_text = yaml.safe_dump(result.scenario.resolved(), sort_keys=False)
     try:
         staged.write("requests.parquet", parquet_writer(result.requests))
-        staged.write("steps.parquet", parquet_writer(result.steps))
+        if steps == "all":
+            staged.write("steps.parquet", parquet_writer(result.steps))
+        elif steps == "sampled":
+            rows, note = sampled(result.steps)
+            staged.write("steps.parquet", parquet_writer(rows, note))
+        else:
+            staged.drop("steps.parquet")
         if result.transfers is not None:
             staged.write("transfers.parquet", parquet_writer(result.transfers))
+        else:
+            staged.drop("transfers.parquet")
         staged.write("summary.json", lambda tmp: tmp.write_text(json_text(result.summary)))
         staged.write("scenario.yaml", lambda tmp: tmp.write_text(scenario_text))
     except BaseException:

@@ -19,6 +19,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     import pandas as pd
 
+    from des.bench import Measure
     from des.costmodel import CostReport
     from des.metrics import Result
     from des.scenario import Scenario
@@ -115,18 +116,24 @@ def requests_line(s: dict[str, Any], rejected: dict[str, int]) -> str:
     )
 
 
-def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path) -> None:
+def hardware_line(sc: Scenario) -> str:
+    """GPUs, model, batching and cost model: ``2 x 1 x rtx4090`` colocated, or the pools."""
+    pools = sc.plan().pools
+    if len(pools) == 1:
+        gpus = f"{pools[0].instances} x {pools[0].tp} x {pools[0].gpu.name}"
+    else:
+        gpus = " + ".join(f"{p.instances} {p.role} x {p.tp} x {p.gpu.name}" for p in pools)
+    return f"{gpus}, {sc.model.name}, {sc.scheduler.kind} batching, {sc.cost_model.kind} cost"
+
+
+def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files: Sequence[str] = ()) -> None:
     from des.metrics.summary import rejections
 
     s = result.summary
     console = out()
     head = Table.grid(padding=(0, 2))
     head.add_row("scenario", f"{sc.name}  (seed {sc.seed})")
-    head.add_row(
-        "hardware",
-        f"{sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, "
-        f"{sc.scheduler.kind} batching, {sc.cost_model.kind} cost",
-    )
+    head.add_row("hardware", hardware_line(sc))
     head.add_row("workload", workload_line(sc))
     head.add_row("requests", requests_line(s, rejections(result.requests)))
     head.add_row(
@@ -163,10 +170,8 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path) -> Non
     for name in ("ttft", "tpot", "e2e", "queue_delay"):
         table.add_row(name, *(fmt(s[f"{name}_{c}"]) for c in LATENCY_COLUMNS))
     console.print(table)
-    console.print(
-        f"wrote {out_dir}/ (requests.parquet, steps.parquet, summary.json, scenario.yaml) in {wall:.2f} s",
-        highlight=False,
-    )
+    names = ", ".join(files) if files else "requests.parquet, steps.parquet, summary.json, scenario.yaml"
+    console.print(f"wrote {out_dir}/ ({names}) in {wall:.2f} s", highlight=False)
 
 
 # -- des sweep ---------------------------------------------------------------------------
@@ -301,6 +306,29 @@ def cost_report(rep: CostReport) -> None:
 
 def wrote(path: Path) -> None:
     out().print(f"wrote {path}", highlight=False)
+
+
+# -- des bench ----------------------------------------------------------------------------
+
+
+def bench_line(m: Measure) -> None:
+    """One line per measured case as it finishes (to stderr: the table goes to stdout)."""
+    ERR.print(f"  {m.case} ({m.engine}): {m.wall:.2f} s, {m.requests:,} requests", highlight=False)
+
+
+def bench_table(measures: Sequence[Measure]) -> None:
+    table = Table(title="des bench: whole process, median of the repeats", title_justify="left")
+    for col in ("case", "engine", "requests", "steps", "wall s", "requests/s", "steps/s", "peak MB", "speed-up"):
+        table.add_column(col, justify="left" if col in ("case", "engine") else "right")
+    fast = {m.case: m.wall for m in measures if m.engine == "fast"}
+    for m in measures:
+        r = m.row()
+        speedup = f"{m.wall / fast[m.case]:.1f}x" if m.engine == "reference" and m.case in fast else ""
+        table.add_row(
+            m.case, m.engine, f"{m.requests:,}", f"{m.steps:,}", f"{m.wall:.2f}", f"{r['requests_per_s']:,.0f}",
+            f"{r['steps_per_s']:,.0f}", f"{r['peak_mb']:,.0f}", speedup,
+        )  # fmt: skip
+    out().print(table)
 
 
 # -- progress bars -----------------------------------------------------------------------
