@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,5 +23,5 @@ def ledger(cluster: Any) -> pd.DataFrame:
     from des.metrics import requests_table
 
     table = requests_table(cluster.ledger)
-    table["generated"] = np.frombuffer(cluster.ledger.columns["generated"], dtype=np.int64)
+    table["generated"] = cluster.ledger.arrays()["generated"]
     return table

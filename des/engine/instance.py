@@ -143,7 +143,7 @@ class Instance:
                 duration = cost.step_time(step.shape)
                 kv_used, waiting = kv.used, sched.num_waiting()
                 end = t + duration
-                if end < limit and not kv.num_reserving:
+                if end < limit and not kv.waiters:
                     released = sched.finish_step(step, end)
                     record(self, t, duration, step, kv_used, waiting)
                     t = end

@@ -64,7 +64,7 @@ class BlockManager:
     without caching, they do nothing and ``release`` is a count.
     """
 
-    __slots__ = ("env", "num_blocks", "block_size", "free", "_waiters")
+    __slots__ = ("env", "num_blocks", "block_size", "free", "waiters")
 
     #: Whether blocks keep their content for reuse (prefix caching).
     caching = False
@@ -74,7 +74,7 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.free = num_blocks
-        self._waiters: deque[tuple[Request, int, simpy.Event]] = deque()
+        self.waiters: deque[tuple[Request, int, simpy.Event]] = deque()  # reservations not yet served
 
     @property
     def used(self) -> int:
@@ -131,17 +131,17 @@ class BlockManager:
         if self.env is None:
             raise RuntimeError("this block manager has no environment to wait in")
         event = self.env.event()
-        self._waiters.append((req, tokens, event))
+        self.waiters.append((req, tokens, event))
         return event
 
     @property
     def num_reserving(self) -> int:
         """Reservations not yet served."""
-        return len(self._waiters)
+        return len(self.waiters)
 
     def serve(self) -> None:
         """Hold blocks for the waiting reservations, in order, while they fit."""
-        waiters = self._waiters
+        waiters = self.waiters
         while waiters:
             req, tokens, event = waiters[0]
             hit, blocks, evictable = self.lookup(req, tokens)

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import math
 from array import array
+from itertools import repeat
 from typing import Any
+
+import numpy as np
 
 from des.engine.request import COMPLETED, REJECTED, UNFINISHED, Request
 
@@ -44,7 +47,12 @@ LEDGER_COLUMNS = {
     "prefix_group": "q",
     "generated": "q",
 }
+DTYPES = {"d": np.float64, "q": np.int64, "b": np.int8}
 _PLAIN = tuple(name for name in LEDGER_COLUMNS if name not in ("status", "reason"))
+
+
+#: Rows added at a time (blank until written).
+CHUNK = 4096
 
 
 class RequestLog:
@@ -53,17 +61,24 @@ class RequestLog:
     def __init__(self) -> None:
         self.columns: dict[str, array[Any]] = {name: array(code) for name, code in LEDGER_COLUMNS.items()}
         self.live: dict[int, Request] = {}  # arrived and not yet written
+        self.rows = 0
         self._blank = tuple(math.nan if code == "d" else 0 for code in LEDGER_COLUMNS.values())
         self._plain = tuple((self.columns[name], name) for name in _PLAIN)
 
     def __len__(self) -> int:
-        return len(self.columns["arrival_time"])
+        return self.rows
 
     def add(self, req: Request) -> None:
         """A request arrives (its id must be the next row); its row is written when it leaves."""
-        for col, blank in zip(self.columns.values(), self._blank, strict=True):
-            col.append(blank)
+        if self.rows == len(self.columns["arrival_time"]):
+            for col, blank in zip(self.columns.values(), self._blank, strict=True):
+                col.extend(repeat(blank, CHUNK))
+        self.rows += 1
         self.live[req.id] = req
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The columns as numpy arrays of the rows added (views, no copy)."""
+        return {name: np.frombuffer(col, dtype=DTYPES[col.typecode])[: self.rows] for name, col in self.columns.items()}
 
     def write(self, req: Request) -> None:
         """Write the row of a request that has left the system (or is still in flight at the end)."""

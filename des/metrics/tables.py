@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from des.engine.ledger import REASONS, STATUSES, RequestLog
+from des.engine.ledger import DTYPES, REASONS, STATUSES, RequestLog
 from des.engine.link import TRANSFER_COLUMNS, TransferLog
 from des.engine.schedulers.base import ROLES
 from des.engine.steplog import STEP_COLUMNS, StepLog
@@ -47,7 +47,7 @@ def requests_table(ledger: RequestLog) -> pd.DataFrame:
     ``queue_delay = scheduled - arrival``, ``tpot = (finish - first_token) / (output - 1)``
     (NaN for one-token outputs). The columns view the ledger's arrays (no copy).
     """
-    c = {name: _view(col) for name, col in ledger.columns.items()}
+    c = ledger.arrays()
     arrival, scheduled, first, finish = c["arrival_time"], c["scheduled_time"], c["first_token_time"], c["finish_time"]
     output = c["output_tokens"]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -75,10 +75,7 @@ def requests_table(ledger: RequestLog) -> pd.DataFrame:
 
 def _view(col: array[Any]) -> np.ndarray:
     """A numpy view of a typed array (no copy)."""
-    return np.frombuffer(col, dtype=_DTYPES[col.typecode]) if len(col) else np.zeros(0, _DTYPES[col.typecode])
-
-
-_DTYPES = {"d": np.float64, "q": np.int64, "b": np.int8}
+    return np.frombuffer(col, dtype=DTYPES[col.typecode]) if len(col) else np.zeros(0, DTYPES[col.typecode])
 
 
 def transfers_table(log: TransferLog) -> pd.DataFrame:

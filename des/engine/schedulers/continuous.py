@@ -138,6 +138,7 @@ class ContinuousScheduler:
         self.crossing = [0] * self.block_size  # decoders by (base - computed at base) mod block size
         self.finishing: dict[int, list[Request]] = {}  # tau -> decoders finishing when it is reached
         self.shared: list[dict[Request, None]] = [{} for _ in range(self.block_size)]  # cached content, by residue
+        self.sharing = 0  # running requests whose content others may share
 
     # -- protocol -------------------------------------------------------------------
     def rejection(self, req: Request) -> str | None:
@@ -217,6 +218,8 @@ class ContinuousScheduler:
         req.phase = 0
         req.owner = None
         del self.running[req]
+        if req.segments is not None:
+            self.sharing -= 1
 
     def _preempt_newest(self) -> Request:
         req = next(reversed(self.running))
@@ -263,7 +266,7 @@ class ContinuousScheduler:
                 budget = self._admit(self.ready, now, budget, batch)
             if self.waiting and budget > 0:
                 budget = self._admit(self.waiting, now, budget, batch)
-        if kv.num_reserving and not self.waiting:
+        if kv.waiters and not self.waiting:
             kv.serve()  # what is left goes to the links' reservations
         tokens = self.max_tokens - budget
         if tokens == 0:
@@ -371,6 +374,8 @@ class ContinuousScheduler:
             if req.scheduled_time != req.scheduled_time:  # NaN: first time scheduled
                 req.scheduled_time = now
             self.running[req] = None
+            if req.segments is not None:
+                self.sharing += 1
             req.owner = self
             req.admitted = self.admissions
             self.admissions += 1
@@ -401,7 +406,7 @@ class ContinuousScheduler:
         for req in batch.starved:  # they did not move: from now on a step behind the others
             self._stop_decoding(req)
             self._start_decoding(req)
-        if kv.caching:
+        if self.sharing and kv.caching:
             self._commit(batch, tau)
         done = []
         bucket = self.finishing.pop(tau, None)
