@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+#: The columns every trace table has (arrival time in the file's unit, then token counts).
 COLUMNS = ("arrival_time", "prompt_tokens", "output_tokens")
 #: Largest token count accepted from a file (far beyond any context window).
 MAX_TOKENS = 1_000_000_000
@@ -28,9 +29,14 @@ def first_line(exc: BaseException) -> str:
 
 
 def show(value) -> str:
-    """A value read from a file, as the user wrote it (not a numpy repr)."""
+    """A value read from a file, as the user wrote it (not a numpy repr): a whole number that
+    pandas read as a float (its column has blanks) without its ``.0``, a blank as ``(blank)``."""
     if hasattr(value, "item"):
         value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "(blank)"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return repr(int(value))
     return repr(value)
 
 
@@ -42,16 +48,38 @@ def existing_file(path: Path) -> None:
         raise ValueError(f"cannot read {str(path)!r}: not a file")
 
 
-def positive_ints(raw: pd.Series, where: str) -> np.ndarray:
-    """``raw`` as int64 token counts; ValueError at the first value that is not a positive
-    integer up to :data:`MAX_TOKENS`, placed by ``where`` (its ``{row}`` counts from 1)."""
-    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
-    bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values)) | (values > MAX_TOKENS)
+def numbers(raw: pd.Series) -> np.ndarray:
+    """``raw`` as floats, NaN where a value is not a number (blanks, text, and booleans,
+    which pandas would otherwise read as 1 and 0)."""
+    if raw.dtype == bool:
+        return np.full(len(raw), np.nan)
+    if raw.dtype == object:
+        raw = raw.map(lambda v: None if isinstance(v, bool) else v)
+    return pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+
+
+def positive_ints(raw: pd.Series, where: str, minimum: int = 1) -> np.ndarray:
+    """``raw`` as int64 token counts; ValueError at the first value that is not an integer
+    from ``minimum`` (1: positive) up to :data:`MAX_TOKENS`, placed by ``where`` (its
+    ``{row}`` counts from 1)."""
+    values = numbers(raw)
+    bad = ~np.isfinite(values) | (values < minimum) | (values != np.round(values)) | (values > MAX_TOKENS)
     if bad.any():
         i = int(np.argmax(bad))
-        what = f"is not a positive integer up to {MAX_TOKENS:,}"
-        raise ValueError(f"{where.format(row=i + 1)} {show(raw.iloc[i])} {what}")
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"{where.format(row=i + 1)} {show(raw.iloc[i])} is not {kind} up to {MAX_TOKENS:,}")
     return values.astype(np.int64)
+
+
+def times_from(raw: pd.Series, where: str, unit: str = "seconds") -> np.ndarray:
+    """``raw`` as float times >= 0 (in the file's ``unit``); ValueError at the first that is
+    not one, placed by ``where`` (its ``{row}`` counts from 1)."""
+    values = numbers(raw)
+    bad = ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{where.format(row=i + 1)} {show(raw.iloc[i])} is not a time >= 0 ({unit})")
+    return values
 
 
 def read_trace(path: Path) -> pd.DataFrame:
@@ -72,13 +100,7 @@ def read_trace(path: Path) -> pd.DataFrame:
         )
     if len(frame) == 0:
         raise ValueError(f"{str(path)!r} has no rows")
-    raw = frame["arrival_time"]
-    times = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
-    bad = ~np.isfinite(times) | (times < 0)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(f"{str(path)!r} row {i + 1}: arrival_time {show(raw.iloc[i])} is not a time >= 0 (seconds)")
-    out = {"arrival_time": times}
+    out = {"arrival_time": times_from(frame["arrival_time"], f"{str(path)!r} row {{row}}: arrival_time")}
     for col in COLUMNS[1:]:
         out[col] = positive_ints(frame[col], f"{str(path)!r} row {{row}}: {col}")
     return pd.DataFrame(out).sort_values("arrival_time", kind="stable", ignore_index=True)
