@@ -69,10 +69,16 @@ def workload_line(sc: Scenario) -> str:
         if a.offset
         else "times as recorded"
     )
-    scale = "".join(f", {k} {v:g}" for k, v in (("time_scale", a.time_scale), ("rate_scale", a.rate_scale)) if v != 1.0)
+    fmt = a.trace_format
+    unit = f", times in {fmt.unit}" if a.time_scale is None and fmt.unit_seconds != 1.0 else ""
+    scales = (("time_scale", a.time_scale), ("rate_scale", a.rate_scale))
+    scale = "".join(f", {k} {v:g}" for k, v in scales if v is not None and v != 1.0)
     rate = f"{st.rate:.3g} req/s" if st.rate is not None else "all at once"
     cv = f", gap cv {st.cv:.2f}" if st.cv is not None else ""
-    return f"trace {a.path.name} ({moved}{scale}): {st.requests:,} requests over {st.span:,.1f} s, {rate}{cv}"
+    return (
+        f"trace {a.path.name} ({fmt.name}{unit}; {moved}{scale}): "
+        f"{st.requests:,} requests over {st.span:,.1f} s, {rate}{cv}"
+    )
 
 
 def _fields(config: Any) -> dict[str, Any]:

@@ -341,6 +341,8 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
                 f"workload.{key}: the lengths sampled have mean {mean:.2f}, not {stated:g}, "
                 f"because they are truncated to [{dist.min or 1}, {dist.max or 'inf'}]"
             )
+    if isinstance(w.arrival, Trace):
+        notes += [f"workload.arrival: {note}" for note in w.arrival.notes]
     return notes
 
 

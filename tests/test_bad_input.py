@@ -675,6 +675,61 @@ def test_trace_values_are_echoed_as_written(tmp_path, content, value):
     assert "np." not in message, message
 
 
+# -- trace formats: a malformed file of each, and the replay's format options -----------------
+
+
+CHAT_HEADER = "arrival_time,prompt_tokens,output_tokens,conversation_id,prefix_group,prefix_tokens\n"
+
+
+PATH = "workload.arrival.path"
+FORMAT_TRACES = [
+    # (id, file name, arrival options, content, the field blamed, texts the message must hold)
+    # des's own table: the optional columns
+    ("chat-negative-conversation", "c.csv", {}, CHAT_HEADER + "0,10,2,,,\n1,10,2,-1,,\n", PATH,
+     ["row 2", "conversation_id -1 is not an integer >= 0"]),
+    ("chat-text-conversation", "c.csv", {}, CHAT_HEADER + "0,10,2,abc,,\n", PATH, ["conversation_id 'abc'"]),
+    ("chat-fractional-group", "c.csv", {}, CHAT_HEADER + "0,10,2,,1.5,4\n", PATH, ["prefix_group 1.5"]),
+    ("chat-prefix-without-group", "c.csv", {}, "arrival_time,prompt_tokens,output_tokens,prefix_tokens\n0,10,2,4\n",
+     PATH, ["prefix_tokens but no prefix_group"]),
+    ("chat-prefix-longer-than-prompt", "c.csv", {}, CHAT_HEADER + "0,10,2,,0,40\n", PATH,
+     ["row 1", "prefix_tokens 40 exceeds", "prompt_tokens 10"]),
+    ("chat-prefix-disagrees", "c.csv", {}, CHAT_HEADER + "0,100,2,,3,40\n1,100,2,,3,50\n", PATH,
+     ["row 2", "prefix_tokens 50 differs from 40 on row 1", "prefix_group 3"]),
+    ("chat-prefix-without-its-group", "c.csv", {}, CHAT_HEADER + "0,100,2,,,40\n", PATH,
+     ["row 1", "prefix_tokens 40 on a row without a prefix_group"]),
+    ("chat-zero-prefix", "c.csv", {}, CHAT_HEADER + "0,100,2,,3,0\n", PATH, ["prefix_tokens 0", "positive"]),
+    ("chat-blank-prefix-in-a-group", "c.csv", {}, CHAT_HEADER + "0,100,2,,3,\n", PATH,
+     ["row 1", "prefix_tokens (blank) is not a positive integer"]),
+    ("csv-hash-ids", "c.csv", {}, TRACE_HEADER.strip() + ",hash_ids\n0,10,2,1\n", PATH, ["hash_ids", "JSONL"]),
+    ("jsonl-hash-ids-and-conversation", "c.jsonl", {},
+     '{"arrival_time": 0, "prompt_tokens": 10, "output_tokens": 2, "hash_ids": [1], "conversation_id": 1}\n', PATH,
+     ["hash_ids and conversation_id", "cannot be combined"]),
+    ("jsonl-hash-ids-text", "c.jsonl", {},
+     '{"arrival_time": 0, "prompt_tokens": 10, "output_tokens": 2, "hash_ids": "1,2"}\n', PATH,
+     ["hash_ids is \"1,2\"", "not a list"]),
+    # the replay's fields
+    ("unknown-format", "t.csv", {"format": "parquet"}, TRACE_HEADER + "0,1,5\n", "workload.arrival.format",
+     ["'parquet'", "valid: csv, jsonl"]),
+    ("zero-hash-block", "t.jsonl", {"hash_block_tokens": 0},
+     '{"arrival_time": 0, "prompt_tokens": 1, "output_tokens": 2}\n', "workload.arrival.hash_block_tokens", ["0"]),
+    ("zero-time-scale", "t.csv", {"time_scale": 0}, TRACE_HEADER + "0,1,5\n", "workload.arrival.time_scale", ["0"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "filename", "options", "content", "field", "echo"), FORMAT_TRACES, ids=[c[0] for c in FORMAT_TRACES]
+)
+def test_bad_trace_of_each_format(tmp_path, name, filename, options, content, field, echo):
+    path = write(tmp_path / filename, content)
+    got_path, message = one_problem(trace_scenario(path, **options))
+    assert got_path == field, message
+    if field == PATH:
+        assert str(path) in message
+    for text in echo:
+        assert text in message, f"{text!r} missing from {message!r}"
+    assert "np." not in message and "Traceback" not in message, message
+
+
 # -- empirical length files -------------------------------------------------------------
 
 
@@ -759,6 +814,22 @@ def _trace_scenario_file(work: Path) -> Path:
     )
 
 
+def _format_trace_file(filename: str, content: str, fmt: str | None = None) -> Callable[[Path], list[str]]:
+    """The args of ``des run`` on a scenario replaying a trace file of ``content``."""
+
+    def args(work: Path) -> list[str]:
+        trace = write(work / filename, content)
+        extra = f", format: {fmt}" if fmt else ""
+        scenario = _yaml_in(
+            work,
+            f"workload:\n  arrival: {{process: trace, path: {trace}{extra}}}\n"
+            "cost_model: {kind: constant, step_time: 1.0}\n",
+        )
+        return [str(scenario)]
+
+    return args
+
+
 def _ragged_empirical_override(work: Path) -> str:
     lengths = write(work / "l.txt", "10\n20,30\n")
     return f"workload.prompt_tokens={{dist: empirical, path: {lengths}}}"
@@ -784,6 +855,16 @@ CLI_CASES = [
     CliCase("negative-seed", lambda w: [str(LESSON_STATIC), "--seed", "-1"], ["--seed"]),
     CliCase("malformed-yaml", lambda w: [str(_yaml_in(w, "name: x\nworkload: {arrival: [\n"))], ["scenario"]),
     CliCase("bad-trace", lambda w: [str(_trace_scenario_file(w))], ["workload.arrival.path"]),
+    CliCase(
+        "bad-chat-columns",
+        _format_trace_file("c.csv", CHAT_HEADER + "0,100,2,,3,40\n1,100,2,,3,50\n"),
+        ["workload.arrival.path"],
+    ),
+    CliCase(
+        "unknown-trace-format",
+        _format_trace_file("t.csv", TRACE_HEADER + "0,1,5\n", "parquet"),
+        ["workload.arrival.format"],
+    ),
     # Known library bugs at the time of writing (see the report): a traceback or a blank line.
     CliCase("non-utf8-scenario", lambda w: [str(write(w / "bin.yaml", b"\xff\xfe\x00name: x\n"))], ["scenario"]),
     CliCase("ragged-empirical", lambda w: ["--set", _ragged_empirical_override(w)], ["workload.prompt_tokens.path"]),

@@ -31,13 +31,16 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     PrivateAttr,
+    field_validator,
     model_validator,
 )
 
 from des.config import FilePath, Strict
-from des.registry import Registry, check_union, kind_of
+from des.registry import Registry, UnknownKind, check_union, kind_of
 from des.workload._buffer import Buffered
-from des.workload.trace import TraceStats, read_trace, trace_stats
+from des.workload.formats import TRACE_FORMATS, infer_format, read_trace
+from des.workload.formats.base import HASH_BLOCK_TOKENS, OptionError, ReadOptions, TraceFormat
+from des.workload.trace import TraceStats, trace_stats
 
 
 class Poisson(Strict):
@@ -177,32 +180,69 @@ class Closed(Strict):
 
 
 class Trace(Strict):
-    """Replay of a CSV or JSONL file with columns arrival_time, prompt_tokens, output_tokens.
+    """Replay of a recorded trace: its requests at their recorded times, with their lengths.
+
+    ``format`` says how to read ``path`` (:data:`des.workload.formats.TRACE_FORMATS`);
+    without it the file name decides: ``.csv`` -> csv, ``.jsonl``/``.ndjson`` -> jsonl,
+    anything else -> csv (:func:`~des.workload.formats.infer_format`).
 
     A request recorded at ``t`` arrives at ``(t - t0) * time_scale / rate_scale`` seconds,
     where ``t0`` is the trace's first arrival: logs hold epoch timestamps, and a replay
     starts at 0. ``absolute_times: true`` keeps the recorded times (``t0 = 0``).
 
-    - ``time_scale`` converts the file's unit to seconds (0.001 for milliseconds).
+    - ``time_scale`` converts the file's time unit to seconds. Unset, it is the format's
+      own unit (:attr:`unit_seconds`; seconds for des's own table). Set, it replaces it
+      (0.001 for a CSV of milliseconds).
     - ``rate_scale`` multiplies the load: 2 replays the same requests twice as fast
       (every gap halved), 0.5 half as fast. It is the parameter ``des capacity``
       searches on a trace: how much more of this traffic fits.
+    - ``hash_block_tokens``: how many prompt tokens each of a row's ``hash_ids`` covers
+      (512, Mooncake's block size).
+
+    :attr:`table` is the replay: the trace table of :mod:`des.workload.formats.base`
+    with ``arrival_time`` in simulated seconds; :attr:`notes` says what the reader
+    skipped on purpose.
     """
 
     process: Literal["trace"] = "trace"
     path: FilePath
-    time_scale: PositiveFloat = 1.0
+    format: str | None = None
+    time_scale: PositiveFloat | None = None
     rate_scale: PositiveFloat = 1.0
     absolute_times: bool = False
+    hash_block_tokens: PositiveInt = HASH_BLOCK_TOKENS
     _table: pd.DataFrame = PrivateAttr()
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                TRACE_FORMATS.get(v)
+            except UnknownKind as exc:
+                raise ValueError(str(exc)) from None
+        return v
 
     @model_validator(mode="after")
     def _read(self) -> Trace:
+        options = ReadOptions(hash_block_tokens=self.hash_block_tokens)
         try:
-            self._table = read_trace(self.path)
+            self._table = read_trace(self.path, self.format, options)
+        except OptionError as exc:
+            raise ValueError(f"{exc.field}: {exc}") from None
         except ValueError as exc:
             raise ValueError(f"path: {exc}") from None
         return self
+
+    @property
+    def trace_format(self) -> TraceFormat:
+        """The format the file is read in: ``format``, or the one its name implies."""
+        return TRACE_FORMATS.get(self.format or infer_format(self.path))
+
+    @property
+    def unit_seconds(self) -> float:
+        """Seconds per time unit of the file: ``time_scale``, else the format's unit."""
+        return self.time_scale if self.time_scale is not None else self.trace_format.unit_seconds
 
     @property
     def offset(self) -> float:
@@ -211,10 +251,25 @@ class Trace(Strict):
 
     @property
     def table(self) -> pd.DataFrame:
-        """The trace's rows sorted by arrival, with arrival times in simulated seconds."""
+        """The trace's rows sorted by arrival, with arrival times in simulated seconds.
+
+        Columns ``arrival_time``, ``prompt_tokens``, ``output_tokens`` and those of
+        ``conversation_id``, ``prefix_group``, ``prefix_tokens``, ``hash_ids`` the file has
+        (:mod:`des.workload.formats.base` gives their types and sentinels).
+        """
         t = self._table.copy()
-        t["arrival_time"] = (t["arrival_time"] - self.offset) * (self.time_scale / self.rate_scale)
+        since = t["arrival_time"] - self.offset
+        ticks = self.trace_format.ticks_per_second
+        if self.time_scale is None and ticks != 1:
+            t["arrival_time"] = since / (ticks * self.rate_scale)
+        else:
+            t["arrival_time"] = since * (self.unit_seconds / self.rate_scale)
         return t
+
+    @property
+    def notes(self) -> list[str]:
+        """What the reader skipped on purpose, one sentence each (empty when nothing)."""
+        return list(self._table.attrs.get("notes", []))
 
     def stats(self) -> TraceStats:
         """Requests, span, mean rate and burstiness (cv of the gaps) of the replayed arrivals."""

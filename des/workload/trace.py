@@ -1,10 +1,13 @@
-"""Reading request traces: CSV or JSONL with arrival_time, prompt_tokens, output_tokens.
+"""Request traces: the helpers every trace reader shares, and what a replay measures.
 
-Rows are sorted by arrival time (stably) and times are kept as recorded (any time
->= 0: seconds from a start, or epoch timestamps); :class:`des.workload.arrivals.Trace`
-moves the first arrival to ``t = 0`` and scales them. Every problem is reported as a
-``ValueError`` naming the file, the row and the value. :func:`trace_stats` measures a
-replay's rate and burstiness: the figures to fit a synthetic arrival process to.
+The readers of each trace format (des's own CSV and JSONL, Mooncake, Azure, BurstGPT,
+``vllm bench serve`` results) live in :mod:`des.workload.formats`; :func:`read_trace`
+reads a file in any of them. Rows come back sorted by arrival time (stably) with times
+as recorded (any time >= 0: seconds from a start, or epoch timestamps);
+:class:`des.workload.arrivals.Trace` moves the first arrival to ``t = 0`` and scales
+them. Every problem is reported as a one-line ``ValueError`` naming the file, the row
+and the value. :func:`trace_stats` measures a replay's rate and burstiness: the figures
+to fit a synthetic arrival process to.
 """
 
 from __future__ import annotations
@@ -82,28 +85,12 @@ def times_from(raw: pd.Series, where: str, unit: str = "seconds") -> np.ndarray:
     return values
 
 
-def read_trace(path: Path) -> pd.DataFrame:
-    """The trace at ``path`` as a DataFrame of the three columns, sorted by arrival."""
-    existing_file(path)
-    suffix = path.suffix.lower()
-    try:
-        if suffix in (".jsonl", ".ndjson", ".json"):
-            frame = pd.read_json(path, lines=suffix != ".json")
-        else:
-            frame = pd.read_csv(path, comment="#")
-    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise ValueError(f"cannot parse {str(path)!r}: {first_line(exc)}") from None
-    missing = [c for c in COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(
-            f"{str(path)!r} lacks column(s) {', '.join(missing)}; has: {', '.join(map(str, frame.columns)) or 'none'}"
-        )
-    if len(frame) == 0:
-        raise ValueError(f"{str(path)!r} has no rows")
-    out = {"arrival_time": times_from(frame["arrival_time"], f"{str(path)!r} row {{row}}: arrival_time")}
-    for col in COLUMNS[1:]:
-        out[col] = positive_ints(frame[col], f"{str(path)!r} row {{row}}: {col}")
-    return pd.DataFrame(out).sort_values("arrival_time", kind="stable", ignore_index=True)
+def read_trace(path: Path, format: str | None = None) -> pd.DataFrame:
+    """The trace at ``path`` in ``format`` (default: inferred from its name), sorted by
+    arrival: see :func:`des.workload.formats.read_trace`."""
+    from des.workload.formats import read_trace as read
+
+    return read(path, format)
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,78 @@
-"""Readers (and writers) of request logs measured on real servers, as per-request tables.
+"""Readers of what real servers and public datasets record: request traces and request logs.
+
+**Trace formats** (``workload.arrival: {process: trace, path, format}``): each module
+reads one format into the trace table of :mod:`des.workload.formats.base` and is
+registered in :data:`TRACE_FORMATS` under its name:
+
+- ``csv``, ``jsonl`` (:mod:`~des.workload.formats.table`): des's own table.
+
+Without a ``format``, :func:`infer_format` picks one from the file name: ``.csv`` ->
+csv, ``.jsonl``/``.ndjson`` -> jsonl, anything else -> csv.
+
+**Request logs** (``des compare``), one row per request with its measured latencies:
 
 - :mod:`des.workload.formats.vllm_bench`: the JSON of ``vllm bench serve --save-result
   --save-detailed`` (``benchmarks/benchmark_serving.py`` before it);
 - :mod:`des.workload.formats.request_log`: a CSV or JSONL of one row per request.
 
-Each reader returns a pandas DataFrame with one row per request (``arrival_time``,
+Each returns a pandas DataFrame with one row per request (``arrival_time``,
 ``prompt_tokens``, ``output_tokens``, ``ttft``, ``e2e``, ``tpot``, ``itl``, ``success``;
-seconds and tokens) and the file's run-level facts in ``frame.attrs["meta"]``; problems
-are one-line ``ValueError``s naming the file. ``des compare`` replays these rows; a trace
-format can reuse the same readers.
+seconds and tokens) and the file's run-level facts in ``frame.attrs["meta"]``.
+
+Problems are one-line ``ValueError``s naming the file (and the row and value).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pandas as pd
+
+from des.registry import Registry
+from des.workload.formats.base import MissingColumns, ReadOptions, TraceFormat
+from des.workload.formats.table import CSV, JSONL
+
 COLUMNS = ("arrival_time", "prompt_tokens", "output_tokens", "ttft", "e2e", "tpot", "itl", "success")
+
+TRACE_FORMATS: Registry[TraceFormat] = Registry("trace format")
+for _fmt in (CSV, JSONL):
+    TRACE_FORMATS.register(_fmt.name, _fmt)
+
+#: The format of a file whose name ends in none of the formats' suffixes.
+FALLBACK = "csv"
+
+
+def infer_format(path: Path) -> str:
+    """The format a trace file's name implies (see the module)."""
+    suffix = path.suffix.lower()
+    for name in TRACE_FORMATS:
+        if suffix in TRACE_FORMATS.get(name).suffixes:
+            return name
+    return FALLBACK
+
+
+def read_trace(path: Path, format: str | None = None, options: ReadOptions | None = None) -> pd.DataFrame:
+    """The trace at ``path`` read in ``format`` (default: :func:`infer_format`) as a trace table.
+
+    Raises :class:`~des.registry.UnknownKind` for an unknown format and ValueError for a
+    bad file; a file that lacks its format's columns but has another format's gets a hint.
+    """
+    name = format or infer_format(path)
+    fmt = TRACE_FORMATS.get(name)
+    try:
+        return fmt.read(path, options or ReadOptions())
+    except MissingColumns as exc:
+        like = [
+            other
+            for other in TRACE_FORMATS
+            if other != name and set(TRACE_FORMATS.get(other).signature) <= set(exc.present)
+        ]
+        if not like:
+            raise
+        how = " or ".join(f"format: {other}" for other in like)
+        inferred = f", not the {name} inferred from its name" if not format else ""
+        formats = " or ".join(like)
+        raise ValueError(f"{exc}; these are the columns of the {formats} format: set {how}{inferred}") from None
+
+
+__all__ = ["COLUMNS", "TRACE_FORMATS", "ReadOptions", "TraceFormat", "infer_format", "read_trace"]
