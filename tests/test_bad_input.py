@@ -678,12 +678,51 @@ def test_trace_values_are_echoed_as_written(tmp_path, content, value):
 # -- trace formats: a malformed file of each, and the replay's format options -----------------
 
 
+MOONCAKE = '{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1]}\n'
 CHAT_HEADER = "arrival_time,prompt_tokens,output_tokens,conversation_id,prefix_group,prefix_tokens\n"
 
 
 PATH = "workload.arrival.path"
 FORMAT_TRACES = [
     # (id, file name, arrival options, content, the field blamed, texts the message must hold)
+    # mooncake
+    ("mooncake-missing-column", "m.jsonl", {"format": "mooncake"}, '{"timestamp": 0, "input_length": 9}\n', PATH,
+     ["output_length", "has: timestamp, input_length"]),
+    ("mooncake-negative-time", "m.jsonl", {"format": "mooncake"},
+     MOONCAKE + '{"timestamp": -5, "input_length": 10, "output_length": 5}\n', PATH,
+     ["row 2", "timestamp", "-5", "milliseconds"]),
+    ("mooncake-text-length", "m.jsonl", {"format": "mooncake"},
+     '{"timestamp": 0, "input_length": "long", "output_length": 5}\n', PATH, ["input_length", "'long'"]),
+    ("mooncake-zero-output", "m.jsonl", {"format": "mooncake"},
+     '{"timestamp": 0, "input_length": 9, "output_length": 0}\n', PATH, ["output_length", "0", "positive"]),
+    ("mooncake-bool-length", "m.jsonl", {"format": "mooncake"},
+     '{"timestamp": 0, "input_length": true, "output_length": 5}\n', PATH, ["input_length", "True"]),
+    ("mooncake-hash-ids-not-a-list", "m.jsonl", {"format": "mooncake"},
+     '{"timestamp": 0, "input_length": 9, "output_length": 5, "hash_ids": 7}\n', PATH,
+     ["row 1", "hash_ids is 7", "not a list of integers"]),
+    ("mooncake-hash-id-text", "m.jsonl", {"format": "mooncake"},
+     '{"timestamp": 0, "input_length": 900, "output_length": 5, "hash_ids": [0, "a"]}\n', PATH,
+     ["hash_ids[1]", '"a"', "integer >= 0"]),
+    ("mooncake-hash-id-negative", "m.jsonl", {"format": "mooncake"},
+     '{"timestamp": 0, "input_length": 9, "output_length": 5, "hash_ids": [-1]}\n', PATH, ["hash_ids[0]", "-1"]),
+    ("mooncake-hash-id-fraction", "m.jsonl", {"format": "mooncake"},
+     '{"timestamp": 0, "input_length": 9, "output_length": 5, "hash_ids": [1.5]}\n', PATH, ["hash_ids[0]", "1.5"]),
+    ("mooncake-hash-id-bool", "m.jsonl", {"format": "mooncake"},
+     '{"timestamp": 0, "input_length": 9, "output_length": 5, "hash_ids": [true]}\n', PATH, ["hash_ids[0]", "true"]),
+    ("mooncake-too-many-hash-ids", "m.jsonl", {"format": "mooncake"},
+     '{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1, 2]}\n', PATH,
+     ["3 hash_ids for 1000 prompt tokens", "blocks of 512 tokens need 2", "hash_block_tokens"]),
+    ("mooncake-too-few-hash-ids", "m.jsonl", {"format": "mooncake"},
+     '{"timestamp": 0, "input_length": 2000, "output_length": 5, "hash_ids": [0, 1]}\n', PATH,
+     ["need 4 (or 3 without the partial last block)"]),
+    ("mooncake-empty", "m.jsonl", {"format": "mooncake"}, "", PATH, ["timestamp", "has: none"]),
+    ("mooncake-blank-lines", "m.jsonl", {"format": "mooncake"}, "\n\n", PATH, ["timestamp"]),
+    ("mooncake-not-json", "m.jsonl", {"format": "mooncake"}, MOONCAKE + "{timestamp: 3}\n", PATH,
+     ["line 2", "not valid JSON"]),
+    ("mooncake-array-line", "m.jsonl", {"format": "mooncake"}, MOONCAKE + "[1, 2]\n", PATH,
+     ["line 2", "list", "not a JSON object"]),
+    ("mooncake-read-as-jsonl", "m.jsonl", {}, MOONCAKE, PATH,
+     ["lacks column(s) arrival_time", "format: mooncake", "not the jsonl inferred from its name"]),
     # des's own table: the optional columns
     ("chat-negative-conversation", "c.csv", {}, CHAT_HEADER + "0,10,2,,,\n1,10,2,-1,,\n", PATH,
      ["row 2", "conversation_id -1 is not an integer >= 0"]),
@@ -709,10 +748,11 @@ FORMAT_TRACES = [
      ["hash_ids is \"1,2\"", "not a list"]),
     # the replay's fields
     ("unknown-format", "t.csv", {"format": "parquet"}, TRACE_HEADER + "0,1,5\n", "workload.arrival.format",
-     ["'parquet'", "valid: csv, jsonl"]),
-    ("zero-hash-block", "t.jsonl", {"hash_block_tokens": 0},
-     '{"arrival_time": 0, "prompt_tokens": 1, "output_tokens": 2}\n', "workload.arrival.hash_block_tokens", ["0"]),
-    ("zero-time-scale", "t.csv", {"time_scale": 0}, TRACE_HEADER + "0,1,5\n", "workload.arrival.time_scale", ["0"]),
+     ["'parquet'", "valid: csv, jsonl, mooncake"]),
+    ("zero-hash-block", "m.jsonl", {"format": "mooncake", "hash_block_tokens": 0}, MOONCAKE,
+     "workload.arrival.hash_block_tokens", ["0"]),
+    ("zero-time-scale", "m.jsonl", {"format": "mooncake", "time_scale": 0}, MOONCAKE, "workload.arrival.time_scale",
+     ["0"]),
 ]  # fmt: skip
 
 
@@ -856,10 +896,18 @@ CLI_CASES = [
     CliCase("malformed-yaml", lambda w: [str(_yaml_in(w, "name: x\nworkload: {arrival: [\n"))], ["scenario"]),
     CliCase("bad-trace", lambda w: [str(_trace_scenario_file(w))], ["workload.arrival.path"]),
     CliCase(
+        "bad-mooncake",
+        _format_trace_file(
+            "m.jsonl", '{"timestamp": 0, "input_length": 9, "output_length": 5, "hash_ids": 7}\n', "mooncake"
+        ),
+        ["workload.arrival.path"],
+    ),
+    CliCase(
         "bad-chat-columns",
         _format_trace_file("c.csv", CHAT_HEADER + "0,100,2,,3,40\n1,100,2,,3,50\n"),
         ["workload.arrival.path"],
     ),
+    CliCase("mooncake-read-as-jsonl", _format_trace_file("m.jsonl", MOONCAKE), ["workload.arrival.path"]),
     CliCase(
         "unknown-trace-format",
         _format_trace_file("t.csv", TRACE_HEADER + "0,1,5\n", "parquet"),

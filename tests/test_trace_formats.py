@@ -8,6 +8,7 @@ written out by hand. Malformed files of each format are in ``tests/test_bad_inpu
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from des.registry import UnknownKind
 from des.workload.arrivals import Trace
 from des.workload.formats import TRACE_FORMATS, infer_format, read_trace
 from des.workload.formats.base import NO_CONVERSATION, NO_PREFIX_GROUP, NO_PREFIX_TOKENS, OPTIONAL
-from tests.helpers import ROOT
+from tests.helpers import ROOT, des_cli
 
 TRACES = ROOT / "scenarios" / "traces"
 
@@ -50,10 +51,10 @@ def sorted_by_time(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]
 
 
 def test_every_format_is_registered_under_its_name():
-    assert TRACE_FORMATS.names() == ["csv", "jsonl"]
+    assert TRACE_FORMATS.names() == ["csv", "jsonl", "mooncake"]
     for name in TRACE_FORMATS:
         assert TRACE_FORMATS.get(name).name == name
-    with pytest.raises(UnknownKind, match="unknown trace format 'parquet'; valid: csv, jsonl"):
+    with pytest.raises(UnknownKind, match="unknown trace format 'parquet'; valid: csv, jsonl, mooncake"):
         TRACE_FORMATS.get("parquet")
 
 
@@ -81,16 +82,84 @@ def test_an_inferred_format_reads_the_file_and_an_explicit_one_overrides_it(tmp_
     odd = tmp_path / "t.log"  # any other name is read as CSV unless told
     odd.write_text(rows)
     assert replay(odd, format="jsonl").table["output_tokens"].tolist() == [4]
+    assert replay(TRACES / "mooncake-sample.jsonl", format="mooncake").trace_format.name == "mooncake"
 
 
 def test_read_trace_reads_each_sample_in_its_format():
-    for name, fmt in [("chat-sample.csv", None), ("card-8.csv", "csv")]:
+    for name, fmt in [
+        ("mooncake-sample.jsonl", "mooncake"),
+        ("chat-sample.csv", None),
+    ]:
         frame = read_trace(TRACES / name, fmt)
         assert list(frame.columns[:3]) == ["arrival_time", "prompt_tokens", "output_tokens"]
         assert set(frame.columns[3:]) <= set(OPTIONAL)
         assert frame["arrival_time"].is_monotonic_increasing, name
         assert frame["prompt_tokens"].dtype == np.int64 and frame["output_tokens"].dtype == np.int64
         assert (frame[["prompt_tokens", "output_tokens"]] >= 1).all().all(), name
+
+
+# -- mooncake --------------------------------------------------------------------------------
+
+
+def mooncake_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_mooncake_sample_reads_to_its_requests_in_seconds():
+    path = TRACES / "mooncake-sample.jsonl"
+    trace = replay(path, format="mooncake")
+    rows = sorted_by_time(mooncake_lines(path), "timestamp")
+    t = trace.table
+    assert list(t.columns) == ["arrival_time", "prompt_tokens", "output_tokens", "hash_ids"]
+    t0 = rows[0]["timestamp"]
+    # milliseconds to seconds by default (time_scale unset), exactly: 2999 ms is 2.999 s
+    assert t["arrival_time"].tolist() == [(r["timestamp"] - t0) / 1000 for r in rows]
+    assert t["arrival_time"].tolist()[:3] == [0.0, 0.0, 2.999]
+    assert t["prompt_tokens"].tolist() == [r["input_length"] for r in rows]
+    assert t["output_tokens"].tolist() == [r["output_length"] for r in rows]
+    assert t["hash_ids"].tolist() == [tuple(r["hash_ids"]) for r in rows]
+    assert all(type(h) is tuple for h in t["hash_ids"])
+    assert t["hash_ids"].iloc[0] == (0, 1, 2, 3, 4, 5)
+    assert trace.hash_block_tokens == 512 and trace.time_scale is None and trace.unit_seconds == 0.001
+    # the sample's follow-ups reuse an earlier prompt's blocks: the ids the lead turns into cache hits
+    firsts = {h[:3] for h in t["hash_ids"]}
+    assert len(firsts) < len(t)
+
+
+def test_mooncake_time_scale_replaces_the_unit_and_rate_scale_divides():
+    path = TRACES / "mooncake-sample.jsonl"
+    base = replay(path, format="mooncake").table["arrival_time"].to_numpy()
+    as_seconds = replay(path, format="mooncake", time_scale=1.0).table["arrival_time"].to_numpy()
+    np.testing.assert_allclose(as_seconds, base * 1000, rtol=1e-12)
+    doubled = replay(path, format="mooncake", rate_scale=2.0).table["arrival_time"].to_numpy()
+    np.testing.assert_allclose(doubled, base / 2, rtol=1e-15)
+
+
+def test_mooncake_ids_may_be_left_out_and_follow_the_block_size(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text(
+        '{"timestamp": 5, "input_length": 1024, "output_length": 2, "hash_ids": [7, 8]}\n'
+        '{"timestamp": 5, "input_length": 1025, "output_length": 2, "hash_ids": [7, 8, 9]}\n'
+        '{"timestamp": 6, "input_length": 1025, "output_length": 2, "hash_ids": [7, 8]}\n'
+        '{"timestamp": 4, "input_length": 10, "output_length": 1, "input_text": "ignored"}\n'
+    )
+    t = replay(path, format="mooncake").table
+    # sorted stably: the 4 ms row first, the two 5 ms rows in file order
+    assert t["arrival_time"].tolist() == [0.0, 0.001, 0.001, 0.002]
+    assert t["hash_ids"].tolist() == [(), (7, 8), (7, 8, 9), (7, 8)]
+    assert replay(path, format="mooncake", time_scale=1.0).table["arrival_time"].tolist() == [0.0, 1.0, 1.0, 2.0]
+    path.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 2, "hash_ids": [7, 8, 9, 10]}\n')
+    assert replay(path, format="mooncake", hash_block_tokens=256).hash_block_tokens == 256
+    with pytest.raises(des.ScenarioError, match="4 hash_ids for 1024 prompt tokens, but blocks of 128 tokens need 8"):
+        replay(path, format="mooncake", hash_block_tokens=128)
+    with pytest.raises(des.ScenarioError, match="blocks of 512 tokens need 2"):
+        replay(path, format="mooncake")
+
+
+def test_mooncake_without_hash_ids_has_no_hash_column(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\n')
+    assert list(replay(path, format="mooncake").table.columns) == ["arrival_time", "prompt_tokens", "output_tokens"]
 
 
 # -- des's own table: conversations, shared prefixes, block hashes ---------------------------------
@@ -163,6 +232,7 @@ def test_old_traces_keep_their_three_columns():
 
 
 SAMPLES = [
+    ("mooncake-sample.jsonl", "mooncake", 40),
     ("chat-sample.csv", None, 24),
 ]
 
@@ -182,3 +252,25 @@ def test_every_sample_simulates_and_round_trips_the_resolved_scenario(name, fmt,
     result = des.simulate(sc)
     assert result.summary["num_requests"] == n and result.summary["num_completed"] == n
     assert np.allclose(np.sort(result.requests["arrival_time"]), trace.table["arrival_time"])
+
+
+def test_des_run_says_a_mooncake_trace_is_in_milliseconds(tmp_path):
+    proc = des_cli(
+        "run",
+        "--set",
+        f"workload.arrival={{process: trace, path: {TRACES / 'mooncake-sample.jsonl'}, format: mooncake}}",
+        "--set",
+        "horizon.duration=null",
+        "--set",
+        "warmup=0",
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    from des.render import workload_line
+
+    sc = des.load_scenario(tmp_path / "out" / "scenario.yaml")
+    line = workload_line(sc)
+    assert line.startswith("trace mooncake-sample.jsonl (mooncake, times in milliseconds; times as recorded)"), line

@@ -182,17 +182,19 @@ class Closed(Strict):
 class Trace(Strict):
     """Replay of a recorded trace: its requests at their recorded times, with their lengths.
 
-    ``format`` says how to read ``path`` (:data:`des.workload.formats.TRACE_FORMATS`);
-    without it the file name decides: ``.csv`` -> csv, ``.jsonl``/``.ndjson`` -> jsonl,
-    anything else -> csv (:func:`~des.workload.formats.infer_format`).
+    ``format`` says how to read ``path``, one of :data:`des.workload.formats.TRACE_FORMATS`
+    (``csv``, ``jsonl``, ``mooncake``). Without
+    it the file name decides: ``.csv`` -> csv, ``.jsonl``/``.ndjson`` -> jsonl, anything
+    else -> csv (:func:`~des.workload.formats.infer_format`).
 
     A request recorded at ``t`` arrives at ``(t - t0) * time_scale / rate_scale`` seconds,
     where ``t0`` is the trace's first arrival: logs hold epoch timestamps, and a replay
     starts at 0. ``absolute_times: true`` keeps the recorded times (``t0 = 0``).
 
     - ``time_scale`` converts the file's time unit to seconds. Unset, it is the format's
-      own unit (:attr:`unit_seconds`; seconds for des's own table). Set, it replaces it
-      (0.001 for a CSV of milliseconds).
+      own unit (:attr:`unit_seconds`): 0.001 for ``mooncake``, whose timestamps are
+      milliseconds, 1 for every other format. Set, it replaces it (0.001 for a CSV of
+      milliseconds).
     - ``rate_scale`` multiplies the load: 2 replays the same requests twice as fast
       (every gap halved), 0.5 half as fast. It is the parameter ``des capacity``
       searches on a trace: how much more of this traffic fits.
