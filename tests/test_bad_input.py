@@ -679,6 +679,8 @@ def test_trace_values_are_echoed_as_written(tmp_path, content, value):
 
 
 MOONCAKE = '{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1]}\n'
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+AZURE = AZURE_HEADER + "2023-11-16 18:15:46.6805900,374,44\n"
 CHAT_HEADER = "arrival_time,prompt_tokens,output_tokens,conversation_id,prefix_group,prefix_tokens\n"
 
 
@@ -723,6 +725,22 @@ FORMAT_TRACES = [
      ["line 2", "list", "not a JSON object"]),
     ("mooncake-read-as-jsonl", "m.jsonl", {}, MOONCAKE, PATH,
      ["lacks column(s) arrival_time", "format: mooncake", "not the jsonl inferred from its name"]),
+    # azure
+    ("azure-missing-column", "a.csv", {"format": "azure"}, "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,3\n",
+     PATH, ["GeneratedTokens"]),
+    ("azure-bad-timestamp", "a.csv", {"format": "azure"}, AZURE + "yesterday,374,44\n", PATH,
+     ["row 2", "TIMESTAMP 'yesterday'", "2023-11-16 18:15:46.6805900"]),
+    ("azure-epoch-timestamp", "a.csv", {"format": "azure"}, AZURE_HEADER + "1700000000,374,44\n", PATH,
+     ["TIMESTAMP 1700000000", "not a date and time"]),
+    ("azure-blank-timestamp", "a.csv", {"format": "azure"}, AZURE + ",374,44\n", PATH,
+     ["row 2", "TIMESTAMP (blank) is not a date"]),
+    ("azure-zero-output", "a.csv", {"format": "azure"}, AZURE + "2023-11-16 18:15:47.1,374,0\n", PATH,
+     ["row 2", "GeneratedTokens 0"]),
+    ("azure-text-tokens", "a.csv", {"format": "azure"}, AZURE + "2023-11-16 18:15:47.1,many,3\n", PATH,
+     ["ContextTokens 'many'"]),
+    ("azure-empty", "a.csv", {"format": "azure"}, "", PATH, ["cannot parse"]),
+    ("azure-header-only", "a.csv", {"format": "azure"}, AZURE_HEADER, PATH, ["no rows"]),
+    ("azure-read-as-csv", "a.csv", {}, AZURE, PATH, ["format: azure", "not the csv inferred"]),
     # des's own table: the optional columns
     ("chat-negative-conversation", "c.csv", {}, CHAT_HEADER + "0,10,2,,,\n1,10,2,-1,,\n", PATH,
      ["row 2", "conversation_id -1 is not an integer >= 0"]),
@@ -748,7 +766,7 @@ FORMAT_TRACES = [
      ["hash_ids is \"1,2\"", "not a list"]),
     # the replay's fields
     ("unknown-format", "t.csv", {"format": "parquet"}, TRACE_HEADER + "0,1,5\n", "workload.arrival.format",
-     ["'parquet'", "valid: csv, jsonl, mooncake"]),
+     ["'parquet'", "valid: csv, jsonl, mooncake, azure"]),
     ("zero-hash-block", "m.jsonl", {"format": "mooncake", "hash_block_tokens": 0}, MOONCAKE,
      "workload.arrival.hash_block_tokens", ["0"]),
     ("zero-time-scale", "m.jsonl", {"format": "mooncake", "time_scale": 0}, MOONCAKE, "workload.arrival.time_scale",
@@ -902,6 +920,7 @@ CLI_CASES = [
         ),
         ["workload.arrival.path"],
     ),
+    CliCase("bad-azure", _format_trace_file("a.csv", AZURE + "yesterday,374,44\n", "azure"), ["workload.arrival.path"]),
     CliCase(
         "bad-chat-columns",
         _format_trace_file("c.csv", CHAT_HEADER + "0,100,2,,3,40\n1,100,2,,3,50\n"),

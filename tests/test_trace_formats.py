@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ def sorted_by_time(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]
 
 
 def test_every_format_is_registered_under_its_name():
-    assert TRACE_FORMATS.names() == ["csv", "jsonl", "mooncake"]
+    assert TRACE_FORMATS.names() == ["csv", "jsonl", "mooncake", "azure"]
     for name in TRACE_FORMATS:
         assert TRACE_FORMATS.get(name).name == name
     with pytest.raises(UnknownKind, match="unknown trace format 'parquet'; valid: csv, jsonl, mooncake"):
@@ -88,6 +89,7 @@ def test_an_inferred_format_reads_the_file_and_an_explicit_one_overrides_it(tmp_
 def test_read_trace_reads_each_sample_in_its_format():
     for name, fmt in [
         ("mooncake-sample.jsonl", "mooncake"),
+        ("azure-sample.csv", "azure"),
         ("chat-sample.csv", None),
     ]:
         frame = read_trace(TRACES / name, fmt)
@@ -162,6 +164,46 @@ def test_mooncake_without_hash_ids_has_no_hash_column(tmp_path):
     assert list(replay(path, format="mooncake").table.columns) == ["arrival_time", "prompt_tokens", "output_tokens"]
 
 
+# -- azure -----------------------------------------------------------------------------------
+
+
+def azure_seconds(stamp: str) -> Decimal:
+    """Seconds of the day of a 2023-release TIMESTAMP, exactly."""
+    _, clock = stamp.split(" ")
+    h, m, s = clock.split(":")
+    return Decimal(h) * 3600 + Decimal(m) * 60 + Decimal(s)
+
+
+def test_azure_sample_reads_to_its_requests():
+    path = TRACES / "azure-sample.csv"
+    trace = replay(path, format="azure")
+    rows = sorted_by_time([{**r, "t": azure_seconds(r["TIMESTAMP"])} for r in csv_rows(path)], "t")
+    t = trace.table
+    assert list(t.columns) == ["arrival_time", "prompt_tokens", "output_tokens"]
+    expected = [float(r["t"] - rows[0]["t"]) for r in rows]
+    np.testing.assert_allclose(t["arrival_time"], expected, rtol=0, atol=1e-9)
+    assert t["arrival_time"].iloc[1] == pytest.approx(0.0000896, abs=1e-9)  # .6806796 - .6805900
+    assert t["prompt_tokens"].tolist() == [int(r["ContextTokens"]) for r in rows]
+    assert t["output_tokens"].tolist() == [int(r["GeneratedTokens"]) for r in rows]
+    # the recorded clock is the time of day, in seconds since 00:00 UTC
+    kept = replay(path, format="azure", absolute_times=True).table["arrival_time"]
+    assert kept.iloc[0] == pytest.approx(18 * 3600 + 15 * 60 + 46.68059, abs=1e-9)
+
+
+def test_azure_2024_timestamps_with_offsets_and_without_fractions(tmp_path):
+    path = tmp_path / "code_1week.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2024-05-10 00:00:00.009930+00:00,2162,5\n"
+        "2024-05-10 00:00:01+00:00,2399,6\n"
+        "2024-05-10 02:00:00.5+02:00,76,15\n"  # 00:00:00.5 UTC
+        "2024-05-10 00:00:02,2376,1\n"  # no offset: UTC
+    )
+    t = replay(path, format="azure").table
+    np.testing.assert_allclose(t["arrival_time"], [0.0, 0.49007, 0.99007, 1.99007], rtol=0, atol=1e-9)
+    assert t["prompt_tokens"].tolist() == [2162, 76, 2399, 2376]
+
+
 # -- des's own table: conversations, shared prefixes, block hashes ---------------------------------
 
 
@@ -233,6 +275,7 @@ def test_old_traces_keep_their_three_columns():
 
 SAMPLES = [
     ("mooncake-sample.jsonl", "mooncake", 40),
+    ("azure-sample.csv", "azure", 40),
     ("chat-sample.csv", None, 24),
 ]
 

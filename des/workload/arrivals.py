@@ -183,7 +183,7 @@ class Trace(Strict):
     """Replay of a recorded trace: its requests at their recorded times, with their lengths.
 
     ``format`` says how to read ``path``, one of :data:`des.workload.formats.TRACE_FORMATS`
-    (``csv``, ``jsonl``, ``mooncake``). Without
+    (``csv``, ``jsonl``, ``mooncake``, ``azure``). Without
     it the file name decides: ``.csv`` -> csv, ``.jsonl``/``.ndjson`` -> jsonl, anything
     else -> csv (:func:`~des.workload.formats.infer_format`).
 

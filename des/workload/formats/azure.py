@@ -1,0 +1,73 @@
+"""Azure's LLM inference traces (format ``azure``): the CSVs of ``Azure/AzurePublicDataset``.
+
+Checked against ``AzureLLMInferenceDataset2023.md`` and ``AzureLLMInferenceDataset2024.md``
+(schema: ``TIMESTAMP`` "Invocation time", ``ContextTokens``, ``GeneratedTokens``), the
+released ``data/AzureLLMInferenceTrace_{code,conv}.csv`` (2023) and the 2024 notebook
+``analysis/AzureLLMInferenceDataset2024.ipynb``:
+
+- ``TIMESTAMP`` is a date and time: ``2023-11-16 18:15:46.6805900`` in the 2023 release
+  (seven fractional digits, no time zone) and ``2024-05-10 00:00:00.009930+00:00`` in the
+  2024 one (six digits or none, with the UTC offset). Both are read as ISO 8601 to the
+  nanosecond, a time without an offset as UTC, and become seconds since 00:00 UTC on the
+  day of the trace's first request (as BurstGPT counts): a replay moves the first
+  request to t = 0, and ``absolute_times: true`` keeps the time of day. (Seconds since
+  the Unix epoch would blur the sub-microsecond digits: a float near 1.7e9 resolves
+  0.24 µs; near 1e5 it resolves 1.5e-11 s.)
+- ``ContextTokens`` and ``GeneratedTokens``: prompt and output tokens (integers >= 1; the
+  2023 release has no zeros: shortest prompt 2, shortest output 6 tokens). A row with 0
+  of either is an error naming the row, not a skipped failure: the dataset does not
+  say what one would mean.
+
+Other columns are ignored. The rows are sorted by time (the released files already are).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from des.workload.formats.base import ReadOptions, TraceFormat, fail, load_csv, require, table, where
+from des.workload.trace import positive_ints, show
+
+REQUIRED = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
+NS_PER_DAY = 86_400 * 10**9
+
+
+def day_seconds(path: Path, raw: pd.Series) -> np.ndarray:
+    """``TIMESTAMP`` strings (UTC unless they state an offset) as seconds since 00:00 UTC on the
+    day of the earliest."""
+    text = raw.astype(str).where(raw.notna(), "")
+    stamps = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
+    bad = stamps.isna().to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise fail(
+            path,
+            f"row {i + 1}: TIMESTAMP {show(raw.iloc[i])} is not a date and time such as "
+            "'2023-11-16 18:15:46.6805900' (ISO 8601; UTC unless it has an offset)",
+        )
+    nanos = (stamps - EPOCH) // pd.Timedelta(nanoseconds=1)
+    ns = np.asarray(nanos, dtype=np.int64)
+    day = ns.min() - ns.min() % NS_PER_DAY
+    return (ns - day) / 1e9
+
+
+def read_azure(path: Path, options: ReadOptions) -> pd.DataFrame:
+    """An Azure LLM inference trace as a trace table (``arrival_time``: seconds since 00:00 UTC of its first day)."""
+    frame = load_csv(path)
+    require(path, frame, REQUIRED)
+    arrival = day_seconds(path, frame["TIMESTAMP"])
+    prompt = positive_ints(frame["ContextTokens"], where(path, "ContextTokens"))
+    output = positive_ints(frame["GeneratedTokens"], where(path, "GeneratedTokens"))
+    return table(arrival, prompt, output)
+
+
+AZURE = TraceFormat(
+    "azure",
+    read_azure,
+    "TIMESTAMP (date and time, e.g. 2023-11-16 18:15:46.6805900), ContextTokens, GeneratedTokens",
+    signature=REQUIRED,
+)
