@@ -73,10 +73,11 @@ def workload_line(sc: Scenario) -> str:
     unit = f", times in {fmt.unit}" if a.time_scale is None and fmt.unit_seconds != 1.0 else ""
     scales = (("time_scale", a.time_scale), ("rate_scale", a.rate_scale))
     scale = "".join(f", {k} {v:g}" for k, v in scales if v is not None and v != 1.0)
+    model = f", model {a.model}" if a.model is not None else ""
     rate = f"{st.rate:.3g} req/s" if st.rate is not None else "all at once"
     cv = f", gap cv {st.cv:.2f}" if st.cv is not None else ""
     return (
-        f"trace {a.path.name} ({fmt.name}{unit}; {moved}{scale}): "
+        f"trace {a.path.name} ({fmt.name}{unit}{model}; {moved}{scale}): "
         f"{st.requests:,} requests over {st.span:,.1f} s, {rate}{cv}"
     )
 

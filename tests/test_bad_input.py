@@ -681,6 +681,8 @@ def test_trace_values_are_echoed_as_written(tmp_path, content, value):
 MOONCAKE = '{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1]}\n'
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 AZURE = AZURE_HEADER + "2023-11-16 18:15:46.6805900,374,44\n"
+BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+BURSTGPT = BURSTGPT_HEADER + "5,ChatGPT,472,18,490,Conversation log\n"
 CHAT_HEADER = "arrival_time,prompt_tokens,output_tokens,conversation_id,prefix_group,prefix_tokens\n"
 
 
@@ -741,6 +743,22 @@ FORMAT_TRACES = [
     ("azure-empty", "a.csv", {"format": "azure"}, "", PATH, ["cannot parse"]),
     ("azure-header-only", "a.csv", {"format": "azure"}, AZURE_HEADER, PATH, ["no rows"]),
     ("azure-read-as-csv", "a.csv", {}, AZURE, PATH, ["format: azure", "not the csv inferred"]),
+    # burstgpt
+    ("burstgpt-missing-column", "b.csv", {"format": "burstgpt"}, "Timestamp,Model,Request tokens\n5,ChatGPT,3\n",
+     PATH, ["Response tokens"]),
+    ("burstgpt-negative-response", "b.csv", {"format": "burstgpt"}, BURSTGPT + "6,ChatGPT,10,-3,7,API log\n",
+     PATH, ["row 2", "Response tokens -3", "integer >= 0"]),
+    ("burstgpt-zero-request", "b.csv", {"format": "burstgpt"}, BURSTGPT + "6,ChatGPT,0,3,3,API log\n", PATH,
+     ["row 2", "Request tokens 0", "positive integer"]),
+    ("burstgpt-bad-time", "b.csv", {"format": "burstgpt"}, BURSTGPT + "noon,ChatGPT,10,3,13,API log\n", PATH,
+     ["Timestamp 'noon'", "seconds"]),
+    ("burstgpt-all-failed", "b.csv", {"format": "burstgpt"}, BURSTGPT_HEADER + "5,GPT-4,10,0,10,API log\n", PATH,
+     ["no request left", "Response tokens 0"]),
+    ("burstgpt-unknown-model", "b.csv", {"format": "burstgpt", "model": "gpt-5"}, BURSTGPT, "workload.arrival.model",
+     ["'gpt-5'", "its models: ChatGPT"]),
+    ("burstgpt-model-of-failed-rows-only", "b.csv", {"format": "burstgpt", "model": "GPT-4"},
+     BURSTGPT + "6,GPT-4,10,0,10,API log\n", PATH, ["no request left"]),
+    ("burstgpt-read-as-csv", "b.csv", {}, BURSTGPT, PATH, ["format: burstgpt"]),
     # des's own table: the optional columns
     ("chat-negative-conversation", "c.csv", {}, CHAT_HEADER + "0,10,2,,,\n1,10,2,-1,,\n", PATH,
      ["row 2", "conversation_id -1 is not an integer >= 0"]),
@@ -766,7 +784,9 @@ FORMAT_TRACES = [
      ["hash_ids is \"1,2\"", "not a list"]),
     # the replay's fields
     ("unknown-format", "t.csv", {"format": "parquet"}, TRACE_HEADER + "0,1,5\n", "workload.arrival.format",
-     ["'parquet'", "valid: csv, jsonl, mooncake, azure"]),
+     ["'parquet'", "valid: csv, jsonl, mooncake, azure, burstgpt"]),
+    ("model-without-a-model-column", "t.csv", {"model": "GPT-4"}, TRACE_HEADER + "0,1,5\n",
+     "workload.arrival.model", ["csv trace has no model column", "burstgpt"]),
     ("zero-hash-block", "m.jsonl", {"format": "mooncake", "hash_block_tokens": 0}, MOONCAKE,
      "workload.arrival.hash_block_tokens", ["0"]),
     ("zero-time-scale", "m.jsonl", {"format": "mooncake", "time_scale": 0}, MOONCAKE, "workload.arrival.time_scale",
@@ -921,6 +941,11 @@ CLI_CASES = [
         ["workload.arrival.path"],
     ),
     CliCase("bad-azure", _format_trace_file("a.csv", AZURE + "yesterday,374,44\n", "azure"), ["workload.arrival.path"]),
+    CliCase(
+        "bad-burstgpt",
+        _format_trace_file("b.csv", BURSTGPT_HEADER + "5,GPT-4,10,0,10,API log\n", "burstgpt"),
+        ["workload.arrival.path"],
+    ),
     CliCase(
         "bad-chat-columns",
         _format_trace_file("c.csv", CHAT_HEADER + "0,100,2,,3,40\n1,100,2,,3,50\n"),

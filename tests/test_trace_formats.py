@@ -52,7 +52,7 @@ def sorted_by_time(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]
 
 
 def test_every_format_is_registered_under_its_name():
-    assert TRACE_FORMATS.names() == ["csv", "jsonl", "mooncake", "azure"]
+    assert TRACE_FORMATS.names() == ["csv", "jsonl", "mooncake", "azure", "burstgpt"]
     for name in TRACE_FORMATS:
         assert TRACE_FORMATS.get(name).name == name
     with pytest.raises(UnknownKind, match="unknown trace format 'parquet'; valid: csv, jsonl, mooncake"):
@@ -90,6 +90,7 @@ def test_read_trace_reads_each_sample_in_its_format():
     for name, fmt in [
         ("mooncake-sample.jsonl", "mooncake"),
         ("azure-sample.csv", "azure"),
+        ("burstgpt-sample.csv", "burstgpt"),
         ("chat-sample.csv", None),
     ]:
         frame = read_trace(TRACES / name, fmt)
@@ -204,6 +205,42 @@ def test_azure_2024_timestamps_with_offsets_and_without_fractions(tmp_path):
     assert t["prompt_tokens"].tolist() == [2162, 76, 2399, 2376]
 
 
+# -- burstgpt --------------------------------------------------------------------------------
+
+
+def test_burstgpt_sample_skips_failed_requests_and_says_so():
+    path = TRACES / "burstgpt-sample.csv"
+    trace = replay(path, format="burstgpt")
+    rows = csv_rows(path)
+    ok = sorted_by_time([r for r in rows if int(r["Response tokens"]) > 0], "Timestamp")
+    failed = len(rows) - len(ok)
+    assert (len(rows), failed) == (40, 4)
+    t = trace.table
+    assert list(t.columns) == ["arrival_time", "prompt_tokens", "output_tokens"]
+    t0 = float(ok[0]["Timestamp"])
+    assert t["arrival_time"].tolist() == [float(r["Timestamp"]) - t0 for r in ok]
+    assert t["prompt_tokens"].tolist() == [int(r["Request tokens"]) for r in ok]
+    assert t["output_tokens"].tolist() == [int(r["Response tokens"]) for r in ok]
+    assert trace.notes == ["burstgpt-sample.csv: skipped 4 of 40 rows: Response tokens 0 (failed requests)"]
+    assert trace.offset == 5.0  # seconds from 00:00 of the first day, moved to t = 0
+
+
+@pytest.mark.parametrize("model", ["ChatGPT", "GPT-4"])
+def test_burstgpt_keeps_one_model_when_asked(model):
+    path = TRACES / "burstgpt-sample.csv"
+    trace = replay(path, format="burstgpt", model=model)
+    rows = [r for r in csv_rows(path) if r["Model"] == model]
+    ok = sorted_by_time([r for r in rows if int(r["Response tokens"]) > 0], "Timestamp")
+    assert 0 < len(ok) < 36
+    assert trace.table["prompt_tokens"].tolist() == [int(r["Request tokens"]) for r in ok]
+    failed = len(rows) - len(ok)
+    assert trace.notes == (
+        [f"burstgpt-sample.csv: skipped {failed} of {len(rows)} rows: Response tokens 0 (failed requests)"]
+        if failed
+        else []
+    )
+
+
 # -- des's own table: conversations, shared prefixes, block hashes ---------------------------------
 
 
@@ -276,6 +313,7 @@ def test_old_traces_keep_their_three_columns():
 SAMPLES = [
     ("mooncake-sample.jsonl", "mooncake", 40),
     ("azure-sample.csv", "azure", 40),
+    ("burstgpt-sample.csv", "burstgpt", 36),
     ("chat-sample.csv", None, 24),
 ]
 
@@ -295,6 +333,31 @@ def test_every_sample_simulates_and_round_trips_the_resolved_scenario(name, fmt,
     result = des.simulate(sc)
     assert result.summary["num_requests"] == n and result.summary["num_completed"] == n
     assert np.allclose(np.sort(result.requests["arrival_time"]), trace.table["arrival_time"])
+
+
+def test_des_run_names_the_format_and_warns_of_skipped_rows(tmp_path):
+    proc = des_cli(
+        "run",
+        "--set",
+        f"workload.arrival={{process: trace, path: {TRACES / 'burstgpt-sample.csv'}, format: burstgpt}}",
+        "--set",
+        "horizon.duration=null",
+        "--set",
+        "warmup=0",
+        "--out",
+        str(tmp_path / "out"),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    warned = " ".join(proc.stderr.split())  # rich wraps long lines at the terminal's width
+    assert warned == (
+        "warning: workload.arrival: burstgpt-sample.csv: skipped 4 of 40 rows: Response tokens 0 (failed requests)"
+    )
+    text = " ".join(proc.stdout.split())
+    assert "trace burstgpt-sample.csv (burstgpt; first arrival (recorded at 5) moved to t = 0" in text
+    assert "36 requests" in text
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["num_requests"] == 36
 
 
 def test_des_run_says_a_mooncake_trace_is_in_milliseconds(tmp_path):

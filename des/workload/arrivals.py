@@ -183,7 +183,7 @@ class Trace(Strict):
     """Replay of a recorded trace: its requests at their recorded times, with their lengths.
 
     ``format`` says how to read ``path``, one of :data:`des.workload.formats.TRACE_FORMATS`
-    (``csv``, ``jsonl``, ``mooncake``, ``azure``). Without
+    (``csv``, ``jsonl``, ``mooncake``, ``azure``, ``burstgpt``). Without
     it the file name decides: ``.csv`` -> csv, ``.jsonl``/``.ndjson`` -> jsonl, anything
     else -> csv (:func:`~des.workload.formats.infer_format`).
 
@@ -198,12 +198,13 @@ class Trace(Strict):
     - ``rate_scale`` multiplies the load: 2 replays the same requests twice as fast
       (every gap halved), 0.5 half as fast. It is the parameter ``des capacity``
       searches on a trace: how much more of this traffic fits.
+    - ``model`` keeps only the rows of one model (``burstgpt``: ``ChatGPT`` or ``GPT-4``).
     - ``hash_block_tokens``: how many prompt tokens each of a row's ``hash_ids`` covers
       (512, Mooncake's block size).
 
     :attr:`table` is the replay: the trace table of :mod:`des.workload.formats.base`
     with ``arrival_time`` in simulated seconds; :attr:`notes` says what the reader
-    skipped on purpose.
+    skipped on purpose (e.g. BurstGPT's failed requests).
     """
 
     process: Literal["trace"] = "trace"
@@ -212,6 +213,7 @@ class Trace(Strict):
     time_scale: PositiveFloat | None = None
     rate_scale: PositiveFloat = 1.0
     absolute_times: bool = False
+    model: str | None = None
     hash_block_tokens: PositiveInt = HASH_BLOCK_TOKENS
     _table: pd.DataFrame = PrivateAttr()
 
@@ -227,7 +229,11 @@ class Trace(Strict):
 
     @model_validator(mode="after")
     def _read(self) -> Trace:
-        options = ReadOptions(hash_block_tokens=self.hash_block_tokens)
+        fmt = self.trace_format
+        if self.model is not None and not fmt.has_model:
+            with_model = ", ".join(n for n in TRACE_FORMATS if TRACE_FORMATS.get(n).has_model)
+            raise ValueError(f"model: a {fmt.name} trace has no model column to filter on (only {with_model})")
+        options = ReadOptions(hash_block_tokens=self.hash_block_tokens, model=self.model)
         try:
             self._table = read_trace(self.path, self.format, options)
         except OptionError as exc:

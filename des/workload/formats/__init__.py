@@ -6,7 +6,8 @@ registered in :data:`TRACE_FORMATS` under its name:
 
 - ``csv``, ``jsonl`` (:mod:`~des.workload.formats.table`): des's own table;
 - ``mooncake`` (:mod:`~des.workload.formats.mooncake`): Mooncake's JSONL with block hashes;
-- ``azure`` (:mod:`~des.workload.formats.azure`): Azure's LLM inference trace CSVs.
+- ``azure`` (:mod:`~des.workload.formats.azure`): Azure's LLM inference trace CSVs;
+- ``burstgpt`` (:mod:`~des.workload.formats.burstgpt`): BurstGPT's CSVs.
 
 Without a ``format``, :func:`infer_format` picks one from the file name: ``.csv`` ->
 csv, ``.jsonl``/``.ndjson`` -> jsonl, anything else -> csv.
@@ -33,13 +34,14 @@ import pandas as pd
 from des.registry import Registry
 from des.workload.formats.azure import AZURE
 from des.workload.formats.base import MissingColumns, ReadOptions, TraceFormat
+from des.workload.formats.burstgpt import BURSTGPT
 from des.workload.formats.mooncake import MOONCAKE
 from des.workload.formats.table import CSV, JSONL
 
 COLUMNS = ("arrival_time", "prompt_tokens", "output_tokens", "ttft", "e2e", "tpot", "itl", "success")
 
 TRACE_FORMATS: Registry[TraceFormat] = Registry("trace format")
-for _fmt in (CSV, JSONL, MOONCAKE, AZURE):
+for _fmt in (CSV, JSONL, MOONCAKE, AZURE, BURSTGPT):
     TRACE_FORMATS.register(_fmt.name, _fmt)
 
 #: The format of a file whose name ends in none of the formats' suffixes.

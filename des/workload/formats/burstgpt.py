@@ -1,0 +1,78 @@
+"""BurstGPT's request traces (format ``burstgpt``): the CSVs of ``HPMLL/BurstGPT``.
+
+Checked against the repository's ``README.md`` (schema) and its replay code
+(``example/src/burstgpt/workload.py`` and its test): a header row
+``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``, then one row
+per request to ChatGPT or GPT-4 behind Azure:
+
+- ``Timestamp``: submission time, **seconds** from 0:00:00 on the trace's first day
+  (so a replay moves the first request to t = 0, as for any recorded clock);
+- ``Model``: ``ChatGPT`` or ``GPT-4``; ``model:`` on the replay keeps only that model's
+  rows (exact match);
+- ``Request tokens``, ``Response tokens``: prompt and output tokens.
+- ``Total tokens`` (their sum) and ``Log Type`` (``Conversation log`` or ``API log``) are
+  not read.
+
+**Failed requests.** BurstGPT keeps the requests that failed, with ``Response tokens``
+0 (``BurstGPT_1.csv`` "contains ... some failure that Response tokens are 0s"; the
+``_without_fails`` files leave them out). A failed request produced no output, so there
+is nothing to replay: such rows are skipped, and a note says how many (``des run``
+prints it as a warning). Every other value must be valid: ``Request tokens`` an integer
+>= 1, ``Response tokens`` an integer >= 0, ``Timestamp`` a number >= 0; a trace left
+with no rows is an error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from des.workload.formats.base import (
+    OptionError,
+    ReadOptions,
+    TraceFormat,
+    fail,
+    load_csv,
+    require,
+    skipped,
+    table,
+    where,
+)
+from des.workload.trace import positive_ints, times_from
+
+REQUIRED = ("Timestamp", "Request tokens", "Response tokens")
+
+
+def read_burstgpt(path: Path, options: ReadOptions) -> pd.DataFrame:
+    """A BurstGPT trace as a trace table, failed requests (0 response tokens) skipped."""
+    frame = load_csv(path)
+    require(path, frame, REQUIRED + (("Model",) if options.model is not None else ()))
+    arrival = times_from(frame["Timestamp"], where(path, "Timestamp"))
+    prompt = positive_ints(frame["Request tokens"], where(path, "Request tokens"))
+    output = positive_ints(frame["Response tokens"], where(path, "Response tokens"), minimum=0)
+    keep = np.ones(len(frame), dtype=bool)
+    if options.model is not None:
+        models = frame["Model"].astype(str).where(frame["Model"].notna(), "")
+        keep = np.array(models == options.model, dtype=bool)
+        if not keep.any():
+            present = sorted(set(models) - {""})
+            raise OptionError(
+                "model", f"no row of {str(path)!r} is of model {options.model!r}; its models: {', '.join(present)}"
+            )
+    failed = keep & (output == 0)
+    keep = keep & ~failed
+    if not keep.any():
+        raise fail(path, "has no request left to replay: every row has Response tokens 0 (a failed request)")
+    notes = skipped(path, int(failed.sum()), int(failed.sum() + keep.sum()), "Response tokens 0 (failed requests)")
+    return table(arrival[keep], prompt[keep], output[keep], notes=notes)
+
+
+BURSTGPT = TraceFormat(
+    "burstgpt",
+    read_burstgpt,
+    "Timestamp (s), Model, Request tokens, Response tokens (0: a failed request, skipped)",
+    signature=REQUIRED,
+    has_model=True,
+)
