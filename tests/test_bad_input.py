@@ -686,6 +686,27 @@ BURSTGPT = BURSTGPT_HEADER + "5,ChatGPT,472,18,490,Conversation log\n"
 CHAT_HEADER = "arrival_time,prompt_tokens,output_tokens,conversation_id,prefix_group,prefix_tokens\n"
 
 
+def bench(**change) -> str:
+    """A valid ``vllm bench serve --save-detailed`` result of two requests, with keys changed
+    (None removes one)."""
+    data = {
+        "request_rate": 2.0,
+        "input_lens": [10, 20],
+        "output_lens": [3, 2],
+        "ttfts": [0.1, 0.1],
+        "itls": [[0.02, 0.02], [0.02]],
+        "latencies": [0.14, 0.12],
+        "start_times": [100.0, 100.5],
+        "errors": ["", ""],
+    }
+    for key, value in change.items():
+        if value is None:
+            data.pop(key)
+        else:
+            data[key] = value
+    return json.dumps(data)
+
+
 PATH = "workload.arrival.path"
 FORMAT_TRACES = [
     # (id, file name, arrival options, content, the field blamed, texts the message must hold)
@@ -759,6 +780,21 @@ FORMAT_TRACES = [
     ("burstgpt-model-of-failed-rows-only", "b.csv", {"format": "burstgpt", "model": "GPT-4"},
      BURSTGPT + "6,GPT-4,10,0,10,API log\n", PATH, ["no request left"]),
     ("burstgpt-read-as-csv", "b.csv", {}, BURSTGPT, PATH, ["format: burstgpt"]),
+    # vllm-bench
+    ("bench-not-json", "r.json", {}, "{not json", PATH, ["not valid JSON"]),
+    ("bench-array", "r.json", {}, '[{"arrival_time": 0, "prompt_tokens": 1, "output_tokens": 2}]', PATH,
+     ["not from a JSON array", ".jsonl"]),
+    ("bench-no-input-lens", "r.json", {}, bench(input_lens=None), PATH, ["input_lens"]),
+    ("bench-lens-not-a-list", "r.json", {}, bench(input_lens=5), PATH, ["input_lens is not a list"]),
+    ("bench-lengths-differ", "r.json", {}, bench(output_lens=[3]), PATH, ["output_lens has 1 entries"]),
+    ("bench-negative-length", "r.json", {}, bench(input_lens=[-1, 20]), PATH, ["input_lens[0]", "-1"]),
+    ("bench-no-requests", "r.json", {}, bench(input_lens=[], output_lens=[], ttfts=[], itls=[], latencies=[],
+     start_times=[], errors=[]), PATH, ["no requests"]),
+    ("bench-all-failed", "r.json", {}, bench(errors=["boom", "boom"], output_lens=[0, 0]), PATH,
+     ["no successful request", "all 2 failed"]),
+    ("bench-no-arrivals", "r.json", {}, bench(start_times=None, request_rate=None), PATH,
+     ["neither start_times nor request_rate"]),
+    ("bench-empty-file", "r.json", {}, "", PATH, ["not valid JSON"]),
     # des's own table: the optional columns
     ("chat-negative-conversation", "c.csv", {}, CHAT_HEADER + "0,10,2,,,\n1,10,2,-1,,\n", PATH,
      ["row 2", "conversation_id -1 is not an integer >= 0"]),
@@ -784,7 +820,7 @@ FORMAT_TRACES = [
      ["hash_ids is \"1,2\"", "not a list"]),
     # the replay's fields
     ("unknown-format", "t.csv", {"format": "parquet"}, TRACE_HEADER + "0,1,5\n", "workload.arrival.format",
-     ["'parquet'", "valid: csv, jsonl, mooncake, azure, burstgpt"]),
+     ["'parquet'", "valid: csv, jsonl, mooncake, azure, burstgpt, vllm-bench"]),
     ("model-without-a-model-column", "t.csv", {"model": "GPT-4"}, TRACE_HEADER + "0,1,5\n",
      "workload.arrival.model", ["csv trace has no model column", "burstgpt"]),
     ("zero-hash-block", "m.jsonl", {"format": "mooncake", "hash_block_tokens": 0}, MOONCAKE,
@@ -946,6 +982,7 @@ CLI_CASES = [
         _format_trace_file("b.csv", BURSTGPT_HEADER + "5,GPT-4,10,0,10,API log\n", "burstgpt"),
         ["workload.arrival.path"],
     ),
+    CliCase("bad-vllm-bench", _format_trace_file("r.json", bench(output_lens=[3])), ["workload.arrival.path"]),
     CliCase(
         "bad-chat-columns",
         _format_trace_file("c.csv", CHAT_HEADER + "0,100,2,,3,40\n1,100,2,,3,50\n"),

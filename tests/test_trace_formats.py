@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import des
@@ -21,6 +22,7 @@ from des.registry import UnknownKind
 from des.workload.arrivals import Trace
 from des.workload.formats import TRACE_FORMATS, infer_format, read_trace
 from des.workload.formats.base import NO_CONVERSATION, NO_PREFIX_GROUP, NO_PREFIX_TOKENS, OPTIONAL
+from des.workload.formats.vllm_bench import write_vllm_bench
 from tests.helpers import ROOT, des_cli
 
 TRACES = ROOT / "scenarios" / "traces"
@@ -52,7 +54,7 @@ def sorted_by_time(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]
 
 
 def test_every_format_is_registered_under_its_name():
-    assert TRACE_FORMATS.names() == ["csv", "jsonl", "mooncake", "azure", "burstgpt"]
+    assert TRACE_FORMATS.names() == ["csv", "jsonl", "mooncake", "azure", "burstgpt", "vllm-bench"]
     for name in TRACE_FORMATS:
         assert TRACE_FORMATS.get(name).name == name
     with pytest.raises(UnknownKind, match="unknown trace format 'parquet'; valid: csv, jsonl, mooncake"):
@@ -66,6 +68,7 @@ def test_every_format_is_registered_under_its_name():
         ("T.CSV", "csv"),
         ("t.jsonl", "jsonl"),
         ("t.ndjson", "jsonl"),
+        ("bench.json", "vllm-bench"),
         ("t.txt", "csv"),
         ("trace", "csv"),
         ("t.tar.jsonl", "jsonl"),
@@ -91,6 +94,7 @@ def test_read_trace_reads_each_sample_in_its_format():
         ("mooncake-sample.jsonl", "mooncake"),
         ("azure-sample.csv", "azure"),
         ("burstgpt-sample.csv", "burstgpt"),
+        ("vllm-bench-sample.json", None),
         ("chat-sample.csv", None),
     ]:
         frame = read_trace(TRACES / name, fmt)
@@ -241,6 +245,55 @@ def test_burstgpt_keeps_one_model_when_asked(model):
     )
 
 
+# -- vllm-bench ------------------------------------------------------------------------------
+
+
+def test_vllm_bench_sample_replays_its_successful_requests_at_their_send_times():
+    path = TRACES / "vllm-bench-sample.json"
+    trace = replay(path)  # .json: vllm-bench
+    data = json.loads(path.read_text())
+    ok = [i for i, e in enumerate(data["errors"]) if not e]
+    assert len(ok) == 28 and len(data["errors"]) == 30
+    t = trace.table
+    assert list(t.columns) == ["arrival_time", "prompt_tokens", "output_tokens"]
+    starts = data["start_times"]
+    first = min(starts[i] for i in ok)
+    np.testing.assert_allclose(t["arrival_time"], [starts[i] - first for i in ok], rtol=0, atol=1e-12)
+    assert t["prompt_tokens"].tolist() == [data["input_lens"][i] for i in ok]
+    assert t["output_tokens"].tolist() == [data["output_lens"][i] for i in ok]
+    assert trace.notes == ["vllm-bench-sample.json: skipped 2 of 30 rows: failed requests (an error, or no output)"]
+
+
+def test_vllm_bench_without_start_times_draws_them_the_same_way_every_time(tmp_path):
+    data = json.loads((TRACES / "vllm-bench-sample.json").read_text())
+    del data["start_times"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    a, b = replay(path), replay(path)
+    assert a.table.equals(b.table)
+    assert len(a.table) == 28 and a.table["arrival_time"].is_monotonic_increasing
+    assert any("drawn from request_rate 4.0" in note for note in a.notes), a.notes
+
+
+def test_vllm_bench_round_trips_a_written_result(tmp_path):
+    frame = pd.DataFrame(
+        {
+            "arrival_time": [0.0, 0.5, 0.25],
+            "prompt_tokens": [10, 20, 30],
+            "output_tokens": [3, 2, 1],
+            "ttft": [0.1, 0.1, 0.1],
+            "e2e": [0.3, 0.2, 0.1],
+            "itl": [[0.1, 0.1], [0.1], []],
+            "success": [True, True, True],
+        }
+    )
+    path = tmp_path / "r.json"
+    write_vllm_bench(frame, path)
+    t = replay(path).table
+    assert t["arrival_time"].tolist() == [0.0, 0.25, 0.5]
+    assert t["prompt_tokens"].tolist() == [10, 30, 20] and t["output_tokens"].tolist() == [3, 1, 2]
+
+
 # -- des's own table: conversations, shared prefixes, block hashes ---------------------------------
 
 
@@ -314,6 +367,7 @@ SAMPLES = [
     ("mooncake-sample.jsonl", "mooncake", 40),
     ("azure-sample.csv", "azure", 40),
     ("burstgpt-sample.csv", "burstgpt", 36),
+    ("vllm-bench-sample.json", None, 28),
     ("chat-sample.csv", None, 24),
 ]
 

@@ -183,9 +183,9 @@ class Trace(Strict):
     """Replay of a recorded trace: its requests at their recorded times, with their lengths.
 
     ``format`` says how to read ``path``, one of :data:`des.workload.formats.TRACE_FORMATS`
-    (``csv``, ``jsonl``, ``mooncake``, ``azure``, ``burstgpt``). Without
-    it the file name decides: ``.csv`` -> csv, ``.jsonl``/``.ndjson`` -> jsonl, anything
-    else -> csv (:func:`~des.workload.formats.infer_format`).
+    (``csv``, ``jsonl``, ``mooncake``, ``azure``, ``burstgpt``, ``vllm-bench``). Without
+    it the file name decides: ``.csv`` -> csv, ``.jsonl``/``.ndjson`` -> jsonl, ``.json``
+    -> vllm-bench, anything else -> csv (:func:`~des.workload.formats.infer_format`).
 
     A request recorded at ``t`` arrives at ``(t - t0) * time_scale / rate_scale`` seconds,
     where ``t0`` is the trace's first arrival: logs hold epoch timestamps, and a replay

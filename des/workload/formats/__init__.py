@@ -7,10 +7,12 @@ registered in :data:`TRACE_FORMATS` under its name:
 - ``csv``, ``jsonl`` (:mod:`~des.workload.formats.table`): des's own table;
 - ``mooncake`` (:mod:`~des.workload.formats.mooncake`): Mooncake's JSONL with block hashes;
 - ``azure`` (:mod:`~des.workload.formats.azure`): Azure's LLM inference trace CSVs;
-- ``burstgpt`` (:mod:`~des.workload.formats.burstgpt`): BurstGPT's CSVs.
+- ``burstgpt`` (:mod:`~des.workload.formats.burstgpt`): BurstGPT's CSVs;
+- ``vllm-bench`` (:mod:`~des.workload.formats.vllm_bench_trace`): a ``vllm bench serve``
+  result.
 
 Without a ``format``, :func:`infer_format` picks one from the file name: ``.csv`` ->
-csv, ``.jsonl``/``.ndjson`` -> jsonl, anything else -> csv.
+csv, ``.jsonl``/``.ndjson`` -> jsonl, ``.json`` -> vllm-bench, anything else -> csv.
 
 **Request logs** (``des compare``), one row per request with its measured latencies:
 
@@ -20,7 +22,8 @@ csv, ``.jsonl``/``.ndjson`` -> jsonl, anything else -> csv.
 
 Each returns a pandas DataFrame with one row per request (``arrival_time``,
 ``prompt_tokens``, ``output_tokens``, ``ttft``, ``e2e``, ``tpot``, ``itl``, ``success``;
-seconds and tokens) and the file's run-level facts in ``frame.attrs["meta"]``.
+seconds and tokens) and the file's run-level facts in ``frame.attrs["meta"]``; the
+``vllm-bench`` trace format reuses the first.
 
 Problems are one-line ``ValueError``s naming the file (and the row and value).
 """
@@ -37,11 +40,12 @@ from des.workload.formats.base import MissingColumns, ReadOptions, TraceFormat
 from des.workload.formats.burstgpt import BURSTGPT
 from des.workload.formats.mooncake import MOONCAKE
 from des.workload.formats.table import CSV, JSONL
+from des.workload.formats.vllm_bench_trace import VLLM_BENCH
 
 COLUMNS = ("arrival_time", "prompt_tokens", "output_tokens", "ttft", "e2e", "tpot", "itl", "success")
 
 TRACE_FORMATS: Registry[TraceFormat] = Registry("trace format")
-for _fmt in (CSV, JSONL, MOONCAKE, AZURE, BURSTGPT):
+for _fmt in (CSV, JSONL, MOONCAKE, AZURE, BURSTGPT, VLLM_BENCH):
     TRACE_FORMATS.register(_fmt.name, _fmt)
 
 #: The format of a file whose name ends in none of the formats' suffixes.
