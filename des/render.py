@@ -100,6 +100,14 @@ def utilisation_line(s: dict[str, Any]) -> str:
     )
 
 
+def prefix_cache_line(s: dict[str, Any]) -> str:
+    """How much prompt the prefix cache saved (see :mod:`des.metrics.cache`)."""
+    return (
+        f"hit {_pct(s['prefix_cache_hit_rate'])} of prompt tokens: {s['prompt_tokens_computed']:,} computed "
+        f"of {s['prompt_tokens_requested']:,} requested"
+    )
+
+
 def stability_line(s: dict[str, Any]) -> str:
     """The stability verdict and every flag behind it."""
     parts = [
@@ -155,6 +163,8 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
     )
     if s.get("roofline_share") is not None:
         head.add_row("utilisation", utilisation_line(s))
+    if s.get("prefix_cache_hit_tokens"):
+        head.add_row("prefix cache", prefix_cache_line(s))
     for role in ("prefill", "decode"):
         if s.get(f"{role}_busy_fraction") is not None:
             head.add_row(

@@ -73,6 +73,15 @@ class Workload(Strict):
             for key in ("prompt_tokens", "output_tokens"):
                 if getattr(self, key) is None:
                     raise ValueError(f"{key}: required (a length distribution) unless the arrivals replay a trace")
+        if isinstance(self.arrival, Trace):
+            columns = self.arrival.table.columns
+            if self.shared_prefix is not None and "prefix_group" not in columns:
+                raise ValueError("shared_prefix: a trace takes prefixes from its prefix_group column, and it has none")
+            if "prefix_group" in columns and "prefix_tokens" not in columns and self.shared_prefix is None:
+                raise ValueError(
+                    "shared_prefix: required, the trace's prefix_group rows have no prefix_tokens "
+                    "(give {tokens: N} for their prefix length)"
+                )
         if self.conversations is not None and isinstance(self.arrival, Closed | Trace):
             raise ValueError(
                 "conversations: need an open arrival process (poisson, gamma, onoff, mmpp) to start them; "

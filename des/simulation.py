@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 from des.workload.arrivals import Closed, Trace
 from des.workload.conversations import conversation
 from des.workload.lengths import LengthStream
+from des.workload.shared_prefix import SharedPrefix
 from des.workload.source import Budget, Make, Submit, closed_user, open_loop, open_sessions, trace_replay
-from des.workload.spec import ContentIds, RequestSpec
+from des.workload.spec import ContentIds, RequestSpec, Segment
 
 #: Named random streams, spawned in this order from the run's seed. New streams go at
 #: the end, so the existing ones keep their draws.
@@ -62,7 +63,8 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     submit = cluster.submit
     if isinstance(arrival, Trace):
         t = arrival.table
-        replay = trace_replay(env, t["arrival_time"].tolist(), trace_requests(t, ids), submit, duration, budget)
+        specs = trace_requests(t, ids, arrival.hash_block_tokens, w.shared_prefix)
+        replay = trace_replay(env, t["arrival_time"].tolist(), specs, submit, duration, budget)
         return env, cluster, [env.process(replay)]
     assert w.prompt_tokens is not None and w.output_tokens is not None  # required unless replaying a trace
     prompt = LengthStream(w.prompt_tokens, rng["prompt_tokens"])
@@ -86,10 +88,75 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     return env, cluster, procs
 
 
-def trace_requests(table: Any, ids: ContentIds) -> list[RequestSpec]:
-    """The requests of a trace's rows (lengths as recorded)."""
+def trace_requests(
+    table: Any, ids: ContentIds, block_tokens: int, shared_prefix: SharedPrefix | None = None
+) -> list[RequestSpec]:
+    """The requests of a trace's rows: lengths as recorded, content as the trace states it.
+
+    - ``hash_ids`` (Mooncake): each id names ``block_tokens`` tokens of the prompt (the
+      last block may be partial); tokens beyond the ids are the request's own.
+    - ``prefix_group``: the prompt opens with the group's prefix of ``prefix_tokens``
+      tokens (the row's, else ``shared_prefix.tokens``; at most the prompt).
+    - ``conversation_id``: a chat's rows are its turns in arrival order; a turn's prompt
+      begins with the turn before's prompt and answer, then new tokens. A recorded
+      prompt shorter than that history (a client that cut the context) shares the head
+      of the history that fits.
+    Rows stating nothing are content of their own.
+    """
+    n = len(table)
     prompts, outputs = table["prompt_tokens"].tolist(), table["output_tokens"].tolist()
-    return [RequestSpec(p, o) for p, o in zip(prompts, outputs, strict=True)]
+    hashes = table["hash_ids"].tolist() if "hash_ids" in table else [()] * n
+    groups = table["prefix_group"].tolist() if "prefix_group" in table else [-1] * n
+    prefix = table["prefix_tokens"].tolist() if "prefix_tokens" in table else [0] * n
+    chats = table["conversation_id"].tolist() if "conversation_id" in table else [-1] * n
+    default_prefix = shared_prefix.tokens if shared_prefix is not None else 0
+    last: dict[int, RequestSpec] = {}
+    specs = []
+    for p, o, h, g, pt, c in zip(prompts, outputs, hashes, groups, prefix, chats, strict=True):
+        spec = RequestSpec(p, o)
+        if h:
+            segs = [(ids.named(("hash", b)), block_tokens) for b in h]
+            covered = block_tokens * len(h)
+            if covered > p:
+                segs[-1] = (segs[-1][0], p - block_tokens * (len(h) - 1))
+            elif covered < p:
+                segs.append((ids.new(), p - covered))
+            spec.segments = tuple(segs)
+        elif g >= 0:
+            t = min(pt or default_prefix, p)
+            own = ((ids.new(), p - t),) if p > t else ()
+            spec.segments, spec.prefix_group = ((ids.named(("prefix", g)), t), *own), g
+        if c >= 0:
+            before = last.get(c)
+            if before is None:
+                spec.segments = spec.segments or ((ids.new(), p),)
+                spec.turn = 1
+            else:
+                assert before.segments is not None and before.answer_id is not None
+                history = (*before.segments, (before.answer_id, before.output_tokens))
+                spec.segments = _head(history, p) + (
+                    ((ids.new(), p - _length(history)),) if p > _length(history) else ()
+                )
+                spec.turn, spec.prefix_group = before.turn + 1, before.prefix_group
+            spec.conversation_id, spec.answer_id = c, ids.new()
+            last[c] = spec
+        specs.append(spec)
+    return specs
+
+
+def _length(segments: tuple[Segment, ...]) -> int:
+    return sum(n for _, n in segments)
+
+
+def _head(segments: tuple[Segment, ...], tokens: int) -> tuple[Segment, ...]:
+    """The segments of the first ``tokens`` tokens (the last one cut short if need be)."""
+    out: list[Segment] = []
+    for cid, n in segments:
+        if tokens <= 0:
+            break
+        out.append((cid, min(n, tokens)))
+        tokens -= n
+    return tuple(out)
 
 
 def new_requests(
