@@ -12,7 +12,6 @@ command) starts without loading what a given use does not need.
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
     from des.simulation import simulate
 
 __all__ = ["load_scenario", "simulate", "Scenario", "Result", "ScenarioError"]
-__version__ = version("des")
 
 _HOME = {
     "load_scenario": "des.scenario",
@@ -34,6 +32,10 @@ _HOME = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # importlib.metadata takes ~50 ms to import: only when asked
+        from importlib.metadata import version
+
+        return version("des")
     if name in _HOME:
         value = getattr(import_module(_HOME[name]), name)
         globals()[name] = value

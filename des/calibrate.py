@@ -49,6 +49,7 @@ from scipy.optimize import least_squares
 from des.catalog.calibration import CalibrationFile, GroupFit
 from des.catalog.efficiency import Efficiency
 from des.catalog.specs import GPUSpec, ModelSpec
+from des.config import load_yaml
 from des.cost.roofline import (
     KERNELS_PER_LAYER,
     KERNELS_PER_STEP,
@@ -182,7 +183,7 @@ def read_profile(path: Path) -> Profile:
     meta_path = path / "meta.yaml"
     if meta_path.exists():
         try:
-            loaded = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
+            loaded = load_yaml(meta_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise _problem(f"{str(meta_path)!r}: cannot read it ({str(exc).splitlines()[0]})") from None
         if loaded is not None and not isinstance(loaded, dict):

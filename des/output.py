@@ -12,13 +12,12 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import yaml
 
-from des.metrics import Result
+if TYPE_CHECKING:
+    from des.metrics import Result
 
 
 def _umask() -> int:
@@ -73,6 +72,9 @@ class Staged:
 
 def parquet_writer(frame: Any, metadata: dict[str, str] | None = None) -> Any:
     """A writer of ``frame`` as Parquet (no pandas index; zstd), with ``metadata`` in its schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     table = pa.Table.from_pandas(frame, preserve_index=False)
     if metadata:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import des
+from des.scenario import scenario_warnings
+from des.workload import lengths
 from des.workload.arrivals import MMPP, Gamma, OnOff, Poisson
 from des.workload.lengths import Empirical, Fixed, Geometric, LogNormal, Uniform
 
@@ -97,6 +99,85 @@ def test_truncation_conditions_instead_of_clipping():
     expected_share = p * (1 - p) ** 9 / (1 - (1 - p) ** 10)
     share = (x == 10).mean()
     assert abs(share - expected_share) <= 4 * math.sqrt(expected_share * (1 - expected_share) / N)
+
+
+@pytest.mark.parametrize(
+    "dist",
+    [
+        LogNormal(mean=512, sigma=1.0),
+        LogNormal(mean=512, sigma=1.0, min=100, max=40_000),
+        Geometric(mean=300, min=5),
+        Geometric(mean=300, min=5, max=9_000),
+    ],
+    ids=repr,
+)
+def test_moments_past_the_table_add_the_tail_in_closed_form(dist, monkeypatch):
+    """With the table cut at 2,000 lengths the closed-form tail gives the full table's moments."""
+    full = dist.moments()
+    monkeypatch.setattr(lengths, "TABLE_POINTS", 2_000)
+    assert dist._top() - (dist.min or 1) >= 2_000  # the tail path is taken
+    cut = dist.moments()
+    # a lognormal tail stands in X for round(X): 0.5 token per length past 2,000 tokens
+    assert cut == pytest.approx(full, rel=1e-6 if isinstance(dist, Geometric) else 1e-4)
+
+
+def test_empirical_moments_past_the_table(tmp_path, monkeypatch):
+    path = tmp_path / "lengths.txt"
+    values = np.random.default_rng(3).integers(1, 50_000, size=500)
+    path.write_text("\n".join(map(str, values)))
+    dist = Empirical(path=path, max=40_000)
+    monkeypatch.setattr(lengths, "TABLE_POINTS", 2_000)
+    kept = values[values <= 40_000]
+    assert dist.moments() == pytest.approx((kept.mean(), kept.var()), rel=1e-12)
+
+
+def test_a_heavy_tail_costs_no_memory():
+    """sigma 2.5 puts the 1e-15 quantile near 2e9 tokens: a table that far would need ~50 GB."""
+    dist = LogNormal(mean=100, sigma=2.5)
+    assert dist._top() > 1e9
+    mean, var = dist.moments()
+    # the continuous law conditioned on rounding to >= 1 (19 % of it rounds to 0)
+    p0, p1, p2 = (dist._partial(k, 0.5, math.inf) for k in (0, 1, 2))
+    assert abs(mean - p1 / p0) <= 0.5  # tokens of rounding
+    assert var == pytest.approx(p2 / p0 - (p1 / p0) ** 2, rel=1e-3)
+
+
+def scenario_with(**lengths):
+    workload = {
+        "arrival": {"process": "poisson", "rate": 1},
+        "prompt_tokens": {"dist": "fixed", "value": 512},
+        "output_tokens": {"dist": "fixed", "value": 128},
+    }
+    return des.load_scenario({"name": "t", "horizon": {"duration": 10}, "workload": {**workload, **lengths}})
+
+
+def test_a_truncation_that_moves_the_mean_is_warned_about():
+    sc = scenario_with(prompt_tokens={"dist": "lognormal", "mean": 512, "sigma": 1, "max": 600})
+    (note,) = scenario_warnings(sc)
+    mean, _ = sc.workload.prompt_tokens.moments()
+    assert note.startswith(f"workload.prompt_tokens: the lengths sampled have mean {mean:.2f}, not 512")
+    assert mean < 0.9 * 512
+
+
+@pytest.mark.parametrize("mean", [2, 100, 1000])
+@pytest.mark.parametrize("sigma", [0.1, 1.0, 2.5])
+@pytest.mark.parametrize("bounds", [{}, {"min": 50, "max": 3000}])
+def test_the_cheap_mean_bounds_hold_the_exact_mean(mean, sigma, bounds):
+    """What lets ``scenario_warnings`` skip the exact moments when the bounds are within 1 %."""
+    dist = LogNormal(mean=mean, sigma=sigma, **bounds)
+    low, high = dist.mean_bounds()
+    exact, _ = dist.moments()
+    assert low <= exact <= high == pytest.approx(low + 1)
+    warned = scenario_warnings(
+        scenario_with(prompt_tokens={"dist": "lognormal", "mean": mean, "sigma": sigma, **bounds})
+    )
+    assert bool(warned) == (abs(exact - mean) > 0.01 * mean)
+
+
+def test_a_small_untruncated_mean_moved_by_rounding_is_still_checked():
+    sc = scenario_with(output_tokens={"dist": "lognormal", "mean": 2, "sigma": 1.5})
+    (note,) = scenario_warnings(sc)
+    assert note.startswith("workload.output_tokens: the lengths sampled have mean")
 
 
 def gaps(process, n=N, seed=0):

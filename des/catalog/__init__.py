@@ -11,11 +11,10 @@ from functools import cache
 from importlib import resources
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import ValidationError
 
 from des.catalog.specs import Efficiency, GPUSpec, ModelSpec
-from des.config import Strict
+from des.config import Strict, load_yaml
 from des.dotted import merge
 from des.errors import ScenarioError
 
@@ -27,7 +26,7 @@ __all__ = ["Efficiency", "GPUSpec", "ModelSpec", "gpu", "model", "gpu_names", "m
 @cache
 def _table(kind: str) -> dict[str, dict[str, Any]]:
     text = resources.files("des.catalog").joinpath(f"data/{kind}.yaml").read_text()
-    return yaml.safe_load(text)
+    return load_yaml(text)
 
 
 def gpu_names() -> list[str]:

@@ -16,7 +16,7 @@ import yaml
 from pydantic import Field, NonNegativeFloat, PositiveInt, ValidationError
 
 from des.catalog.efficiency import Efficiency
-from des.config import Strict
+from des.config import Strict, load_yaml
 
 
 class GroupFit(Strict):
@@ -61,7 +61,7 @@ def read_calibration(path: Path) -> CalibrationFile:
     except UnicodeDecodeError:
         raise ValueError(f"{where} is not UTF-8 text") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

@@ -21,10 +21,9 @@ Closed and trace processes are described here too; their SimPy processes live in
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
-import pandas as pd
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -41,6 +40,9 @@ from des.workload._buffer import Buffered
 from des.workload.formats import TRACE_FORMATS, infer_format, read_trace
 from des.workload.formats.base import HASH_BLOCK_TOKENS, OptionError, ReadOptions, TraceFormat
 from des.workload.trace import TraceStats, trace_stats
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Poisson(Strict):

@@ -31,12 +31,15 @@ from pydantic import (
     PrivateAttr,
     model_validator,
 )
-from scipy import special
 
 from des.config import FilePath, Strict
 from des.registry import Registry, check_union, kind_of
 from des.workload._buffer import Buffered
 from des.workload.trace import existing_file, first_line, positive_ints
+
+#: Lengths a pmf table spans at most (8 MB an array): :meth:`LengthDist.moments` adds the
+#: support beyond in closed form, so a heavy tail (lognormal sigma 2.5) costs no memory.
+TABLE_POINTS = 2**20
 
 
 class LengthDist(Strict):
@@ -51,9 +54,13 @@ class LengthDist(Strict):
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"max: min ({self.min}) is greater than max ({self.max})")
         lo, hi = self._bounds()
-        if self._cdf(np.array([hi]))[0] - self._cdf(np.array([lo - 1]))[0] <= 0:
+        if self._mass(lo, hi) <= 0:
             raise ValueError(f"min/max [{lo}, {hi}] leave no probability mass")
         return self
+
+    def _mass(self, lo: int, hi: float) -> float:
+        """P(lo <= N <= hi) as the check of the bounds sees it."""
+        return float(self._cdf(np.array([hi]))[0] - self._cdf(np.array([lo - 1]))[0])
 
     # -- the law, untruncated, on n >= 1 (subclasses) ------------------------------
     def _prepare(self) -> None:
@@ -91,21 +98,48 @@ class LengthDist(Strict):
         # U == a has probability ~0 but maps to lo - 1 under floating point: guard it.
         return np.clip(n, lo, hi if math.isfinite(hi) else None).astype(np.int64)
 
-    def pmf_table(self) -> tuple[np.ndarray, np.ndarray]:
-        """Support and probabilities of the truncated law (up to a 1e-17 tail)."""
+    def _top(self) -> int:
+        """The largest length the pmf table needs: ``max``, or where the untruncated tail is < 1e-15."""
         lo, hi = self._bounds()
-        top = int(min(hi, max(self._upper(), lo)))
+        return int(min(hi, max(self._upper(), lo)))
+
+    def _masses(self, lo: int, top: int) -> tuple[np.ndarray, np.ndarray]:
+        """The lengths ``lo..top`` and their probabilities under the untruncated law."""
         n = np.arange(lo - 1, top + 1)
         cdf, sf = self._cdf(n), self._sf(n)
         # differences of the CDF below the median and of the survival function above it
-        p = np.where(cdf[1:] < 0.5, np.diff(cdf), -np.diff(sf))
-        return n[1:], p / p.sum()
+        return n[1:], np.where(cdf[1:] < 0.5, np.diff(cdf), -np.diff(sf))
+
+    def pmf_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """Support and probabilities of the truncated law (up to a 1e-15 tail)."""
+        n, p = self._masses(self._bounds()[0], self._top())
+        return n, p / p.sum()
+
+    def _tail(self, c: int, hi: float) -> tuple[float, float, float]:
+        """``P(c < N <= hi)``, ``E[N; c < N <= hi]`` and ``E[N²; c < N <= hi]`` of the
+        untruncated law, for laws whose table would pass :data:`TABLE_POINTS`."""
+        raise NotImplementedError(f"{type(self).__name__} has no closed-form tail")
+
+    def mean_bounds(self) -> tuple[float, float]:
+        """Bounds on the sampled mean, cheaper than :meth:`moments` where a law knows them."""
+        mean, _ = self.moments()
+        return mean, mean
 
     def moments(self) -> tuple[float, float]:
-        """Exact mean and variance of the sampled lengths."""
-        n, p = self.pmf_table()
-        mean = float(np.dot(n, p))
-        var = float(np.dot((n - mean) ** 2, p))
+        """Exact mean and variance of the sampled lengths: sums over the pmf, the part of a
+        long support past :data:`TABLE_POINTS` lengths added in closed form."""
+        lo, hi = self._bounds()
+        top = self._top()
+        if top - lo < TABLE_POINTS:
+            n, p = self.pmf_table()
+            mean = float(np.dot(n, p))
+            return mean, float(np.dot((n - mean) ** 2, p))
+        cut = lo - 1 + TABLE_POINTS
+        n, p = self._masses(lo, cut)
+        t0, t1, t2 = self._tail(cut, hi)
+        z = float(p.sum()) + t0
+        mean = (float(np.dot(n, p)) + t1) / z
+        var = (float(np.dot((n - mean) ** 2, p)) + t2 - 2 * mean * t1 + mean**2 * t0) / z
         return mean, var
 
 
@@ -121,6 +155,9 @@ class Fixed(LengthDist):
 
     def _upper(self) -> int:
         return self.value
+
+    def moments(self) -> tuple[float, float]:
+        return float(self.value), 0.0
 
 
 class Uniform(LengthDist):
@@ -142,6 +179,11 @@ class Uniform(LengthDist):
 
     def _upper(self) -> int:
         return self.high
+
+    def moments(self) -> tuple[float, float]:
+        lo, hi = self._bounds()
+        a, b = max(self.low, lo), min(self.high, hi)  # truncation keeps a uniform law
+        return (a + b) / 2, ((b - a + 1) ** 2 - 1) / 12
 
 
 class Geometric(LengthDist):
@@ -171,6 +213,19 @@ class Geometric(LengthDist):
             return self.mean, (1 - self.p) / self.p**2
         return super().moments()
 
+    def _tail(self, c: int, hi: float) -> tuple[float, float, float]:
+        # memoryless: given N > c, N - c is geometric again (mean 1/p, E[M²] = (2 - p)/p²)
+        p = self.p
+
+        def beyond(c: float) -> np.ndarray:
+            if not math.isfinite(c):
+                return np.zeros(3)
+            q = math.exp(c * math.log1p(-p))
+            return q * np.array([1.0, c + 1 / p, c * c + 2 * c / p + (2 - p) / p**2])
+
+        t0, t1, t2 = beyond(c) - beyond(hi)
+        return float(t0), float(t1), float(t2)
+
 
 class LogNormal(LengthDist):
     dist: Literal["lognormal"] = "lognormal"
@@ -181,23 +236,63 @@ class LogNormal(LengthDist):
     def mu(self) -> float:
         return math.log(self.mean) - self.sigma**2 / 2
 
+    def _partial(self, k: int, a: float, b: float) -> float:
+        """``E[X^k; a < X <= b]`` of the continuous lognormal ``X``: ``exp(k mu + k² sigma² / 2)
+        (Phi(d(a)) - Phi(d(b)))`` with ``d(x) = (mu + k sigma² - ln x) / sigma``. Through
+        ``math.erfc``, so that checking a scenario does not import scipy (sampling does)."""
+        mu, s = self.mu, self.sigma
+
+        def phi_d(x: float) -> float:
+            if x <= 0:
+                return 1.0
+            if not math.isfinite(x):
+                return 0.0
+            return 0.5 * math.erfc(-(mu + k * s * s - math.log(x)) / (s * math.sqrt(2)))
+
+        return math.exp(k * mu + k * k * s * s / 2) * (phi_d(a) - phi_d(b))
+
+    def _mass(self, lo: int, hi: float) -> float:
+        return self._partial(0, lo - 0.5, hi + 0.5)  # N = round(X) in [lo, hi]
+
+    def mean_bounds(self) -> tuple[float, float]:
+        # round(X) in [lo, hi] is X in [lo - 0.5, hi + 0.5), and rounding moves X by <= 0.5
+        lo, hi = self._bounds()
+        m = self._partial(1, lo - 0.5, hi + 0.5) / self._partial(0, lo - 0.5, hi + 0.5)
+        return m - 0.5, m + 0.5
+
     def _cdf(self, n):
+        from scipy import special
+
         x = np.asarray(n, dtype=float) + 0.5
         with np.errstate(divide="ignore"):
             z = (np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma
         return special.ndtr(z)
 
     def _sf(self, n):
+        from scipy import special
+
         x = np.asarray(n, dtype=float) + 0.5
         with np.errstate(divide="ignore"):
             z = (np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma
         return special.ndtr(-z)
 
     def _ppf(self, u):
+        from scipy import special
+
         x = np.exp(self.mu + self.sigma * special.ndtri(np.asarray(u)))
         return np.ceil(x - 0.5).astype(np.int64)
 
+    def _tail(self, c: int, hi: float) -> tuple[float, float, float]:
+        # N = round(X) > c is X > c + 0.5; X's partial moments stand for N's, rounding moving
+        # each length by at most 0.5 token past c = 2^20 (1/12 of a token² is added to the
+        # second moment, as for a uniform rounding error)
+        a, b = c + 0.5, hi + 0.5
+        t0 = self._partial(0, a, b)
+        return t0, self._partial(1, a, b), self._partial(2, a, b) + t0 / 12
+
     def _upper(self) -> int:
+        from scipy import special
+
         z = special.ndtri(1 - 1e-15)  # the 1e-15 upper quantile, computed without inversion loss
         return int(math.ceil(math.exp(self.mu + self.sigma * z)))
 
@@ -230,6 +325,12 @@ class Empirical(LengthDist):
 
     def _upper(self) -> int:
         return int(self._values[-1])
+
+    def _tail(self, c: int, hi: float) -> tuple[float, float, float]:
+        v = self._values.astype(float)
+        p = np.diff(self._cum, prepend=0.0)
+        keep = (v > c) & (v <= hi)
+        return float(p[keep].sum()), float(np.dot(v[keep], p[keep])), float(np.dot(v[keep] ** 2, p[keep]))
 
 
 def read_lengths(path: Path, column: str | None) -> np.ndarray:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The columns every trace table has (arrival time in the file's unit, then token counts).
 COLUMNS = ("arrival_time", "prompt_tokens", "output_tokens")
@@ -54,6 +57,8 @@ def existing_file(path: Path) -> None:
 def numbers(raw: pd.Series) -> np.ndarray:
     """``raw`` as floats, NaN where a value is not a number (blanks, text, and booleans,
     which pandas would otherwise read as 1 and 0)."""
+    import pandas as pd
+
     if raw.dtype == bool:
         return np.full(len(raw), np.nan)
     if raw.dtype == object:

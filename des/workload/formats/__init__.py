@@ -31,8 +31,7 @@ Problems are one-line ``ValueError``s naming the file (and the row and value).
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from des.registry import Registry
 from des.workload.formats.azure import AZURE
@@ -41,6 +40,9 @@ from des.workload.formats.burstgpt import BURSTGPT
 from des.workload.formats.mooncake import MOONCAKE
 from des.workload.formats.table import CSV, JSONL
 from des.workload.formats.vllm_bench_trace import VLLM_BENCH
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COLUMNS = ("arrival_time", "prompt_tokens", "output_tokens", "ttft", "e2e", "tpot", "itl", "success")
 

@@ -24,21 +24,25 @@ Other columns are ignored. The rows are sorted by time (the released files alrea
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from des.workload.formats.base import ReadOptions, TraceFormat, fail, load_csv, require, table, where
 from des.workload.trace import positive_ints, show
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 REQUIRED = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
 NS_PER_DAY = 86_400 * 10**9
 
 
 def day_seconds(path: Path, raw: pd.Series) -> np.ndarray:
     """``TIMESTAMP`` strings (UTC unless they state an offset) as seconds since 00:00 UTC on the
     day of the earliest."""
+    import pandas as pd
+
     text = raw.astype(str).where(raw.notna(), "")
     stamps = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
     bad = stamps.isna().to_numpy()
@@ -49,7 +53,7 @@ def day_seconds(path: Path, raw: pd.Series) -> np.ndarray:
             f"row {i + 1}: TIMESTAMP {show(raw.iloc[i])} is not a date and time such as "
             "'2023-11-16 18:15:46.6805900' (ISO 8601; UTC unless it has an offset)",
         )
-    nanos = (stamps - EPOCH) // pd.Timedelta(nanoseconds=1)
+    nanos = (stamps - pd.Timestamp("1970-01-01", tz="UTC")) // pd.Timedelta(nanoseconds=1)
     ns = np.asarray(nanos, dtype=np.int64)
     day = ns.min() - ns.min() % NS_PER_DAY
     return (ns - day) / 1e9

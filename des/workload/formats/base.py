@@ -36,12 +36,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from des.workload.trace import COLUMNS, existing_file, first_line, numbers, show
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Optional columns of the trace table, in their order after :data:`COLUMNS`.
 OPTIONAL = ("conversation_id", "prefix_group", "prefix_tokens", "hash_ids")
@@ -60,7 +62,7 @@ class ReadOptions:
     model: str | None = None  # keep only the rows of this model (formats with ``has_model``)
 
 
-Reader = Callable[[Path, ReadOptions], pd.DataFrame]
+Reader = Callable[[Path, ReadOptions], "pd.DataFrame"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,8 @@ def fail(path: Path, msg: str) -> ValueError:
 
 def load_csv(path: Path) -> pd.DataFrame:
     """A CSV file (``#`` starts a comment) as read by pandas; ValueError if it cannot be parsed."""
+    import pandas as pd
+
     existing_file(path)
     try:
         return pd.read_csv(path, comment="#")
@@ -123,6 +127,8 @@ def load_csv(path: Path) -> pd.DataFrame:
 def load_jsonl(path: Path) -> pd.DataFrame:
     """A file of one JSON object per line (blank lines skipped), the keys as columns; a key
     missing from a line is NaN there. Values stay as JSON has them (lists stay lists)."""
+    import pandas as pd
+
     existing_file(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -253,6 +259,8 @@ def table(
     notes: Sequence[str] = (),
 ) -> pd.DataFrame:
     """The trace table of these columns, sorted stably by arrival, with ``notes`` in its attrs."""
+    import pandas as pd
+
     data: dict[str, Any] = {"arrival_time": arrival.astype(float), "prompt_tokens": prompt, "output_tokens": output}
     for col in OPTIONAL:
         if optional and col in optional:

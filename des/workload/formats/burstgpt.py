@@ -25,9 +25,9 @@ with no rows is an error.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from des.workload.formats.base import (
     OptionError,
@@ -41,6 +41,9 @@ from des.workload.formats.base import (
     where,
 )
 from des.workload.trace import positive_ints, times_from
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REQUIRED = ("Timestamp", "Request tokens", "Response tokens")
 

@@ -31,12 +31,13 @@ none, and the format does not say what one would mean.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from des.workload.formats.base import ReadOptions, TraceFormat, hash_lists, load_jsonl, require, table, where
 from des.workload.trace import positive_ints, times_from
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REQUIRED = ("timestamp", "input_length", "output_length")
 

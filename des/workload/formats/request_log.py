@@ -19,11 +19,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from des.workload.trace import MAX_TOKENS, first_line, show
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 END_NAMES = ("e2e", "latency")
 #: What a ``success`` cell may hold (CSV cells arrive as text; JSONL as JSON values).
@@ -36,6 +39,8 @@ def _fail(path: Path, msg: str) -> ValueError:
 
 
 def _load(path: Path, jsonl: bool | None) -> pd.DataFrame:
+    import pandas as pd
+
     if not path.exists():
         raise _fail(path, "no such file")
     if not path.is_file():
@@ -90,6 +95,8 @@ def _column(path: Path, frame: pd.DataFrame, col: str, what: str, integer: bool 
 def read_request_log(path: Path, jsonl: bool | None = None) -> pd.DataFrame:
     """The per-request rows of a measured CSV or JSONL log (see the module docstring);
     ``jsonl`` None decides by the suffix (``.jsonl``, ``.ndjson``: JSON lines)."""
+    import pandas as pd
+
     frame = _load(path, jsonl)
     if frame.empty:
         raise _fail(path, "has no rows")

@@ -24,9 +24,7 @@ no rows``, ``row N: <column> <value> is not ...``); JSONL is read line by line w
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from des.workload.formats.base import (
     NO_CONVERSATION,
@@ -44,6 +42,9 @@ from des.workload.formats.base import (
     where,
 )
 from des.workload.trace import COLUMNS, positive_ints, times_from
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def read_csv(path: Path, options: ReadOptions) -> pd.DataFrame:

@@ -26,10 +26,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Run-level keys kept in ``attrs["meta"]`` when the file has them.
 META_KEYS = (
@@ -77,6 +79,8 @@ def _numbers(path: Path, data: dict[str, Any], key: str, n: int, integer: bool =
 
 def read_vllm_bench(path: Path, seed: int = 0) -> pd.DataFrame:
     """The per-request rows of a ``vllm bench serve --save-detailed`` result file."""
+    import pandas as pd
+
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

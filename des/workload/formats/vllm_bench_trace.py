@@ -18,13 +18,16 @@ Failed requests (a non-empty ``errors`` entry, or ``output_lens`` 0 when the fil
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from des.workload.formats.base import ReadOptions, TraceFormat, fail, skipped, table
 from des.workload.formats.vllm_bench import read_vllm_bench
 from des.workload.trace import existing_file, positive_ints
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The seed of arrivals drawn for a result without ``start_times`` (fixed: a trace replays the same).
 DRAW_SEED = 0
