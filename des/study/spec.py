@@ -22,11 +22,31 @@ slow scheduler's capacity after two points), ``load`` gives each variant its own
 load: {fractions: [0.1, 0.3, 0.5, 0.7, 0.9, 1.0, 1.1]}   # of each variant's saturation throughput
 ```
 
-A sweep then first runs one *saturation probe* per variant (its scenario with
-closed-loop arrivals: ``2 x max batch x replicas`` users sending without pause, so
-every batch is full) into ``runs/<variant>/saturation/``, reads its throughput
-``S``, and runs the grid at ``workload.arrival.rate = fraction x S`` (rounded to 4
-digits); the runs' tables carry both ``load`` and the rate.
+A sweep then first runs a *saturation probe* per variant (its scenario with
+closed-loop arrivals: ``2 x max batch`` users per instance of every pool, sending
+without pause, so every batch is full) into ``runs/<variant>/saturation/``, reads its
+throughput ``S``, and runs the grid at ``workload.arrival.rate = fraction x S``
+(rounded to 4 digits); the runs' tables carry both ``load`` and the rate. Saturation
+depends on the engine, so a grid point that sets keys outside ``workload.arrival``
+(which the probe replaces; ``workload.arrival.cv`` is left to the grid's runs) gets a
+probe of its own, in ``runs/<variant>/<point>/saturation/``.
+
+A grid axis may also be a mapping of named *levels*, each setting several dotted keys
+together (a list of values sets one key). Its name, a plain word, heads a column of
+the tables and its level names fill it; each level's keys are set in order, as a
+list-valued key's value would be (so ``scheduler.kind: disaggregated`` keeps the
+scheduler's other settings):
+
+```yaml
+grid:
+  config:
+    continuous-x4: {cluster.replicas: 4}
+    1P+3D: {scheduler.kind: disaggregated, scheduler.prefill.instances: 1, scheduler.decode.instances: 3}
+    2P+2D: {scheduler.kind: disaggregated, scheduler.prefill.instances: 2, scheduler.decode.instances: 2}
+```
+
+A problem found at many points of the design (a bad value, a bad level) is reported
+once, where it first occurs.
 
 Merging is key by key, except that a mapping naming a different ``kind``,
 ``process`` or ``dist`` than the base replaces the base's mapping whole (a static
@@ -55,6 +75,9 @@ from des.errors import ScenarioError
 from des.scenario import load_scenario, problems_of, read_yaml
 
 RATE = "workload.arrival.rate"
+#: The arrivals a saturation probe replaces: grid keys under it do not reach the probe.
+ARRIVAL = "workload.arrival"
+NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
 class LoadGrid(Strict):
@@ -68,7 +91,7 @@ class StudySpec(Strict):
     base: str | dict[str, Any]
     set: dict[str, Any] = Field(default_factory=dict)
     variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    grid: dict[str, Any] = Field(default_factory=dict)  # key -> list of values, or axis -> named levels
     replications: PositiveInt = 1
     seed: int | None = Field(None, ge=0)
     keep_tables: bool = False
@@ -76,15 +99,20 @@ class StudySpec(Strict):
 
     @model_validator(mode="after")
     def _load_sets_the_rate(self) -> StudySpec:
-        if self.load is not None and RATE in self.grid:
-            raise ValueError(f"grid: {RATE} cannot be a grid key when load gives each variant its own rates")
+        if self.load is None:
+            return self
+        for axis in self.grid:
+            for key in axis_keys(self, axis):
+                if key == RATE or RATE.startswith(key + "."):
+                    where = axis if key == axis else f"{axis} sets {key}, which"
+                    raise ValueError(f"grid: {where} cannot vary when load gives each variant its own rates")
         return self
 
     @field_validator("variants")
     @classmethod
     def _variant_names(cls, v: dict) -> dict:
         for name in v:
-            if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
+            if not NAME.fullmatch(name):
                 raise ValueError(f"variant name {name!r}: use letters, digits and _ . + - only")
         return v
 
@@ -92,11 +120,51 @@ class StudySpec(Strict):
     @classmethod
     def _grid_values(cls, v: dict) -> dict:
         for key, values in v.items():
+            if not isinstance(values, list | dict):
+                raise ValueError(
+                    f"{key}: give a list of values for the key, or a mapping of named levels "
+                    f"(each a mapping of dotted keys to values); got {values!r}"
+                )
             if not values:
                 raise ValueError(f"{key}: needs at least one value")
-            if len(set(map(repr, values))) != len(values):
+            if isinstance(values, dict):
+                _check_levels(key, values)
+            elif len(set(map(repr, values))) != len(values):
                 raise ValueError(f"{key}: values repeat")
         return v
+
+
+def _check_levels(axis: str, levels: dict[Any, Any]) -> None:
+    """A grid axis of named levels: a plain name, level names fit for folders, and each
+    level a mapping of one or more dotted keys."""
+    if not re.fullmatch(r"[A-Za-z0-9_]+", axis):
+        raise ValueError(
+            f"{axis}: a grid axis of named levels needs a plain name (letters, digits, _), "
+            "not a dotted key: its levels set the keys"
+        )
+    for label, settings in levels.items():
+        if not isinstance(label, str) or not NAME.fullmatch(label):
+            raise ValueError(f"{axis}.{label}: name a level with letters, digits and _ . + - only (quote it in YAML)")
+        if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
+            raise ValueError(f"{axis}.{label}: a level is a mapping of dotted keys to values, got {settings!r}")
+        if not settings:
+            raise ValueError(f"{axis}.{label}: needs at least one dotted key to set")
+
+
+def axis_keys(spec: StudySpec, axis: str) -> list[str]:
+    """The dotted keys a grid axis sets: itself, or every key its levels set."""
+    values = spec.grid[axis]
+    if isinstance(values, dict):
+        return list(dict.fromkeys(k for settings in values.values() for k in settings))
+    return [axis]
+
+
+def axis_points(spec: StudySpec, axis: str) -> list[tuple[Any, list[tuple[str, Any]]]]:
+    """A grid axis's points: (the value its column shows, the dotted keys and values it sets)."""
+    values = spec.grid[axis]
+    if isinstance(values, dict):
+        return [(label, list(settings.items())) for label, settings in values.items()]
+    return [(v, [(axis, v)]) for v in values]
 
 
 @dataclass(frozen=True)
@@ -133,10 +201,11 @@ class Study:
         return (["load", RATE] if self.spec.load else []) + list(self.spec.grid)
 
     def at_saturation(self, throughput: Mapping[str, float]) -> Study:
-        """The study with each variant's rates at its fractions of ``throughput[variant]`` (req/s)."""
-        missing = [v for v in self.spec.variants or {"base": {}} if not throughput.get(v)]
+        """The study with each point's rates at its fractions of ``throughput[probe]`` (req/s),
+        keyed by the run id of the point's saturation probe."""
+        missing = [p.run_id for p in self.probes if not throughput.get(p.run_id)]
         if missing:
-            raise ScenarioError([(f"{v}/saturation", "the saturation probe served no request") for v in missing])
+            raise ScenarioError([(p, "the saturation probe served no request") for p in missing])
         runs, problems = _expand(self.spec, self.base, throughput)
         if problems:
             raise ScenarioError(problems)
@@ -167,39 +236,97 @@ def load_study(source: str | Path | Mapping[str, Any], base_dir: Path | None = N
     """
     spec, base_dir = _read_spec(source, base_dir)
     base = _base_scenario(spec, base_dir)
-    variants = spec.variants or {"base": {}}
-    runs, problems = _expand(spec, base, dict.fromkeys(variants, 1.0) if spec.load else None)
     probes: list[RunSpec] = []
+    problems: list[tuple[str, str]] = []
     if spec.load:
-        probes, more = _probes(spec, base)
-        problems += more
+        probes, problems = _probes(spec, base)
+    stand_in = {p.run_id: 1.0 for p in probes} if spec.load else None
+    runs, more = _expand(spec, base, stand_in)
+    problems = _distinct(problems + more)
     if problems:
         raise ScenarioError(problems)
     return Study(spec, runs, base, probes)
 
 
+def _distinct(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each problem once: the same field and message at several points of the design is
+    reported where it first occurs."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for where, message in problems:
+        key = (where.rpartition(": ")[2], message)
+        if key not in seen:
+            seen.add(key)
+            out.append((where, message))
+    return out
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One point of the grid: the value each axis shows in the tables, and the dotted
+    keys each axis sets there (one for a list of values, several for a named level)."""
+
+    axes: tuple[tuple[str, Any, tuple[tuple[str, Any], ...]], ...]
+
+    @property
+    def shown(self) -> tuple[tuple[str, Any], ...]:
+        return tuple((axis, value) for axis, value, _ in self.axes)
+
+    @property
+    def settings(self) -> list[tuple[str, Any]]:
+        return [kv for _, _, keys in self.axes for kv in keys]
+
+    def engine(self) -> tuple[tuple[tuple[str, Any], ...], list[tuple[str, Any]]]:
+        """What a saturation probe shares of this point: the axes that set some key outside
+        the arrivals (which the probe replaces), and those keys."""
+        shared = tuple((a, v) for a, v, keys in self.axes if any(not _under_arrival(k) for k, _ in keys))
+        return shared, [(k, v) for k, v in self.settings if not _under_arrival(k)]
+
+
+def _points(spec: StudySpec) -> list[GridPoint]:
+    """The grid's points, in the product order of its axes."""
+    axes = [[(axis, shown, tuple(keys)) for shown, keys in axis_points(spec, axis)] for axis in spec.grid]
+    return [GridPoint(tuple(combo)) for combo in itertools.product(*axes)]
+
+
+def _under_arrival(key: str) -> bool:
+    return key == ARRIVAL or key.startswith(ARRIVAL + ".")
+
+
+def probe_id(variant: str, shared: tuple[tuple[str, Any], ...]) -> str:
+    """The run id of the saturation probe of ``variant`` at the shared part of a point."""
+    return "/".join([variant, *(f"{k}={slug(v)}" for k, v in shared), "saturation"])
+
+
 def _probes(spec: StudySpec, base: dict[str, Any]) -> tuple[list[RunSpec], list[tuple[str, str]]]:
-    """One saturation probe per variant: closed-loop users enough to keep every batch full."""
+    """A saturation probe per variant and distinct engine point: closed-loop users enough
+    to keep every batch of every pool full."""
     seed = spec.seed if spec.seed is not None else base["seed"]
     probes: list[RunSpec] = []
     problems: list[tuple[str, str]] = []
     for vname, partial in (spec.variants or {"base": {}}).items():
         merged = merge(base, partial)
-        where = f"{vname}/saturation"
         if "rate" not in merged["workload"]["arrival"]:
             problems.append((f"{vname}: workload.arrival", "a load grid needs arrivals with a rate"))
             continue
-        try:
-            cap = load_scenario(merged).scheduler.max_batch
-        except ScenarioError as exc:
-            problems += [(f"{vname}: {p}", m) for p, m in exc.problems]
-            continue
-        users = 2 * cap * merged["cluster"]["replicas"]
-        closed = {"process": "closed", "concurrency": users, "think_time": 0.0}
-        s = point_scenario(merged, [("workload.arrival", closed)], where)
-        s["seed"] = replication_seed(seed, 0)
-        s["name"] = f"{spec.name}/{where}"
-        probes.append(RunSpec(len(probes), where, vname, (), 0, s["seed"], s))
+        done: set[str] = set()
+        for point in _points(spec):
+            shared, keys = point.engine()
+            where = probe_id(vname, shared)
+            if where in done:
+                continue
+            done.add(where)
+            try:
+                engine = load_scenario(point_scenario(merged, keys, where.removesuffix("/saturation")))
+            except ScenarioError as exc:
+                problems += exc.problems
+                continue
+            users = 2 * sum(pool.instances * pool.policy.max_batch for pool in engine.plan().pools)
+            closed = {"process": "closed", "concurrency": users, "think_time": 0.0}
+            s = point_scenario(merged, [*keys, (ARRIVAL, closed)], where)
+            s["seed"] = replication_seed(seed, 0)
+            s["name"] = f"{spec.name}/{where}"
+            probes.append(RunSpec(len(probes), where, vname, shared, 0, s["seed"], s))
     return probes, problems
 
 
@@ -239,21 +366,20 @@ def _expand(
 ) -> tuple[list[RunSpec], list[tuple[str, str]]]:
     """Variants x grid points x replications, each scenario validated; the problems found.
 
-    With ``saturation`` (req/s per variant, for a ``load`` study) each variant's points
-    also run over ``load`` fractions, at ``workload.arrival.rate = fraction x saturation``.
+    With ``saturation`` (req/s by saturation probe, for a ``load`` study) each point also
+    runs over ``load`` fractions, at ``workload.arrival.rate = fraction x`` its probe's.
     """
     seed = spec.seed if spec.seed is not None else base["seed"]
-    keys = list(spec.grid)
     runs: list[RunSpec] = []
     problems: list[tuple[str, str]] = []
     for vname, partial in (spec.variants or {"base": {}}).items():
         merged = merge(base, partial)
-        for values in itertools.product(*(spec.grid[k] for k in keys)) if keys else [()]:
-            point = tuple(zip(keys, values, strict=True))
-            for pre in _load_points(spec, saturation, vname):
-                where = "/".join([vname, *(f"{k}={slug(v)}" for k, v in (*pre[:1], *point))])
+        for point in _points(spec):
+            probe = probe_id(vname, point.engine()[0])
+            for pre in _load_points(spec, saturation, probe):
+                where = "/".join([vname, *(f"{k}={slug(v)}" for k, v in (*pre[:1], *point.shown))])
                 try:
-                    checked = point_scenario(merged, (*pre[1:], *point), where)  # "load" is no field
+                    checked = point_scenario(merged, (*pre[1:], *point.settings), where)  # "load" is no field
                 except ScenarioError as exc:
                     problems += exc.problems
                     continue
@@ -261,16 +387,18 @@ def _expand(
                     s = dict(checked)
                     s["seed"] = replication_seed(seed, r)
                     s["name"] = f"{spec.name}/{where}/r{r}"
-                    runs.append(RunSpec(len(runs), f"{where}/r{r}", vname, (*pre, *point), r, s["seed"], s))
+                    runs.append(RunSpec(len(runs), f"{where}/r{r}", vname, (*pre, *point.shown), r, s["seed"], s))
     return runs, problems
 
 
-def _load_points(spec: StudySpec, saturation: Mapping[str, float] | None, variant: str) -> list[tuple]:
-    """The ``(("load", f), (rate key, rate))`` prefixes of a variant's points; one empty
-    prefix without a load grid."""
+def _load_points(spec: StudySpec, saturation: Mapping[str, float] | None, probe: str) -> list[tuple]:
+    """The ``(("load", f), (rate key, rate))`` prefixes of the points measured by the
+    saturation probe ``probe``; one empty prefix without a load grid."""
     if spec.load is None or saturation is None:
         return [()]
-    return [(("load", f), (RATE, float(f"{f * saturation[variant]:.4g}"))) for f in spec.load.fractions]
+    if probe not in saturation:  # its probe could not be built: the probe's problem says why
+        return []
+    return [(("load", f), (RATE, float(f"{f * saturation[probe]:.4g}"))) for f in spec.load.fractions]
 
 
 def point_scenario(scenario: dict[str, Any], point: Sequence[tuple[str, Any]], where: str) -> dict[str, Any]:

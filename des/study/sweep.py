@@ -45,7 +45,7 @@ def sweep(
         with open_backend(backend, workers or default_workers(), address) as runner:
             if study.probes:
                 probed = run_specs(runner, study.probes, root)
-                study = study.at_saturation({row["variant"]: row["throughput_rps"] for row in probed})
+                study = study.at_saturation({row["run_id"]: row["throughput_rps"] for row in probed})
             rows = run_specs(runner, study.runs, root, study.spec.keep_tables, progress)
         runs = runs_table(rows, study.grid_keys)
         points = points_table(runs, study.runs, study.grid_keys, root)
