@@ -7,10 +7,15 @@ the last point that holds and the first that fails, the crossing is interpolated
 linearly in log(metric); the 95 % interval repeats this with the upper ends of the
 metrics' intervals (the load at which the SLOs surely hold) and with their lower ends
 (the load at which they surely fail). When the first failure is an unstable point
-with no latency to interpolate, the estimate stays at the last point that holds. An
+with no latency beyond its limit to interpolate, the estimate (and the interval's lower
+end) stays at the last point that holds and the upper end at the unstable point. An
 interval's end that the grid does not reach is left open (None): the upper end is
 never pinned at the top of the grid. A study with a ``load`` grid runs every variant
-past its own saturation, where the SLOs surely fail.
+past its own saturation throughput ``S`` (measured by its probe, every batch full):
+points offered more than ``S`` count as failing whatever their finite run's stability
+check says (a slow overload can pass it), and no crossing is interpolated towards
+them, so the capacity and its interval never exceed ``S``. The interval always holds
+the estimate.
 
     python -m analysis.capacity results/headline --slo ttft_p99<=2 --slo tpot_p50<=0.1
 """
@@ -28,16 +33,28 @@ from analysis.common import CV, RATE, Sweep
 DEFAULT_SLO = {"ttft_p99": 2.0, "tpot_p50": 0.1}
 
 
-def _crossing(g: pd.DataFrame, slo: dict[str, float], suffix: str) -> float | None:
+def _crossing(
+    g: pd.DataFrame, slo: dict[str, float], suffix: str, upper: bool = False, saturation: float = math.inf
+) -> float | None:
     """Interpolated load where the first SLO metric (column + suffix) crosses its limit;
-    None if it fails at the lowest load, infinity if it never fails within the grid."""
+    None if it fails at the lowest load, infinity if it never fails within the grid.
+
+    A point that fails with no metric beyond its limit to interpolate (an unstable point
+    whose latencies are still within the limits, as when an overloaded run is short), or
+    a point offered more than the ``saturation`` throughput (overloaded by construction:
+    its latencies measure the run's length, not the system), puts the crossing at the
+    last point that holds; for the ``upper`` end of an interval (the first load at which
+    the SLOs surely fail), at the failing point, and at most at ``saturation``."""
     rates = g[RATE].to_numpy(float)
     ok_prev = None
     for i, r in enumerate(rates):
         row = g.iloc[i]
+        overloaded = r > saturation * (1 + 1e-9)
         vals = {m: row[m + suffix] for m in slo}
-        fine = bool(row["all_stable"]) and all(
-            v == v and v <= lim for (m, lim), v in zip(slo.items(), vals.values(), strict=True)
+        fine = (
+            not overloaded
+            and bool(row["all_stable"])
+            and all(v == v and v <= lim for (m, lim), v in zip(slo.items(), vals.values(), strict=True))
         )
         if fine:
             ok_prev = i
@@ -45,38 +62,55 @@ def _crossing(g: pd.DataFrame, slo: dict[str, float], suffix: str) -> float | No
         if ok_prev is None:
             return None
         lo_row, r0 = g.iloc[ok_prev], rates[ok_prev]
-        cross = r
+        crossings = []
         for m, lim in slo.items():
             a, b = lo_row[m + suffix], row[m + suffix]
-            if b == b and b > lim and a > 0 and b > 0:
+            if not overloaded and b == b and b > lim and a > 0 and b > 0:
                 t = (math.log(lim) - math.log(a)) / (math.log(b) - math.log(a))
-                cross = min(cross, r0 + (r - r0) * t)
-            elif not (b == b and b <= lim) and not row["all_stable"]:
-                cross = min(cross, r0)
-        return float(cross)
+                crossings.append(r0 + (r - r0) * t)
+        if crossings:
+            return float(min(crossings))
+        return float(min(r, saturation) if upper else r0)
     return math.inf  # holds everywhere: somewhere above the grid
 
 
-def capacities(points: pd.DataFrame, slo: dict[str, float] = DEFAULT_SLO) -> pd.DataFrame:
-    """One row per variant (and cv): capacity estimate, CI, and throughput ceiling."""
+def saturation_of(g: pd.DataFrame) -> float:
+    """The saturation throughput (req/s) a load grid's rates are fractions of; infinity
+    for a grid of plain rates."""
+    if "load" not in g:
+        return math.inf
+    return float((g[RATE] / g["load"]).median())
+
+
+def capacities(points: pd.DataFrame, slo: dict[str, float] = DEFAULT_SLO, by: list[str] | None = None) -> pd.DataFrame:
+    """One row per curve (``by``; default: variant and cv): capacity estimate, CI, throughput
+    ceiling, and the saturation throughput of a load grid (NaN for plain rates)."""
     if RATE not in points:
         raise SystemExit(f"capacity is read off a sweep over {RATE} (a rate grid, or a load grid)")
-    keys = ["variant"] + ([CV] if CV in points else [])
+    keys = by or ["variant"] + ([CV] if CV in points else [])
     rows = []
     for key, g in points.groupby(keys, sort=False):
         key = key if isinstance(key, tuple) else (key,)
         g = g.sort_values(RATE)
         row = dict(zip(keys, key, strict=True))
         top = float(g[RATE].max())
-        capacity, low, high = (_crossing(g, slo, suffix) for suffix in ("", "_hi", "_lo"))
+        sat = saturation_of(g)
+        capacity, low = _crossing(g, slo, "", saturation=sat), _crossing(g, slo, "_hi", saturation=sat)
+        high = _crossing(g, slo, "_lo", upper=True, saturation=sat)
         row["holds_everywhere"] = capacity == math.inf
         row["capacity"] = top if capacity == math.inf else capacity
         row["ci_low"] = top if low == math.inf else low
         row["ci_high"] = None if high == math.inf else high  # open: the grid ends before they surely fail
+        if row["capacity"] is not None:  # the interval holds the estimate (a failure of stability alone
+            if row["ci_low"] is not None:  # is not interpolated, a metric's bound beyond its limit is)
+                row["ci_low"] = min(row["ci_low"], row["capacity"])
+            if row["ci_high"] is not None:
+                row["ci_high"] = max(row["ci_high"], row["capacity"])
         row["lowest_rate"] = float(g[RATE].min())
         first = g.iloc[0]
         row.update({f"at_lowest_{m}": float(first[m]) for m in slo})
         row["max_throughput"] = float(g["throughput_rps"].max())
+        row["saturation"] = sat if sat < math.inf else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -359,3 +359,56 @@ def test_capacity_readout_leaves_an_unreached_interval_end_open():
     assert 2.0 < row["capacity"] < 4.0
     assert row["ci_high"] is None
     assert "above the grid" in capacity.describe(row, {"ttft_p99": 1.0})
+
+
+def test_capacity_readout_does_not_interpolate_towards_a_failure_of_stability_alone():
+    from analysis import capacity
+
+    # at 4 req/s a replication was unstable while the latencies' means stayed within the
+    # limit (a short overloaded run): the estimate stays at 2, the sure failure is at 4
+    points = pd.DataFrame(
+        {
+            "variant": "continuous",
+            "workload.arrival.rate": [1.0, 2.0, 4.0],
+            "all_stable": [True, True, False],
+            "ttft_p99": [0.2, 0.5, 0.9],
+            "ttft_p99_lo": [0.1, 0.4, 0.7],
+            "ttft_p99_hi": [0.3, 0.6, 1.2],
+            "throughput_rps": [1.0, 2.0, 3.6],
+        }
+    )
+    row = capacity.capacities(points, {"ttft_p99": 1.0}).iloc[0]
+    assert (row["capacity"], row["ci_low"], row["ci_high"]) == (2.0, 2.0, 4.0)
+    assert row["saturation"] != row["saturation"]  # a plain rate grid: no probe
+
+
+def test_capacity_readout_of_a_load_grid_stays_within_the_probes_saturation():
+    from analysis import capacity
+
+    # a load grid at fractions of a probe's 10 req/s: the point at 1.1 is overloaded by
+    # construction even though its (short) run passed the stability check and its means
+    # look fine; between 0.5 and 0.9 the mean crosses the limit 1 at sqrt(0.5 * 2) = 1
+    loads = [0.5, 0.9, 1.1]
+    points = pd.DataFrame(
+        {
+            "variant": ["a"] * 3 + ["b"] * 3,
+            "load": loads * 2,
+            "workload.arrival.rate": [5.0, 9.0, 11.0] * 2,
+            "all_stable": True,
+            "ttft_p99": [0.5, 0.8, 0.9, 0.5, 2.0, 0.9],
+            "ttft_p99_lo": [0.4, 0.6, 0.7, 0.4, 1.5, 0.7],
+            "ttft_p99_hi": [0.6, 0.95, 1.1, 0.6, 2.5, 1.1],
+            "throughput_rps": [5.0, 9.0, 10.0] * 2,
+        }
+    )
+    caps = capacity.capacities(points, {"ttft_p99": 1.0}).set_index("variant")
+    a, b = caps.loc["a"], caps.loc["b"]
+    assert a["saturation"] == pytest.approx(10.0) and not a["holds_everywhere"]
+    # a holds up to 0.9 x S; the point past S bounds it from above at S, not at 11
+    assert (a["capacity"], a["ci_low"], a["ci_high"]) == pytest.approx((9.0, 9.0, 10.0))
+    # b: log-interpolated crossings of the mean, the upper and the lower bounds
+    t = lambda lo, hi: 5 + 4 * np.log(1 / lo) / np.log(hi / lo)  # noqa: E731
+    assert b["capacity"] == pytest.approx(t(0.5, 2.0)) and b["capacity"] == pytest.approx(7.0)
+    assert (b["ci_low"], b["ci_high"]) == pytest.approx((t(0.6, 2.5), t(0.4, 1.5)))
+    by = capacity.capacities(points.assign(config="x"), {"ttft_p99": 1.0}, by=["config", "variant"])
+    assert list(by["config"]) == ["x", "x"] and by["capacity"].tolist() == pytest.approx([9.0, 7.0])
