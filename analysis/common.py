@@ -14,18 +14,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
+import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 import yaml
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 #: Colours per scheduler, the same in every figure.
 PALETTE = {"continuous": "#1f77b4", "static": "#d62728", "disaggregated": "#2ca02c", "base": "#1f77b4"}
 RATE = "workload.arrival.rate"
 CV = "workload.arrival.cv"
+#: The grid axis of named serving configurations in the prefill/decode studies.
+CONFIG = "config"
+SPLIT = re.compile(r"^(\d+)P\+(\d+)D$")
 
 
 def style() -> None:
@@ -117,6 +123,40 @@ class Sweep:
 
     def scenario(self, run_id: str) -> dict:
         return yaml.safe_load((self.run_folder(run_id) / "scenario.yaml").read_text())
+
+
+def num_gpus(scenario: dict) -> int:
+    """GPUs of a resolved scenario (a run folder's scenario.yaml): ``replicas x tp`` when
+    colocated, the instances of both pools times their ``tp`` when disaggregated (as
+    :attr:`des.engine.plan.Plan.num_gpus` counts them, without validating the scenario)."""
+    sched, tp = scenario["scheduler"], int(scenario["cluster"].get("tp") or 1)
+    if sched.get("kind") == "disaggregated":
+        return sum(int(sched[r].get("instances") or 1) * int(sched[r].get("tp") or tp) for r in ("prefill", "decode"))
+    return int(scenario["cluster"].get("replicas") or 1) * tp
+
+
+def config_style(label: str) -> tuple[str, str]:
+    """How a figure shows a serving configuration named in a study's ``config`` axis:
+    ``static-x2`` and ``continuous-x4`` (colocated replicas) in their scheduler's colour,
+    ``1P+3D`` (prefill + decode instances) in greens, darker as the prefill pool grows."""
+    m = SPLIT.match(label)
+    if m:
+        p, d = int(m.group(1)), int(m.group(2))
+        if p == d:
+            return f"disaggregated {label}", PALETTE["disaggregated"]
+        shade = plt.get_cmap("Greens")(0.3 + 0.7 * p / (p + d))
+        return f"disaggregated {label}", matplotlib.colors.to_hex(shade)
+    kind, _, times = label.partition("-x")
+    if kind in PALETTE and times.isdigit():
+        return f"{kind} ×{times}", PALETTE[kind]
+    return label, "0.4"
+
+
+def plain_log_axis(axis) -> None:
+    """Label a log axis at 1, 2 and 5 times each power of ten, as plain numbers (0.02, 5, 100)."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def slo_line(ax, limit: float | None) -> None:
