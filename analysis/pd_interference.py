@@ -16,22 +16,25 @@ at or after
 
 and end at or before ``finish_time``. When exactly ``output_tokens - 1`` such steps
 exist, the request emitted a token at the end of each of them, and those ends are its
-token times. That is the rule for a request decoding undisturbed: the continuous
-scheduler serves running requests first, in admission order, so a request admitted
-before a long prompt gets its token in every step while the long prompt's chunks take
-what budget is left. It fails for a request that was preempted (it recomputes) or
-starved (admitted after a prefilling request whose chunk took the whole token budget,
-it sits a step out, as in vLLM); then more steps than tokens fall in its span, and
-:func:`token_times` refuses the request rather than guess which steps it sat out.
+token times. That is what the continuous scheduler does for a request that is never
+preempted (checked against des.engine.schedulers.continuous): running requests are
+served first, in admission order, each getting the tokens it needs, and a request is
+admitted only from the budget left once everyone ahead of it got theirs, so no
+prefilling request ahead of a decoding one can take the whole budget; a long prompt
+admitted later takes what its chunk can of the budget the decodes leave, and every
+decode still gets its token, in a step that lasts as long as the chunk makes it. When
+KV blocks run out the newest request is preempted and recomputes (its step count no
+longer matches), so :func:`token_times` refuses a preempted request, and any whose
+count does not match, rather than guess which steps it sat out.
 
-Reads a sweep kept whole (``keep_tables: true``; ``scenarios/interference.yaml``: a
+Reads a sweep kept whole (``keep_tables: true``; ``scenarios/pd-interference.yaml``: a
 trace on two RTX 4090s with one request of 800 output tokens decoding while 8k-token
 prompts arrive every 2 s, run colocated and as 1 prefill + 1 decode) and draws the
 request's gaps between consecutive tokens and its tokens against time, in both runs,
 with the long prompts' arrivals marked (filled: sent to the instance the request
 decodes on).
 
-    python -m analysis.interference results/interference --out reports/interference.png
+    python -m analysis.pd_interference results/pd-interference --out reports/pd_interference.png
 """
 
 from __future__ import annotations
@@ -191,9 +194,9 @@ def traces_of(sweep: Sweep, request_id: int | None = None) -> tuple[list[Trace],
 
 def main(argv=None) -> Path:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path, help="a sweep kept whole (keep_tables: true), e.g. results/interference")
+    ap.add_argument("results", type=Path, help="a sweep kept whole (keep_tables: true), e.g. results/pd-interference")
     ap.add_argument("--request", type=int, default=None, help="request id (default: the most output tokens)")
-    ap.add_argument("--out", type=Path, default=Path("reports/interference.png"))
+    ap.add_argument("--out", type=Path, default=Path("reports/pd_interference.png"))
     args = ap.parse_args(argv)
     sweep = Sweep(args.results)
     traces, rid = traces_of(sweep, args.request)
