@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -197,7 +198,8 @@ def test_token_times_on_the_engine_match_the_worked_disaggregated_timeline(tmp_p
 
 # --- the scripts on small sweeps -------------------------------------------------------
 
-SMALL = {
+CONFIGS = {"continuous-x2": {"cluster.replicas": 2}, "1P+1D": {"scheduler.kind": "disaggregated"}}
+SMALL: dict[str, Any] = {
     "name": "pd-small",
     "base": str(SCENARIOS / "qwen7b-4090-poisson.yaml"),
     "set": {"horizon.duration": 40, "warmup": 5, "horizon.drain": False, "cluster.router": "least_outstanding"},
@@ -205,7 +207,7 @@ SMALL = {
         "chat": {"workload": {"output_tokens": {"dist": "geometric", "mean": 64}}},
         "long": {"workload": {"prompt_tokens": {"dist": "lognormal", "mean": 2048, "sigma": 0.3}}},
     },
-    "grid": {"config": {"continuous-x2": {"cluster.replicas": 2}, "1P+1D": {"scheduler.kind": "disaggregated"}}},
+    "grid": {"config": CONFIGS},
     "load": {"fractions": [0.3, 0.7, 1.1]},
     "replications": 2,
 }
@@ -213,7 +215,7 @@ BREAKEVEN = {
     **SMALL,
     "name": "pd-small-breakeven",
     "variants": {},
-    "grid": {**SMALL["grid"], PROMPT: [512, 2048]},
+    "grid": {"config": CONFIGS, PROMPT: [512, 2048]},
 }
 
 
