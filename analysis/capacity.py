@@ -6,9 +6,10 @@ mean over replications is within its limit and every replication was stable. Bet
 the last point that holds and the first that fails, the crossing is interpolated
 linearly in log(metric); the 95 % interval repeats this with the upper ends of the
 metrics' intervals (the load at which the SLOs surely hold) and with their lower ends
-(the load at which they surely fail). When the first failure is an unstable point
-with no latency beyond its limit to interpolate, the estimate (and the interval's lower
-end) stays at the last point that holds and the upper end at the unstable point. An
+(the load at which they surely fail). When the first failure is an unstable point,
+whose latencies measure the run's length rather than the system, nothing is
+interpolated: the estimate (and the interval's lower end) stays at the last point that
+holds and the upper end at the unstable point. An
 interval's end that the grid does not reach is left open (None): the upper end is
 never pinned at the top of the grid. A study with a ``load`` grid runs every variant
 past its own saturation throughput ``S`` (measured by its probe, every batch full):
@@ -39,12 +40,12 @@ def _crossing(
     """Interpolated load where the first SLO metric (column + suffix) crosses its limit;
     None if it fails at the lowest load, infinity if it never fails within the grid.
 
-    A point that fails with no metric beyond its limit to interpolate (an unstable point
-    whose latencies are still within the limits, as when an overloaded run is short), or
-    a point offered more than the ``saturation`` throughput (overloaded by construction:
-    its latencies measure the run's length, not the system), puts the crossing at the
-    last point that holds; for the ``upper`` end of an interval (the first load at which
-    the SLOs surely fail), at the failing point, and at most at ``saturation``."""
+    A point that fails by instability (its latencies measure how long the run lasted, not
+    the system, and may still be within the limits when the run is short), or is offered
+    more than the ``saturation`` throughput (overloaded by construction), is not
+    interpolated towards: the crossing is at the last point that holds, or, for the
+    ``upper`` end of an interval (the first load at which the SLOs surely fail), at the
+    failing point, and at most at ``saturation``."""
     rates = g[RATE].to_numpy(float)
     ok_prev = None
     for i, r in enumerate(rates):
@@ -65,7 +66,7 @@ def _crossing(
         crossings = []
         for m, lim in slo.items():
             a, b = lo_row[m + suffix], row[m + suffix]
-            if not overloaded and b == b and b > lim and a > 0 and b > 0:
+            if not overloaded and row["all_stable"] and b == b and b > lim and a > 0 and b > 0:
                 t = (math.log(lim) - math.log(a)) / (math.log(b) - math.log(a))
                 crossings.append(r0 + (r - r0) * t)
         if crossings:

@@ -361,7 +361,7 @@ def test_capacity_readout_leaves_an_unreached_interval_end_open():
     assert "above the grid" in capacity.describe(row, {"ttft_p99": 1.0})
 
 
-def test_capacity_readout_does_not_interpolate_towards_a_failure_of_stability_alone():
+def test_capacity_readout_does_not_interpolate_towards_an_unstable_point():
     from analysis import capacity
 
     # at 4 req/s a replication was unstable while the latencies' means stayed within the
@@ -380,6 +380,10 @@ def test_capacity_readout_does_not_interpolate_towards_a_failure_of_stability_al
     row = capacity.capacities(points, {"ttft_p99": 1.0}).iloc[0]
     assert (row["capacity"], row["ci_low"], row["ci_high"]) == (2.0, 2.0, 4.0)
     assert row["saturation"] != row["saturation"]  # a plain rate grid: no probe
+    # nor towards an unstable point whose latencies did pass the limit: they measure the run
+    beyond = points.assign(ttft_p99=[0.2, 0.5, 1.5], ttft_p99_lo=[0.1, 0.4, 1.2], ttft_p99_hi=[0.3, 0.6, 2.0])
+    row = capacity.capacities(beyond, {"ttft_p99": 1.0}).iloc[0]
+    assert (row["capacity"], row["ci_low"], row["ci_high"]) == (2.0, 2.0, 4.0)
 
 
 def test_capacity_readout_of_a_load_grid_stays_within_the_probes_saturation():
