@@ -14,14 +14,19 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The main job: the default scenario's summary, then the headline study
-# (RTX 4090 + Qwen2.5-7B, static vs continuous batching, Poisson and bursty traffic)
-# and the report with its figures in reports/.
+# (RTX 4090 + Qwen2.5-7B, static vs continuous batching, Poisson and bursty traffic),
+# the prefill/decode studies (2 and 4 GPUs, colocated vs disaggregated) and the report
+# with its figures in reports/.
 run: $(STAMP)
 	$(BIN)/des run --out results/default
 	$(BIN)/des sweep scenarios/headline.yaml --out results/headline
 	$(BIN)/des sweep scenarios/burstiness.yaml --out results/burstiness --quiet
 	$(BIN)/des sweep scenarios/detail.yaml --out results/detail --quiet
 	$(BIN)/des sweep scenarios/lesson-grid.yaml --out results/lesson-grid --quiet
+	$(BIN)/des sweep scenarios/pd-compare.yaml --out results/pd-compare --quiet
+	$(BIN)/des sweep scenarios/pd-breakeven.yaml --out results/pd-breakeven --quiet
+	$(BIN)/des sweep scenarios/pd-split.yaml --out results/pd-split --quiet
+	$(BIN)/des sweep scenarios/pd-interference.yaml --out results/pd-interference --quiet --workers 1
 	$(BIN)/python -m analysis.report --results results --out reports
 
 # Lint (ruff rules and formatting, mypy with the pydantic plugin), then every test.

@@ -120,10 +120,12 @@ def verdict(a: Mapping, b: Mapping, names: tuple[str, str]) -> str:
     return "tie"
 
 
-def fmt_capacity(row: Mapping) -> str:
-    """A capacity per GPU with its interval, as the report prints it."""
+def fmt_capacity(row: Mapping, short: bool = False) -> str:
+    """A capacity per GPU with its interval, as the report prints it (``short``: for a table cell)."""
     cap, lo, hi = row["capacity"], row["ci_low"], row["ci_high"]
     if cap != cap:
+        if short:
+            return f"none (fails from {row['lowest_rate']:.2g})"
         return f"none (fails at {row['lowest_rate']:.2g}, the lowest load tried)"
     low = f"{lo:.2f}" if lo == lo else "—"
     high = f"{hi:.2f}" if hi == hi else ("above the grid" if row.get("ci_high_open") else "—")

@@ -49,7 +49,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from analysis.common import PALETTE, Sweep, num_gpus, save, style
+from analysis.common import PALETTE, Sweep, config_style, num_gpus, save, style
 
 #: Prompts at least this long count as "long prompts" in the figure.
 LONG_PROMPT = 4096
@@ -174,8 +174,8 @@ def draw(traces: list[Trace], request_id: int, title: str = ""):
 def _label(kind: str, sc: dict) -> str:
     if kind == "disaggregated":
         s = sc["scheduler"]
-        return f"disaggregated {s['prefill']['instances']}P+{s['decode']['instances']}D"
-    return f"{kind} x{sc['cluster']['replicas']} (colocated)"
+        return config_style(f"{s['prefill']['instances']}P+{s['decode']['instances']}D")[0]
+    return f"{config_style(f'{kind}-x{num_gpus(sc)}')[0]} (colocated)"
 
 
 def traces_of(sweep: Sweep, request_id: int | None = None) -> tuple[list[Trace], int]:
@@ -205,7 +205,7 @@ def main(argv=None) -> Path:
     title = (
         f"Token times of one request (id {rid}: prompt {int(req['prompt_tokens']):,}, "
         f"{int(req['output_tokens']):,} output tokens) while long prompts arrive — "
-        f"{num_gpus(sc)} x {sc['gpu']['name']}, {sc['model']['name']}"
+        f"{num_gpus(sc)} × {sc['gpu']['name']} serving {sc['model']['name']}"
     )
     return save(draw(traces, rid, title), args.out)
 
