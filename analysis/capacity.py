@@ -15,8 +15,9 @@ never pinned at the top of the grid. A study with a ``load`` grid runs every var
 past its own saturation throughput ``S`` (measured by its probe, every batch full):
 points offered more than ``S`` count as failing whatever their finite run's stability
 check says (a slow overload can pass it), and no crossing is interpolated towards
-them, so the capacity and its interval never exceed ``S``. The interval always holds
-the estimate.
+them, so the capacity and its interval never exceed ``S``; a load grid that ends below
+``S`` with the SLOs not yet surely failing has ``S`` as its interval's upper end. The
+interval always holds the estimate.
 
     python -m analysis.capacity results/headline --slo ttft_p99<=2 --slo tpot_p50<=0.1
 """
@@ -112,6 +113,8 @@ def capacities(points: pd.DataFrame, slo: dict[str, float] = DEFAULT_SLO, by: li
         row.update({f"at_lowest_{m}": float(first[m]) for m in slo})
         row["max_throughput"] = float(g["throughput_rps"].max())
         row["saturation"] = sat if sat < math.inf else math.nan
+        if high == math.inf and sat < math.inf:  # a load grid that ends below S: S bounds it from above
+            row["ci_high"] = max(sat, row["capacity"])
         rows.append(row)
     return pd.DataFrame(rows)
 

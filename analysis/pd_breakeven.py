@@ -4,7 +4,7 @@ meets an SLO, where the split does, where both or neither.
 Reads the sweep of ``scenarios/pd-breakeven.yaml``: two colocated continuous-batching
 replicas against 1 prefill + 1 decode instance (a ``config`` axis) at mean prompt
 lengths of 256 to 8,192 tokens (``workload.prompt_tokens.mean``), each from light load
-to past its own saturation. At each prompt length each configuration's SLO capacity per
+to near its own saturation. At each prompt length each configuration's SLO capacity per
 GPU is read off its curve (:func:`analysis.pd_capacity.capacity_table`): it meets the
 SLO below that load and not above. Between the prompt lengths simulated, capacities are
 interpolated linearly in log(length) and log(load). The map shades, for each SLO, the

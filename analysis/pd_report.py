@@ -74,6 +74,7 @@ def _study_facts(sweep: Sweep) -> dict:
     return {
         "reps": int(study.get("replications", 1)),
         "fractions": ", ".join(f"{f:g}" for f in study["load"]["fractions"]),
+        "top": max(study["load"]["fractions"]),
         "horizons": {v: (p.get("horizon") or {}).get("duration") for v, p in variants.items()},
         "runs": len(runs),
         "requests": int(runs["num_requests"].sum()),
@@ -168,8 +169,10 @@ def section(res: Path, out: Path) -> tuple[list[str], dict[str, Path]]:
     most = float(ahead["ratio"].max()) if len(ahead) else math.nan
     far = tight[tight[PROMPT] >= 4096]
     far_cap = float(far[["colocated", "split"]].to_numpy().max()) if len(far) else math.nan
-    split_sure = [int(x) for x in be[be["verdict"] == "split"][PROMPT]]
-    default_colo = [int(x) for x in be[(be["slo"] == "default") & (be["verdict"] == "colocated")][PROMPT]]
+    split_sure = [int(x) for x in tight[tight["verdict"] == "split"][PROMPT]]
+    default = be[be["slo"] == "default"]
+    default_colo = [int(x) for x in default[default["verdict"] == "colocated"][PROMPT]]
+    default_split = [int(x) for x in default[default["verdict"] == "split"][PROMPT]]
 
     # four GPUs
     split_configs = list(dict.fromkeys(split_caps[CONFIG]))
@@ -245,7 +248,9 @@ def section(res: Path, out: Path) -> tuple[list[str], dict[str, Path]]:
         "### The three schedulers side by side",
         "",
         "Saturation throughput (every batch full, closed-loop probe) and SLO capacity per GPU, with 95 %",
-        "intervals (read off each configuration's load curve as above; — : an end the grid does not pin):",
+        "intervals (read off each configuration's load curve as above; — : an end the grid does not pin;",
+        f"≥ : the SLO held at every load tried, up to {max(compare['load']):g} of saturation, which ends the"
+        " interval):",
         "",
         *side,
         "",
@@ -282,7 +287,7 @@ def section(res: Path, out: Path) -> tuple[list[str], dict[str, Path]]:
         "",
         "`scenarios/pd-breakeven.yaml` runs the same two configurations on two GPUs at mean prompt lengths",
         f"of {', '.join(f'{x:,}' for x in lengths)} tokens (the long workload's shape and outputs), each from"
-        f" light load to past its own saturation ({be_facts['reps']} replications",
+        f" light load to {be_facts['top']:g} of its own saturation ({be_facts['reps']} replications",
         f"per point, {be_facts['runs']} runs). Each configuration meets the SLO below its capacity curve; the map"
         " shades where",
         "only one of them does. Per prompt length, the verdict of the two capacity intervals and, in",
@@ -295,7 +300,7 @@ def section(res: Path, out: Path) -> tuple[list[str], dict[str, Path]]:
         "Under the default SLO the colocated pair carries more at "
         + (_join(default_colo) if default_colo else "no prompt length")
         + " tokens; the split"
-        + (" never does." if not [x for x in split_sure if x in default_colo] else "."),
+        + (" never does." if not default_split else f" does at {_join(default_split)} tokens."),
         "Under the tight-TPOT SLO the split's estimate leads by more than 20 % at "
         + (_join(split_ahead) if split_ahead else "no prompt length")
         + " tokens",
@@ -304,9 +309,15 @@ def section(res: Path, out: Path) -> tuple[list[str], dict[str, Path]]:
         "a split's decode GPU never computes a prompt, and up to a few thousand tokens one prefill GPU",
         "keeps up and the KV transfer stays short. "
         + (
-            f"The intervals separate at {', '.join(f'{x:,}' for x in split_sure)} tokens."
+            f"The intervals separate at {_join(split_sure)} tokens"
+            + (
+                f"; at {_join([x for x in split_ahead if x not in split_sure])} they overlap."
+                if [x for x in split_ahead if x not in split_sure]
+                else "."
+            )
             if split_sure
-            else "But with three replications the intervals overlap at every length: a lead, not a verdict."
+            else f"But with {be_facts['reps']} replications the intervals overlap at every length: a lead, not a"
+            " verdict."
         ),
         f"From 4,096 tokens on, neither carries more than {far_cap:.2f} req/s per GPU under the tight SLO.",
         "",
@@ -358,11 +369,12 @@ def section(res: Path, out: Path) -> tuple[list[str], dict[str, Path]]:
         f"  {' to '.join(f'{x:,}' for x in split_ahead[:1] + split_ahead[-1:]) if split_ahead else 'a few thousand'}"
         f" tokens, test one: there des gives it up to {most:.1f} times the colocated capacity"
         + (
-            ", though with three replications the intervals overlap. Run the study with"
+            f", though with {be_facts['reps']} replications the intervals overlap. Run the study with"
             if not split_sure
             else ". Confirm with"
         ),
-        "  more replications (`replications: 10` in the study file, about three times the time) before",
+        f"  more replications (`replications: 10` in the study file, about {10 / be_facts['reps']:.0f} times the"
+        " time) before",
         "  buying on it.",
         "- A split must be sized for the workload (prefill:decode work), and re-sized when it changes;",
         "  colocated replicas adapt by themselves.",

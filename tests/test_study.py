@@ -416,3 +416,6 @@ def test_capacity_readout_of_a_load_grid_stays_within_the_probes_saturation():
     assert (b["ci_low"], b["ci_high"]) == pytest.approx((t(0.6, 2.5), t(0.4, 1.5)))
     by = capacity.capacities(points.assign(config="x"), {"ttft_p99": 1.0}, by=["config", "variant"])
     assert list(by["config"]) == ["x", "x"] and by["capacity"].tolist() == pytest.approx([9.0, 7.0])
+    # a grid that stops below S with the SLO still holding: at least the top load, at most S
+    below = capacity.capacities(points[points["load"] < 1], {"ttft_p99": 1.0}).set_index("variant").loc["a"]
+    assert below["holds_everywhere"] and (below["capacity"], below["ci_high"]) == pytest.approx((9.0, 10.0))
