@@ -163,8 +163,9 @@ def draw(table: pd.DataFrame, title: str = ""):
                     hi = r["ci_high"] if r["ci_high"] == r["ci_high"] else (top * 1.05 if r["ci_high_open"] else lo)
                     ax.plot([lo, hi], [y, y], color=color, lw=2.5, alpha=0.55, solid_capstyle="butt")
                     ax.plot([r["capacity"]], [y], marker="o", ms=7, color=color)
-                    ax.annotate(f"{r['capacity']:.2f}", (r["capacity"], y), xytext=(0, 7), textcoords="offset points",
-                                ha="center", fontsize=8, color=color)  # fmt: skip
+                    text = ("≥ " if r["holds_everywhere"] else "") + f"{r['capacity']:.2f}"
+                    ax.annotate(text, (r["capacity"], y), xytext=(0, 7), textcoords="offset points", ha="center",
+                                fontsize=8, color=color)  # fmt: skip
                 else:
                     ax.plot([0], [y], marker="x", ms=8, mew=2, color=color, clip_on=False)
                     ax.annotate("no load meets the SLO", (0, y), xytext=(8, -3), textcoords="offset points",
@@ -180,8 +181,8 @@ def draw(table: pd.DataFrame, title: str = ""):
                     ax.axhline(k - 0.5, color="0.3", lw=0.8)
     fig.suptitle(
         title
-        or "SLO capacity per GPU (dot; bar: 95 % CI) and saturation throughput per GPU "
-        "(grey tick: every batch full, closed-loop probe)",
+        or "SLO capacity per GPU (dot; bar: 95 % CI; ≥: held at every load tried) and saturation throughput "
+        "per GPU (grey tick: every batch full, closed-loop probe)",
         fontsize=11,
     )
     fig.tight_layout()
