@@ -400,9 +400,9 @@ def section(res: Path, out: Path) -> tuple[list[str], dict[str, Path]]:
         "- *Untuned pools.* Both pools run the colocated engine settings. A prefill pool with a larger",
         "  token budget, a decode pool with more sequences, or colocated replicas with a smaller chunk",
         "  (shorter stalls, longer TTFT) each move these numbers; des runs any of them with `--set`.",
-        "- *Overload.* The capacity readout counts points past a configuration's saturation as failing:",
-        "  a finite run's stability check can miss a slow overload of a decode pool, whose backlog waits",
-        "  between the pools rather than in the admission queue the check watches.",
+        "- *Overload.* The capacity readout counts points past a configuration's saturation as failing,",
+        "  whatever a finite run's stability check says. (The check counts a split's requests waiting",
+        "  between the pools as queued, so a slow overload of its decode pool is flagged too.)",
         "",
     ]
     return lines, figures

@@ -198,11 +198,14 @@ def test_token_times_on_the_engine_match_the_worked_disaggregated_timeline(tmp_p
 
 # --- the scripts on small sweeps -------------------------------------------------------
 
-CONFIGS = {"continuous-x2": {"cluster.replicas": 2}, "1P+1D": {"scheduler.kind": "disaggregated"}}
+CONFIGS = {
+    "continuous-x2": {"cluster.replicas": 2, "cluster.router": "least_outstanding"},
+    "1P+1D": {"scheduler.kind": "disaggregated"},
+}
 SMALL: dict[str, Any] = {
     "name": "pd-small",
     "base": str(SCENARIOS / "qwen7b-4090-poisson.yaml"),
-    "set": {"horizon.duration": 40, "warmup": 5, "horizon.drain": False, "cluster.router": "least_outstanding"},
+    "set": {"horizon.duration": 40, "warmup": 5, "horizon.drain": False},
     "variants": {
         "chat": {"workload": {"output_tokens": {"dist": "geometric", "mean": 64}}},
         "long": {"workload": {"prompt_tokens": {"dist": "lognormal", "mean": 2048, "sigma": 0.3}}},

@@ -201,6 +201,19 @@ def test_a_gpu_without_a_kv_link_needs_kv_transfer():
     assert sc.plan().link is not None
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "instead"),
+    [("cluster.replicas", "3", "scheduler.prefill.instances"), ("cluster.router", "least_kv", "scheduler.router")],
+)
+def test_cluster_settings_a_split_does_not_use_are_errors(key, value, instead):
+    """A split's instances and routers are its pools': the cluster's would be silently ignored."""
+    with pytest.raises(des.ScenarioError) as err:
+        des.load_scenario(None, [f"{key}={value}", "scheduler.kind=disaggregated"])
+    (path, message), *_ = err.value.problems
+    assert path == key and message.startswith(f"{value!r} is not used" if key.endswith("router") else value)
+    assert instead in message
+
+
 def test_results_folder_gains_transfers_and_the_summary_per_role_keys(tmp_path):
     from des.output import write_result
 

@@ -15,10 +15,10 @@ from tests.helpers import SCENARIOS, des_cli
 BASE: dict[str, Any] = {
     "name": "levels",
     "base": str(SCENARIOS / "qwen7b-4090-poisson.yaml"),
-    "set": {"horizon.duration": 40, "warmup": 5, "horizon.drain": False, "cluster.router": "least_outstanding"},
+    "set": {"horizon.duration": 40, "warmup": 5, "horizon.drain": False},
 }
 SPLITS = {
-    "continuous-x4": {"cluster.replicas": 4},
+    "continuous-x4": {"cluster.replicas": 4, "cluster.router": "least_outstanding"},
     "1P+3D": {"scheduler.kind": "disaggregated", "scheduler.prefill.instances": 1, "scheduler.decode.instances": 3},
     "3P+1D": {"scheduler.kind": "disaggregated", "scheduler.prefill.instances": 3, "scheduler.decode.instances": 1},
 }
@@ -50,7 +50,7 @@ def test_a_level_sets_all_its_keys_together_and_keeps_the_rest():
         2048,
         0.92,
     )
-    assert split["workload"]["arrival"]["rate"] == 4 and split["cluster"]["router"] == "least_outstanding"
+    assert split["workload"]["arrival"]["rate"] == 4 and split["horizon"]["duration"] == 40
     assert by_id["base/config=3P+1D/workload.arrival.rate=2/r0"].scenario["scheduler"]["prefill"]["instances"] == 3
 
 

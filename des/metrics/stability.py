@@ -1,8 +1,10 @@
 """Did the backlog grow through the run? The rule behind the summary's ``stable``.
 
 The backlog ``B(t)`` is the number of admitted requests that have arrived by ``t`` and
-not yet finished; the waiting queue ``Q(t)`` those not yet scheduled. Over the arrival
-window ``[warmup, end]`` we sample both at 50 equally spaced instants and fit a
+not yet finished; the waiting queue ``Q(t)`` those of them not in the batch of a step
+running at ``t``: waiting to be scheduled, preempted, or between a split's pools (queued
+for the decode pool's blocks, in transfer, waiting for a decode slot). Over the arrival
+window ``[warmup, end]`` we sample both at the middles of 50 equal slices and fit a
 least-squares line to each. Two measures of growth come out:
 
 - ``backlog_growth``, the backlog's rise divided by the requests that arrived in the
@@ -14,7 +16,8 @@ least-squares line to each. Two measures of growth come out:
   system: this measure catches it. It looks at the queue, not the whole backlog,
   because the running batch follows the arrivals' own swings (bursty traffic on a
   large cluster moves it by half its level within minutes) while a queue that keeps
-  growing is what overload is.
+  growing is what overload is. Counting every request outside a running batch, not
+  only those never scheduled, catches a split whose decode pool is the one overloaded.
 
 The run is called unstable when either growth is material — more than 5 % of the
 arrivals, or more than half the backlog's level — and larger than its series' own
@@ -23,6 +26,8 @@ short, quiet or bursty run is not condemned by a handful of requests.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -43,25 +48,56 @@ def _trend(t: np.ndarray, series: np.ndarray) -> tuple[float, float]:
     return float(slope * (t[-1] - t[0])), float(np.std(series - (slope * t + intercept)))
 
 
+Serving = Callable[[np.ndarray], np.ndarray]
+
+
+def serving_from_steps(instance: np.ndarray, start: np.ndarray, duration: np.ndarray, batch: np.ndarray) -> Serving:
+    """Requests in service at each instant: the batch sizes of the steps running then
+    (the steps' ``instance``, ``start`` and ``duration`` in seconds, ``batch`` size)."""
+    per_instance = []
+    for i in np.unique(instance):
+        mine = instance == i
+        order = np.argsort(start[mine], kind="stable")
+        s0 = start[mine][order]
+        per_instance.append((s0, s0 + duration[mine][order], batch[mine][order]))
+
+    def serving(t: np.ndarray) -> np.ndarray:
+        total = np.zeros(len(t))
+        for s0, e0, b in per_instance:
+            k = np.searchsorted(s0, t, side="right") - 1  # the last step begun by t
+            on = (k >= 0) & (e0[np.maximum(k, 0)] > t)
+            total += np.where(on, b[np.maximum(k, 0)], 0)
+        return total
+
+    return serving
+
+
+def serving_from_times(scheduled: np.ndarray, finish: np.ndarray) -> Serving:
+    """Requests in service at each instant: scheduled by then and not finished (NaN: not yet)."""
+    began = np.sort(np.where(np.isfinite(scheduled), scheduled, np.inf))
+    ended = np.sort(np.where(np.isfinite(finish), finish, np.inf))
+    return lambda t: _level(began, t) - _level(ended, t)
+
+
 def backlog_trend(
-    arrival: np.ndarray, scheduled: np.ndarray, finish: np.ndarray, start: float, end: float
+    arrival: np.ndarray, finish: np.ndarray, serving: Serving, start: float, end: float
 ) -> tuple[float, float, bool]:
     """(backlog growth per request arrived in ``[start, end]``, the waiting queue's growth
     as a share of the backlog's mean level, whether either growth is material).
 
-    ``arrival``, ``scheduled`` and ``finish`` are the admitted requests' times (NaN when
-    it did not happen). An empty window gives (0, 0, False).
+    ``arrival`` and ``finish`` are the admitted requests' times (NaN when it did not
+    happen); ``serving(t)`` counts the requests in service at instants ``t``. An empty
+    window gives (0, 0, False).
     """
     if not end > start:
         return 0.0, 0.0, False
     arrived = np.sort(arrival)
-    t = np.linspace(start, end, SAMPLES)
+    t = start + (np.arange(SAMPLES) + 0.5) * (end - start) / SAMPLES
     n_window = np.searchsorted(arrived, end, side="right") - np.searchsorted(arrived, start, side="left")
     if n_window == 0:
         return 0.0, 0.0, False
-    came = _level(arrived, t)
-    backlog = came - _level(np.sort(np.where(np.isfinite(finish), finish, np.inf)), t)
-    queue = came - _level(np.sort(np.where(np.isfinite(scheduled), scheduled, np.inf)), t)
+    backlog = _level(arrived, t) - _level(np.sort(np.where(np.isfinite(finish), finish, np.inf)), t)
+    queue = backlog - serving(t)
     rise, noise = _trend(t, backlog)
     q_rise, q_noise = _trend(t, queue)
     growth = rise / n_window

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from des.metrics.stability import backlog_trend
+from des.metrics.stability import Serving, backlog_trend, serving_from_steps
 from des.metrics.steady import drift
 
 LATENCIES = ("ttft", "tpot", "e2e", "queue_delay")
@@ -171,16 +171,16 @@ def levels(
 
 def stability(
     arrival: np.ndarray,
-    scheduled: np.ndarray,
     finish: np.ndarray,
+    serving: Serving,
     e2e_in_order: np.ndarray,
     start: float,
     end: float,
 ) -> dict:
-    """Did the backlog and queue of admitted requests (``arrival``, ``scheduled``,
-    ``finish``) grow over the arrival window, and do the measured latencies (in arrival
-    order) settle?"""
-    growth, of_level, growing = backlog_trend(arrival, scheduled, finish, start, end)
+    """Did the backlog and queue of admitted requests (``arrival``, ``finish``; ``serving``
+    counts those in a running batch) grow over the arrival window, and do the measured
+    latencies (in arrival order) settle?"""
+    growth, of_level, growing = backlog_trend(arrival, finish, serving, start, end)
     dropped, drifting = drift(e2e_in_order)
     return {
         "backlog_growth": growth,
@@ -235,5 +235,9 @@ def summarize(
     out["num_steps"] = int(len(steps))
     out["makespan"] = _finite(float(np.nanmax(finish)) if completed.any() else 0.0)
     e2e_in_order = sel.sort_values("arrival_time")["e2e"].to_numpy()
-    out |= stability(arrival[admitted], scheduled[admitted], finish[admitted], e2e_in_order, warmup, arrivals_end)
+    serving = serving_from_steps(
+        steps["instance"].to_numpy(), steps["start"].to_numpy(), steps["duration"].to_numpy(),
+        steps["batch_size"].to_numpy(),
+    )  # fmt: skip
+    out |= stability(arrival[admitted], finish[admitted], serving, e2e_in_order, warmup, arrivals_end)
     return out

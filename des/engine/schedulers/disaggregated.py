@@ -128,6 +128,22 @@ class DisaggregatedConfig(ContinuousSettings):
 
     def plan(self, ctx: PlanContext) -> Plan:
         """A prefill pool, a decode pool, and a link from every prefill instance."""
+        if ctx.replicas != 1:
+            raise ScenarioError(
+                (
+                    "cluster.replicas",
+                    f"{ctx.replicas} is not used by a disaggregated scheduler, whose instances are its pools' "
+                    "(set scheduler.prefill.instances and scheduler.decode.instances)",
+                )
+            )
+        if ctx.router != PlanContext.router:  # the cluster router left at its default
+            raise ScenarioError(
+                (
+                    "cluster.router",
+                    f"{ctx.router!r} is not used by a disaggregated scheduler, whose pools have their own "
+                    "(set scheduler.router.prefill and scheduler.router.decode)",
+                )
+            )
         prefill = self._pool("prefill", self.prefill, self.router.prefill, ctx)
         decode = self._pool("decode", self.decode, self.router.decode, ctx)
         return Plan((prefill, decode), self._link(prefill.gpu, decode.gpu), self.first_token_from)
