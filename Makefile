@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 
 # The main job: the default scenario's summary, then the headline study
 # (RTX 4090 + Qwen2.5-7B, static vs continuous batching, Poisson and bursty traffic),
-# the prefill/decode studies (2 and 4 GPUs, colocated vs disaggregated) and the report
-# with its figures in reports/.
+# the prefill/decode studies (2 and 4 GPUs, colocated vs disaggregated), the prefix-caching
+# studies (system prompts, multi-turn chat) and the report with its figures in reports/.
 run: $(STAMP)
 	$(BIN)/des run --out results/default
 	$(BIN)/des sweep scenarios/headline.yaml --out results/headline
@@ -27,6 +27,8 @@ run: $(STAMP)
 	$(BIN)/des sweep scenarios/pd-breakeven.yaml --out results/pd-breakeven --quiet
 	$(BIN)/des sweep scenarios/pd-split.yaml --out results/pd-split --quiet
 	$(BIN)/des sweep scenarios/pd-interference.yaml --out results/pd-interference --quiet --workers 1
+	$(BIN)/des sweep scenarios/caching-system-prompt.yaml --out results/caching-system-prompt --quiet
+	$(BIN)/des sweep scenarios/caching-chat.yaml --out results/caching-chat --quiet
 	$(BIN)/python -m analysis.report --results results --out reports
 
 # Lint (ruff rules and formatting, mypy with the pydantic plugin), then every test.
