@@ -1,10 +1,9 @@
 """Per-step records, kept as growing typed columns (one row per GPU step).
 
-A step is recorded by name from the instance that ran it and the :class:`Step` the
-scheduler formed (``record``), or a span of steady decode steps at once
-(``record_span``); either way every column gets exactly one value per step, O(1)
-per step. ``role`` is stored as an index into :data:`ROLES` and becomes text in the
-table; ``flops`` and ``hbm_bytes`` are the work the step did (:mod:`des.cost.work`).
+A step is recorded from the instance that ran it and the :class:`Step` the scheduler
+formed (``record``): every column gets exactly one value per step, O(1) per step.
+``role`` is stored as an index into :data:`ROLES` and becomes text in the table;
+``flops`` and ``hbm_bytes`` are the work the step did (:mod:`des.cost.work`).
 """
 
 from __future__ import annotations
@@ -75,37 +74,6 @@ class StepLog:
         work = inst.work
         self._flops(work.flops(shape))
         self._bytes(work.hbm_bytes(shape))
-
-    def record_span(
-        self,
-        inst: Instance,
-        starts: list[float],
-        durations: list[float],
-        step: Step[Any],
-        kv_blocks: list[int],
-        num_waiting: int,
-        flops: list[float],
-        hbm_bytes: list[float],
-    ) -> None:
-        """Append ``len(starts)`` steady decode steps like ``step`` (no prefill, no
-        preemption) at once, with their own start, duration, KV blocks in use and work."""
-        j = len(starts)
-        c = self.columns
-        c["instance"].extend([inst.index] * j)
-        c["role"].extend([inst.role_code] * j)
-        c["start"].extend(starts)
-        c["duration"].extend(durations)
-        c["batch_size"].extend([step.batch_size] * j)
-        c["batch_width"].extend([step.width] * j)
-        c["prefill_tokens"].extend([0] * j)
-        c["decode_tokens"].extend([step.shape.decode_tokens] * j)
-        c["tokens_emitted"].extend([step.emitted] * j)
-        c["kv_blocks"].extend(kv_blocks)
-        c["num_waiting"].extend([num_waiting] * j)
-        c["preempted"].extend([0] * j)
-        c["cached_tokens"].extend([0] * j)
-        c["flops"].extend(flops)
-        c["hbm_bytes"].extend(hbm_bytes)
 
     def __len__(self) -> int:
         return len(self.columns["start"])
