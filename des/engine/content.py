@@ -68,17 +68,48 @@ class BlockKeys:
         """The keys of at least the first ``n`` blocks (all full; ``n · block_size`` tokens at
         most the length): the list kept, which may hold more; read only its first ``n``."""
         keys, bs, segs, starts = self.keys, self.block_size, self.segments, self._starts
+        if not keys and n > 0 and segs and segs[0][0] >= 0 and segs[0][1] >= 2 * bs:
+            keys += _head_keys(segs[0][0], segs[0][1] // bs, bs)  # a named head: shared by many
         parent = keys[-1] if keys else 0
+        i = 0
         for b in range(len(keys), n):
             lo, hi = b * bs, (b + 1) * bs
-            i = bisect_right(starts, lo) - 1
-            pieces: list[int] = []
-            while i < len(segs) and starts[i] < hi:
-                cid, length = segs[i]
-                a = max(lo, starts[i])
-                z = min(hi, starts[i] + length)
-                pieces += (cid, a - starts[i], z - a)
-                i += 1
-            parent = hash((parent, *pieces))
+            i = bisect_right(starts, lo, i) - 1
+            cid, length = segs[i]
+            start = starts[i]
+            if hi <= start + length:  # the block lies in one segment
+                parent = hash((parent, cid, lo - start, bs))
+            else:
+                pieces: list[int] = []
+                while i < len(segs) and starts[i] < hi:
+                    cid, length = segs[i]
+                    a = max(lo, starts[i])
+                    z = min(hi, starts[i] + length)
+                    pieces += (cid, a - starts[i], z - a)
+                    i += 1
+                i = max(i - 1, 0)
+                parent = hash((parent, *pieces))
             keys.append(parent)
         return keys
+
+
+#: Keys of the whole blocks of named segments at the start of a sequence, by (content id,
+#: blocks, block size): every request of a shared-prefix group begins with the same ones.
+_HEADS: dict[tuple[int, int, int], list[int]] = {}
+_HEADS_MAX = 4096
+
+
+def _head_keys(cid: int, blocks: int, block_size: int) -> list[int]:
+    """The keys of the first ``blocks`` blocks of a sequence opening with content ``cid``
+    (as :meth:`BlockKeys.upto` chains them)."""
+    memo = (cid, blocks, block_size)
+    keys = _HEADS.get(memo)
+    if keys is None:
+        keys, parent = [], 0
+        for b in range(blocks):
+            parent = hash((parent, cid, b * block_size, block_size))
+            keys.append(parent)
+        if len(_HEADS) >= _HEADS_MAX:
+            _HEADS.clear()
+        _HEADS[memo] = keys
+    return keys
