@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import des
+from tests.golden import shipped
 
 
 def trace_scenario(tmp_path, rows, scheduler, cost=None, **extra):
@@ -240,6 +241,18 @@ def test_fast_forward_matches_the_per_step_reference(scheduler, rate):
     a, b = des.simulate(sc), des.simulate(sc, fast_forward=False)
     assert a.requests.equals(b.requests) and a.steps.equals(b.steps) and a.summary == b.summary
     assert a.summary["num_completed"] > 100
+
+
+@pytest.mark.parametrize("path", shipped(), ids=lambda p: p.stem)
+def test_every_shipped_scenario_runs_the_same_on_the_fast_and_the_reference_engine(path):
+    sc = des.load_scenario(path)
+    a, b = des.simulate(sc), des.simulate(sc, fast_forward=False)
+    assert a.requests.equals(b.requests) and a.steps.equals(b.steps)
+    if a.transfers is None or b.transfers is None:
+        assert a.transfers is None and b.transfers is None
+    else:
+        assert a.transfers.equals(b.transfers)
+    assert a.summary == b.summary
 
 
 def test_scheduler_registry_refuses_duplicates_and_an_unknown_kind_lists_the_registered_ones():
