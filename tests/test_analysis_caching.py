@@ -28,9 +28,9 @@ SYSTEM = small(
     load={"fractions": [0.3, 0.8, 1.1]},
     replications=2,
 )
-SYSTEM["set"] = {**SYSTEM["set"], "horizon": {"duration": 60, "drain": False}, "warmup": 10}
+SYSTEM["set"] = {**SYSTEM["set"], "horizon": {"duration": 40, "drain": False}, "warmup": 5}
 CHAT = small("caching-chat", grid={RATE: [0.3, 1.0, 1.6]}, replications=2)
-CHAT["set"] = {**CHAT["set"], "horizon": {"duration": 200, "drain": False}, "warmup": 40}
+CHAT["set"] = {**CHAT["set"], "horizon": {"duration": 150, "drain": False}, "warmup": 30}
 
 
 @pytest.fixture(scope="module")
