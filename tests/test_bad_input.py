@@ -823,6 +823,8 @@ FORMAT_TRACES = [
      ["'parquet'", "valid: csv, jsonl, mooncake, azure, burstgpt, vllm-bench"]),
     ("model-without-a-model-column", "t.csv", {"model": "GPT-4"}, TRACE_HEADER + "0,1,5\n",
      "workload.arrival.model", ["csv trace has no model column", "burstgpt"]),
+    ("log-type-without-a-column", "t.csv", {"log_type": "API log"}, TRACE_HEADER + "0,1,5\n",
+     "workload.arrival.log_type", ["csv trace has no log type column", "burstgpt"]),
     ("zero-hash-block", "m.jsonl", {"format": "mooncake", "hash_block_tokens": 0}, MOONCAKE,
      "workload.arrival.hash_block_tokens", ["0"]),
     ("zero-time-scale", "m.jsonl", {"format": "mooncake", "time_scale": 0}, MOONCAKE, "workload.arrival.time_scale",

@@ -245,6 +245,24 @@ def test_burstgpt_keeps_one_model_when_asked(model):
     )
 
 
+@pytest.mark.parametrize(("model", "log_type"), [(None, "API log"), (None, "Conversation log"), ("GPT-4", "API log")])
+def test_burstgpt_keeps_one_log_type_when_asked(model, log_type):
+    path = TRACES / "burstgpt-sample.csv"
+    trace = replay(path, format="burstgpt", model=model, log_type=log_type)
+    rows = [r for r in csv_rows(path) if r["Log Type"] == log_type and model in (None, r["Model"])]
+    ok = sorted_by_time([r for r in rows if int(r["Response tokens"]) > 0], "Timestamp")
+    assert 0 < len(ok) < 36
+    assert trace.table["prompt_tokens"].tolist() == [int(r["Request tokens"]) for r in ok]
+
+
+def test_burstgpt_names_the_log_types_it_has():
+    with pytest.raises(des.ScenarioError) as err:
+        replay(TRACES / "burstgpt-sample.csv", format="burstgpt", log_type="Web log")
+    (path, message), *_ = err.value.problems
+    assert path.endswith("log_type") and "'Web log'" in message
+    assert message.endswith("its log types: API log, Conversation log")
+
+
 # -- vllm-bench ------------------------------------------------------------------------------
 
 

@@ -200,7 +200,8 @@ class Trace(Strict):
     - ``rate_scale`` multiplies the load: 2 replays the same requests twice as fast
       (every gap halved), 0.5 half as fast. It is the parameter ``des capacity``
       searches on a trace: how much more of this traffic fits.
-    - ``model`` keeps only the rows of one model (``burstgpt``: ``ChatGPT`` or ``GPT-4``).
+    - ``model`` keeps only the rows of one model (``burstgpt``: ``ChatGPT`` or ``GPT-4``),
+      ``log_type`` those of one log type (``burstgpt``: ``Conversation log`` or ``API log``).
     - ``hash_block_tokens``: how many prompt tokens each of a row's ``hash_ids`` covers
       (512, Mooncake's block size).
 
@@ -216,6 +217,7 @@ class Trace(Strict):
     rate_scale: PositiveFloat = 1.0
     absolute_times: bool = False
     model: str | None = None
+    log_type: str | None = None
     hash_block_tokens: PositiveInt = HASH_BLOCK_TOKENS
     _table: pd.DataFrame = PrivateAttr()
 
@@ -232,10 +234,12 @@ class Trace(Strict):
     @model_validator(mode="after")
     def _read(self) -> Trace:
         fmt = self.trace_format
-        if self.model is not None and not fmt.has_model:
-            with_model = ", ".join(n for n in TRACE_FORMATS if TRACE_FORMATS.get(n).has_model)
-            raise ValueError(f"model: a {fmt.name} trace has no model column to filter on (only {with_model})")
-        options = ReadOptions(hash_block_tokens=self.hash_block_tokens, model=self.model)
+        for option in ("model", "log_type"):
+            if getattr(self, option) is not None and option not in fmt.filters:
+                able = ", ".join(n for n in TRACE_FORMATS if option in TRACE_FORMATS.get(n).filters)
+                what = option.replace("_", " ")
+                raise ValueError(f"{option}: a {fmt.name} trace has no {what} column to filter on (only {able})")
+        options = ReadOptions(hash_block_tokens=self.hash_block_tokens, model=self.model, log_type=self.log_type)
         try:
             self._table = read_trace(self.path, self.format, options)
         except OptionError as exc:

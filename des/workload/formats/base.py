@@ -59,7 +59,8 @@ class ReadOptions:
     """What a reader needs from the scenario besides the path."""
 
     hash_block_tokens: int = HASH_BLOCK_TOKENS
-    model: str | None = None  # keep only the rows of this model (formats with ``has_model``)
+    model: str | None = None  # keep only the rows of this model (formats filtering on it)
+    log_type: str | None = None  # keep only the rows of this log type (formats filtering on it)
 
 
 Reader = Callable[[Path, ReadOptions], "pd.DataFrame"]
@@ -74,8 +75,8 @@ class TraceFormat:
     divides by it, so that 3052 ms become exactly 3.052 s); ``suffixes`` are the file name
     endings it is inferred from; ``columns`` says what it reads (for errors and the
     README); ``signature`` lists columns that identify a file of this format, so that a
-    file read in the wrong format gets a hint; ``has_model`` says that rows can be
-    filtered by model.
+    file read in the wrong format gets a hint; ``filters`` names the replay options
+    (:class:`ReadOptions` fields) it can keep rows by, e.g. ``model``.
     """
 
     name: str
@@ -85,7 +86,7 @@ class TraceFormat:
     ticks_per_second: int = 1
     suffixes: tuple[str, ...] = ()
     signature: tuple[str, ...] = ()
-    has_model: bool = False
+    filters: tuple[str, ...] = ()
 
     @property
     def unit_seconds(self) -> float:

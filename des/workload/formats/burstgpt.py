@@ -10,8 +10,9 @@ per request to ChatGPT or GPT-4 behind Azure:
 - ``Model``: ``ChatGPT`` or ``GPT-4``; ``model:`` on the replay keeps only that model's
   rows (exact match);
 - ``Request tokens``, ``Response tokens``: prompt and output tokens.
-- ``Total tokens`` (their sum) and ``Log Type`` (``Conversation log`` or ``API log``) are
-  not read.
+- ``Log Type``: ``Conversation log`` (the ChatGPT web UI) or ``API log``; ``log_type:``
+  on the replay keeps only that type's rows (exact match);
+- ``Total tokens`` (their sum) is not read.
 
 **Failed requests.** BurstGPT keeps the requests that failed, with ``Response tokens``
 0 (``BurstGPT_1.csv`` "contains ... some failure that Response tokens are 0s"; the
@@ -46,23 +47,32 @@ if TYPE_CHECKING:
     import pandas as pd
 
 REQUIRED = ("Timestamp", "Request tokens", "Response tokens")
+#: Replay options that keep rows by a column: option -> column.
+FILTERS = {"model": "Model", "log_type": "Log Type"}
 
 
 def read_burstgpt(path: Path, options: ReadOptions) -> pd.DataFrame:
     """A BurstGPT trace as a trace table, failed requests (0 response tokens) skipped."""
     frame = load_csv(path)
-    require(path, frame, REQUIRED + (("Model",) if options.model is not None else ()))
+    wanted = {column: getattr(options, option) for option, column in FILTERS.items()}
+    wanted = {column: value for column, value in wanted.items() if value is not None}
+    require(path, frame, REQUIRED + tuple(wanted))
     arrival = times_from(frame["Timestamp"], where(path, "Timestamp"))
     prompt = positive_ints(frame["Request tokens"], where(path, "Request tokens"))
     output = positive_ints(frame["Response tokens"], where(path, "Response tokens"), minimum=0)
     keep = np.ones(len(frame), dtype=bool)
-    if options.model is not None:
-        models = frame["Model"].astype(str).where(frame["Model"].notna(), "")
-        keep = np.array(models == options.model, dtype=bool)
+    for option, column in FILTERS.items():
+        if column not in wanted:
+            continue
+        values = frame[column].astype(str).where(frame[column].notna(), "")
+        keep &= np.array(values == wanted[column], dtype=bool)
         if not keep.any():
-            present = sorted(set(models) - {""})
+            present = sorted(set(values) - {""})
+            what = option.replace("_", " ")
+            among = " among the rows of the model kept" if option != "model" and "Model" in wanted else ""
             raise OptionError(
-                "model", f"no row of {str(path)!r} is of model {options.model!r}; its models: {', '.join(present)}"
+                option,
+                f"no row of {str(path)!r}{among} is of {what} {wanted[column]!r}; its {what}s: {', '.join(present)}",
             )
     failed = keep & (output == 0)
     keep = keep & ~failed
@@ -77,5 +87,5 @@ BURSTGPT = TraceFormat(
     read_burstgpt,
     "Timestamp (s), Model, Request tokens, Response tokens (0: a failed request, skipped)",
     signature=REQUIRED,
-    has_model=True,
+    filters=tuple(FILTERS),
 )
