@@ -24,3 +24,21 @@ class ScenarioError(ValueError):
     def prefixed(self, prefix: str) -> ScenarioError:
         """The same problems with ``prefix.`` put before every path."""
         return ScenarioError([(f"{prefix}.{p}" if p else prefix, m) for p, m in self.problems])
+
+
+_REWORD = (
+    ("Input should be greater than or equal to", "must be >="),
+    ("Input should be greater than", "must be >"),
+    ("Input should be less than or equal to", "must be <="),
+    ("Input should be less than", "must be <"),
+    ("Input should be a valid", "must be a valid"),
+    ("Input should be", "must be"),
+)
+
+
+def reword(msg: str) -> str:
+    """A pydantic message in the CLI's words (``Input should be greater than 0`` -> ``must be > 0``)."""
+    for old, new in _REWORD:
+        if msg.startswith(old):
+            return new + msg[len(old) :]
+    return msg[0].lower() + msg[1:] if msg else msg

@@ -36,7 +36,7 @@ from des.dotted import deep_copy, set_dotted
 from des.engine.plan import Plan, PlanContext
 from des.engine.router import ROUTERS
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
-from des.errors import ScenarioError
+from des.errors import ScenarioError, reword
 from des.registry import UnknownKind
 from des.workload.arrivals import ARRIVALS, ArrivalConfig, Closed, Trace
 from des.workload.conversations import Conversations
@@ -227,28 +227,11 @@ def problems_of(exc: ValidationError) -> list[tuple[str, str]]:
                 msg = m.group(2)
             value = None
         else:
-            msg = _reword(msg)
+            msg = reword(msg)
         if value is not None and not isinstance(value, dict | list):
             msg = f"{msg} (got {value!r})"
         out.append((".".join(loc) or "scenario", msg))
     return out
-
-
-_REWORD = (
-    ("Input should be greater than or equal to", "must be >="),
-    ("Input should be greater than", "must be >"),
-    ("Input should be less than or equal to", "must be <="),
-    ("Input should be less than", "must be <"),
-    ("Input should be a valid", "must be a valid"),
-    ("Input should be", "must be"),
-)
-
-
-def _reword(msg: str) -> str:
-    for old, new in _REWORD:
-        if msg.startswith(old):
-            return new + msg[len(old) :]
-    return msg[0].lower() + msg[1:]
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -17,6 +17,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt, ValidationError
 
 from des.catalog.efficiency import Efficiency
 from des.config import Strict, load_yaml
+from des.errors import reword
 
 
 class GroupFit(Strict):
@@ -81,21 +82,4 @@ def read_calibration(path: Path) -> CalibrationFile:
             else ""
         )
         more = f" and {len(exc.errors()) - 1} more" if len(exc.errors()) > 1 else ""
-        raise ValueError(f"{where}: {loc}: {_reword(msg)}{got}{more}") from None
-
-
-_REWORD = (
-    ("Input should be greater than or equal to", "must be >="),
-    ("Input should be greater than", "must be >"),
-    ("Input should be less than or equal to", "must be <="),
-    ("Input should be less than", "must be <"),
-    ("Input should be a valid", "must be a valid"),
-    ("Input should be", "must be"),
-)
-
-
-def _reword(msg: str) -> str:
-    for old, new in _REWORD:
-        if msg.startswith(old):
-            return new + msg[len(old) :]
-    return msg[0].lower() + msg[1:] if msg else msg
+        raise ValueError(f"{where}: {loc}: {reword(msg)}{got}{more}") from None
