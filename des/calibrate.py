@@ -59,6 +59,7 @@ from des.cost.roofline import (
     build_roofline,
 )
 from des.errors import ScenarioError
+from des.figures import in_default_style
 
 ARG = "PROFILE_DIR"
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -567,25 +568,10 @@ def figure_format(path: Path, flag: str) -> str:
     return fmt
 
 
+@in_default_style
 def plot_fit(fit: Fit, path: Path, fmt: str = "png") -> None:
     """Predicted against measured time per op group (log-log), with the ±10 % band.
-
-    Drawn in matplotlib's default style whatever style the caller set, so the same inputs
-    give the same image."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with plt.style.context("default"):
-        _plot_fit_drawn(fit, path, fmt)
-
-
-def _plot_fit_drawn(fit: Fit, path: Path, fmt: str = "png") -> None:
-    """Predicted against measured time per op group (log-log), with the ±10 % band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    Drawn on Agg in matplotlib's default style (:func:`des.figures.in_default_style`)."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from des.errors import ScenarioError
+from des.figures import in_default_style
 from des.workload.formats.request_log import read_request_log
 from des.workload.formats.vllm_bench import read_vllm_bench
 
@@ -221,25 +222,10 @@ def compare(
 # -- output ------------------------------------------------------------------------------------
 
 
+@in_default_style
 def plot_cdfs(cmp: Comparison, path: Path, fmt: str = "png") -> None:
     """Measured (solid) and simulated (dashed) CDFs of TTFT, TPOT, end-to-end latency and ITL.
-
-    Drawn in matplotlib's default style whatever style the caller set, so the same inputs
-    give the same image."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with plt.style.context("default"):
-        _plot_cdfs_drawn(cmp, path, fmt)
-
-
-def _plot_cdfs_drawn(cmp: Comparison, path: Path, fmt: str = "png") -> None:
-    """Measured (solid) and simulated (dashed) CDFs of TTFT, TPOT, end-to-end latency and ITL."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    Drawn on Agg in matplotlib's default style (:func:`des.figures.in_default_style`)."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
