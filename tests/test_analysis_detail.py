@@ -9,7 +9,6 @@ and the slot grid must reproduce the lesson's numbers from the simulated tables.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analysis import cdf, slot_grid, timeline  # noqa: E402
+from tests.helpers import des_cli  # noqa: E402
 
 MIN_PNG_BYTES = 10_000
 SMALL_STUDY = {
@@ -38,12 +38,7 @@ SMALL_STUDY = {
 
 
 def sweep(study: Path, out: Path) -> Path:
-    proc = subprocess.run(
-        [sys.executable, "-m", "des.cli", "sweep", str(study), "--out", str(out), "--workers", "1", "--quiet"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    proc = des_cli("sweep", str(study), "--out", str(out), "--workers", "1", "--quiet")
     assert proc.returncode == 0, proc.stderr
     return out
 

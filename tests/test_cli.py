@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 import yaml
 
 import des
-from tests.helpers import ROOT, SCENARIOS
+from tests.helpers import ROOT, SCENARIOS, des_cli
 
 CONTRACT_REQUEST_COLUMNS = [
     "request_id", "arrival_time", "prompt_tokens", "output_tokens", "scheduled_time", "first_token_time",
@@ -28,7 +26,7 @@ FILES = ("requests.parquet", "steps.parquet", "summary.json", "scenario.yaml")
 
 
 def des_run(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "des.cli", "run", *args], capture_output=True, text=True, cwd=cwd)
+    return des_cli("run", *args, cwd=cwd)
 
 
 def digests(folder):

@@ -5,9 +5,6 @@ is tested in tests/test_calibrate.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -21,6 +18,7 @@ from des.cost.base import BatchShape, CostContext
 from des.cost.roofline import Engine, activation_bytes, build_roofline, graph_size
 from des.costmodel import decode_shape, prefill_shape
 from des.errors import ScenarioError
+from tests.helpers import des_cli
 
 GPUS = catalog.gpu_names()
 MODELS = catalog.model_names()
@@ -427,19 +425,11 @@ def test_bad_model_entry():
 
 def test_costmodel_command(tmp_path):
     png = tmp_path / "roof.png"
-    out = subprocess.run(
-        [sys.executable, "-m", "des.cli", "costmodel", "--gpu", "rtx4090", "--model", "qwen2.5-7b", "--plot", str(png)],
-        capture_output=True,
-        text=True,
-    )
+    out = des_cli("costmodel", "--gpu", "rtx4090", "--model", "qwen2.5-7b", "--plot", str(png))
     assert out.returncode == 0, out.stderr
     assert "ridge" in out.stdout and "122,448" in out.stdout and "decode step" in out.stdout
     assert png.stat().st_size > 20_000
-    bad = subprocess.run(
-        [sys.executable, "-m", "des.cli", "costmodel", "--gpu", "v100"], capture_output=True, text=True
-    )
+    bad = des_cli("costmodel", "--gpu", "v100")
     assert bad.returncode == 2 and bad.stderr.startswith("error: --gpu") and "rtx4090" in bad.stderr
-    bad = subprocess.run(
-        [sys.executable, "-m", "des.cli", "costmodel", "--model", "qwen2.5-14b"], capture_output=True, text=True
-    )
+    bad = des_cli("costmodel", "--model", "qwen2.5-14b")
     assert bad.returncode == 2 and "does not fit" in bad.stderr and "Traceback" not in bad.stderr

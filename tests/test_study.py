@@ -4,8 +4,6 @@ capacity search against theory, and the analysis scripts on a small sweep."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from typing import Any
 
@@ -18,7 +16,7 @@ from des.errors import ScenarioError
 from des.study import load_study, replication_seed, sweep
 from des.study.aggregate import metric_interval
 from des.study.runner import SweepLocked, sweep_lock
-from tests.helpers import ROOT, SCENARIOS, des_cli
+from tests.helpers import SCENARIOS, des_cli
 
 SMALL: dict[str, Any] = {
     "name": "small",
@@ -182,24 +180,16 @@ def test_capacity_finds_the_pollaczek_khinchine_rate_within_its_interval(tmp_pat
     path.write_text(yaml.safe_dump(md1(0.5, 6000, seed=3)))
     slo = 1.0  # Wq(λ) = λ s² / (2 (1 - λ s)) = 1 s  =>  λ = 2 W / (s (s + 2 W)) = 2/3
     truth = 2 * slo / (1.0 * (1.0 + 2 * slo))
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "des.cli",
-            "capacity",
-            str(path),
-            "--slo",
-            f"queue_delay_mean<={slo}",
-            "--replications",
-            "5",
-            "--json",
-            "--workers",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+    out = des_cli(
+        "capacity",
+        str(path),
+        "--slo",
+        f"queue_delay_mean<={slo}",
+        "--replications",
+        "5",
+        "--json",
+        "--workers",
+        "2",
     )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
@@ -214,26 +204,18 @@ def test_fewest_replicas_for_a_target_rate(tmp_path):
 
     path = tmp_path / "md1.yaml"
     path.write_text(yaml.safe_dump(sc))
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "des.cli",
-            "capacity",
-            str(path),
-            "--slo",
-            "queue_delay_mean<=0.5",
-            "--replicas-for",
-            "2.5",
-            "--replications",
-            "3",
-            "--json",
-            "--workers",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+    out = des_cli(
+        "capacity",
+        str(path),
+        "--slo",
+        "queue_delay_mean<=0.5",
+        "--replicas-for",
+        "2.5",
+        "--replications",
+        "3",
+        "--json",
+        "--workers",
+        "2",
     )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
@@ -280,12 +262,7 @@ def test_sweep_cli_and_the_analysis_scripts_on_a_small_sweep(tmp_path):
         )
     )
     out = tmp_path / "sweep"
-    proc = subprocess.run(
-        [sys.executable, "-m", "des.cli", "sweep", str(study), "--out", str(out), "--workers", "2"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    proc = des_cli("sweep", str(study), "--out", str(out), "--workers", "2")
     assert proc.returncode == 0, proc.stderr
     assert "16 runs" in proc.stdout
     from analysis import burstiness, capacity, latency_vs_load, throughput
