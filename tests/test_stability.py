@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 
 import des
-from des.metrics.stability import backlog_trend, serving_from_times
+from des.metrics.stability import Serving, _level, backlog_trend
 from tests.helpers import des_cli
+
+
+def serving_from_times(scheduled: np.ndarray, finish: np.ndarray) -> Serving:
+    """Requests in service at each instant: scheduled by then and not yet finished."""
+    began = np.sort(np.where(np.isfinite(scheduled), scheduled, np.inf))
+    ended = np.sort(np.where(np.isfinite(finish), finish, np.inf))
+    return lambda t: _level(began, t) - _level(ended, t)
+
 
 FOURTEEN_B = ["model=qwen2.5-14b", "cluster.tp=2", "horizon.duration=3600", "horizon.drain=false"]
 

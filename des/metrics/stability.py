@@ -72,13 +72,6 @@ def serving_from_steps(instance: np.ndarray, start: np.ndarray, duration: np.nda
     return serving
 
 
-def serving_from_times(scheduled: np.ndarray, finish: np.ndarray) -> Serving:
-    """Requests in service at each instant: scheduled by then and not finished (NaN: not yet)."""
-    began = np.sort(np.where(np.isfinite(scheduled), scheduled, np.inf))
-    ended = np.sort(np.where(np.isfinite(finish), finish, np.inf))
-    return lambda t: _level(began, t) - _level(ended, t)
-
-
 def backlog_trend(
     arrival: np.ndarray, finish: np.ndarray, serving: Serving, start: float, end: float
 ) -> tuple[float, float, bool]:
