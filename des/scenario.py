@@ -38,10 +38,9 @@ from des.engine.router import ROUTERS
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
 from des.errors import ScenarioError, reword
 from des.registry import UnknownKind
-from des.workload.arrivals import ARRIVALS, ArrivalConfig, Closed, Trace
-from des.workload.conversations import Conversations
-from des.workload.lengths import LENGTHS, LengthConfig
-from des.workload.shared_prefix import SharedPrefix
+from des.workload.arrivals import ARRIVALS, Trace
+from des.workload.build import Workload
+from des.workload.lengths import LENGTHS
 from des.workload.times import TIMES
 
 
@@ -55,39 +54,6 @@ class Horizon(Strict):
     duration: PositiveFloat | None = None
     num_requests: PositiveInt | None = None
     drain: bool = True
-
-
-class Workload(Strict):
-    """How requests arrive, how long their prompts and outputs are (tokens), and what
-    they share: a system prompt (``shared_prefix``) or a chat history (``conversations``)."""
-
-    arrival: ArrivalConfig
-    prompt_tokens: LengthConfig | None = None
-    output_tokens: LengthConfig | None = None
-    shared_prefix: SharedPrefix | None = None
-    conversations: Conversations | None = None
-
-    @model_validator(mode="after")
-    def _lengths_needed(self) -> Workload:
-        if not isinstance(self.arrival, Trace):
-            for key in ("prompt_tokens", "output_tokens"):
-                if getattr(self, key) is None:
-                    raise ValueError(f"{key}: required (a length distribution) unless the arrivals replay a trace")
-        if isinstance(self.arrival, Trace):
-            columns = self.arrival.table.columns
-            if self.shared_prefix is not None and "prefix_group" not in columns:
-                raise ValueError("shared_prefix: a trace takes prefixes from its prefix_group column, and it has none")
-            if "prefix_group" in columns and "prefix_tokens" not in columns and self.shared_prefix is None:
-                raise ValueError(
-                    "shared_prefix: required, the trace's prefix_group rows have no prefix_tokens "
-                    "(give {tokens: N} for their prefix length)"
-                )
-        if self.conversations is not None and isinstance(self.arrival, Closed | Trace):
-            raise ValueError(
-                "conversations: need an open arrival process (poisson, gamma, onoff, mmpp) to start them; "
-                "a trace states its own conversations (conversation_id)"
-            )
-        return self
 
 
 class SLO(Strict):
@@ -169,11 +135,6 @@ class Scenario(Strict):
         """The pools of instances the scheduler kind asks for (:mod:`des.engine.plan`)."""
         c = self.cluster
         return self.scheduler.plan(PlanContext(self.gpu, self.model, self.precision, c.replicas, c.tp, c.router))
-
-    @property
-    def context_limit(self) -> int:
-        """The longest sequence (prompt + output, tokens) every pool on a request's path accepts."""
-        return min(pool.policy.max_model_len or self.model.max_model_len for pool in self.plan().pools)
 
     def memory_plan(self) -> MemoryPlan:
         """The KV cache of one instance of the pool requests finish in (the only pool of

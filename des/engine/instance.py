@@ -21,31 +21,18 @@ same durations in the same order. The results are the reference's, to the bit.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL, Event, EventPriority
+from simpy.events import Event
 
 from des.cost.base import CostModel
 from des.cost.work import StepWork
+from des.engine.events import Barrier, ExactlyAt
 from des.engine.kvcache import BlockManager
 from des.engine.request import Request
 from des.engine.schedulers.base import Role, Scheduler
 from des.engine.steplog import ROLE_CODE, StepLog
-
-#: Priority of the batch-formation barrier: after SimPy's URGENT (0) and NORMAL (1).
-LATE = EventPriority(2)
-
-
-class _Barrier(Event):
-    """Succeeds now, after every URGENT and NORMAL event already due now."""
-
-    def __init__(self, env: simpy.Environment):
-        super().__init__(env)
-        self._ok = True
-        self._value = None
-        env.schedule(self, LATE)
 
 
 class Instance:
@@ -125,7 +112,7 @@ class Instance:
         leave, fast = self.leave, self.fast_forward
         while True:
             if env.peek() == env.now:
-                yield _Barrier(env)  # let every arrival due now join this batch
+                yield Barrier(env)  # let every arrival due now join this batch
             step = sched.schedule(env.now)
             if step is None:
                 self._wake = env.event()
@@ -152,10 +139,10 @@ class Instance:
                         if nxt is not None:
                             step = nxt
                             continue
-                    yield _At(env, t)  # the clock catches up with the steps run
+                    yield ExactlyAt(env, t)  # the clock catches up with the steps run
                     break
                 if t != env.now:
-                    yield _At(env, t)
+                    yield ExactlyAt(env, t)
                 yield env.timeout(duration)
                 released = sched.finish_step(step, env.now)
                 record(self, t, duration, step, kv_used, waiting)
@@ -163,16 +150,3 @@ class Instance:
             for req in released:
                 self.outstanding -= 1
                 leave(req, self)
-
-
-class _At(Event):
-    """Fires at exactly time ``at`` (a timeout would add a delay to the clock, and
-    ``now + (at - now)`` need not equal ``at`` in floating point)."""
-
-    def __init__(self, env: simpy.Environment, at: float):
-        super().__init__(env)
-        self._ok = True
-        self._value = None
-        # Environment.schedule adds a delay to now; the queue entry itself is
-        # (time, priority, event id, event), as in simpy.core.Environment.schedule.
-        heappush(env._queue, (at, NORMAL, next(env._eid), self))

@@ -82,6 +82,10 @@ class Plan:
     def num_gpus(self) -> int:
         return sum(p.num_gpus for p in self.pools)
 
+    def context_limit(self, model: ModelSpec) -> int:
+        """The longest sequence (prompt + output, tokens) every pool on a request's path accepts."""
+        return min(pool.policy.max_model_len or model.max_model_len for pool in self.pools)
+
 
 class SchedulerKind(Protocol):
     """What the scheduler registry holds: a configuration that plans the cluster's pools."""

@@ -14,13 +14,17 @@ Open processes produce inter-arrival gaps (seconds) from their own generator:
 - ``onoff{on_rate, off_rate, mean_on, mean_off}``: the two-state MMPP of bursts
   (``on_rate``) and lulls (``off_rate``, default 0).
 
-Closed and trace processes are described here too; their SimPy processes live in
-:mod:`des.workload.source`. Every open process states its exact long-run ``rate``.
+Closed users and trace replays are arrival processes too. Every arrival process
+makes its own SimPy processes from the run's :class:`~des.workload.source.Sources`
+(``processes``; their bodies live in :mod:`des.workload.source`), so that whoever builds
+a run never asks which kind it has. Every open process states its exact long-run
+``rate``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
@@ -39,13 +43,30 @@ from des.registry import Registry, UnknownKind, check_union, kind_of
 from des.workload._buffer import Buffered
 from des.workload.formats import TRACE_FORMATS, infer_format, read_trace
 from des.workload.formats.base import HASH_BLOCK_TOKENS, OptionError, ReadOptions, TraceFormat
+from des.workload.source import Session, Sources, closed_user, open_loop, open_sessions, trace_replay
 from des.workload.trace import TraceStats, trace_stats
+from des.workload.trace_content import trace_requests
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-class Poisson(Strict):
+class Open(Strict):
+    """An open arrival process: requests (or conversations) at the epochs of a point
+    process of gaps drawn by ``gaps(rng)``, whoever is already in the system."""
+
+    def gaps(self, rng: np.random.Generator) -> Callable[[], float]:
+        raise NotImplementedError
+
+    def processes(self, src: Sources) -> list[Session]:
+        """One process: new requests at the epochs, or conversations begun at them."""
+        gaps = self.gaps(src.streams["arrivals"])
+        if src.start is not None:
+            return [open_sessions(src.env, gaps, src.new(), src.start, src.duration, src.budget)]
+        return [open_loop(src.env, gaps, src.new(), src.submit, src.duration, src.budget)]
+
+
+class Poisson(Open):
     process: Literal["poisson"] = "poisson"
     rate: PositiveFloat
 
@@ -55,7 +76,7 @@ class Poisson(Strict):
         return Buffered(lambda n: rng.exponential(scale, n))
 
 
-class Gamma(Strict):
+class Gamma(Open):
     process: Literal["gamma"] = "gamma"
     rate: PositiveFloat
     cv: PositiveFloat = 1.0
@@ -66,7 +87,7 @@ class Gamma(Strict):
         return Buffered(lambda n: rng.gamma(shape, scale, n))
 
 
-class MMPP(Strict):
+class MMPP(Open):
     process: Literal["mmpp"] = "mmpp"
     rates: list[NonNegativeFloat] = Field(min_length=2)
     mean_sojourn: list[PositiveFloat] = Field(min_length=2)
@@ -122,7 +143,7 @@ class MMPP(Strict):
         )
 
 
-class OnOff(Strict):
+class OnOff(Open):
     process: Literal["onoff"] = "onoff"
     on_rate: PositiveFloat
     off_rate: NonNegativeFloat = 0.0
@@ -179,6 +200,15 @@ class Closed(Strict):
         if self.think_dist == "fixed":
             return lambda: self.think_time
         return Buffered(lambda n: rng.exponential(self.think_time, n))
+
+    def processes(self, src: Sources) -> list[Session]:
+        """One process per user, its think times drawn from the ``"think"`` stream."""
+        think = self.think(src.streams["think"])
+        make = src.new()
+        return [
+            closed_user(src.env, think, make, src.submit, src.duration, src.budget, self.retry_delay)
+            for _ in range(self.concurrency)
+        ]
 
 
 class Trace(Strict):
@@ -288,6 +318,12 @@ class Trace(Strict):
     def stats(self) -> TraceStats:
         """Requests, span, mean rate and burstiness (cv of the gaps) of the replayed arrivals."""
         return trace_stats(self.table["arrival_time"].to_numpy())
+
+    def processes(self, src: Sources) -> list[Session]:
+        """One process replaying the rows, with the content they state (:mod:`des.workload.trace_content`)."""
+        t = self.table
+        specs = trace_requests(t, src.ids, self.hash_block_tokens, src.shared_prefix)
+        return [trace_replay(src.env, t["arrival_time"].tolist(), specs, src.submit, src.duration, src.budget)]
 
 
 ARRIVALS: Registry[type[Strict]] = Registry("arrival process")

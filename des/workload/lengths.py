@@ -35,7 +35,7 @@ from pydantic import (
 from des.config import FilePath, Strict
 from des.registry import Registry, check_union, kind_of
 from des.workload._buffer import Buffered
-from des.workload.trace import existing_file, first_line, positive_ints
+from des.workload.formats.checks import existing_file, first_line, positive_ints
 
 #: Lengths a pmf table spans at most (8 MB an array): :meth:`LengthDist.moments` adds the
 #: support beyond in closed form, so a heavy tail (lognormal sigma 2.5) costs no memory.

@@ -1,4 +1,5 @@
-"""SimPy processes that generate requests and hand them to a ``submit`` callback.
+"""SimPy processes that generate requests and hand them to a ``submit`` callback, and the
+:class:`Sources` every arrival process builds them from.
 
 ``submit(spec, notify)`` is provided by the engine (a :class:`RequestSpec` says the
 request's lengths and content); with ``notify=True`` it returns an event that fires
@@ -10,15 +11,23 @@ seconds and ``num_requests`` requests.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import simpy
 
-from des.workload.spec import RequestSpec
+from des.workload.spec import ContentIds, RequestSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from des.workload.shared_prefix import SharedPrefix
 
 Submit = Callable[[RequestSpec, bool], Any]  # returns a simpy.Event when notify is true
 Make = Callable[[], RequestSpec]  # the next new request
+Session = Generator[simpy.Event, Any, None]  # a SimPy process body
+Start = Callable[[RequestSpec], Session]  # begins a session (a conversation) from its first request
 
 
 class Outcome(Protocol):
@@ -42,6 +51,36 @@ class Budget:
         return True
 
 
+@dataclass
+class Sources:
+    """What an arrival process builds its SimPy processes from.
+
+    ``env`` is the clock and ``submit`` the engine's entrance; arrivals stop at
+    ``duration`` seconds or when ``budget`` runs out. ``streams`` are the run's named
+    random generators (an arrival process draws its gaps from ``"arrivals"``, closed
+    users their think times from ``"think"``) and ``ids`` its content ids. ``make``
+    makes each new request (None when the arrivals replay a trace, whose rows are the
+    requests); ``start`` begins a conversation from its first request (None without
+    conversations); ``shared_prefix`` gives the prefix length of a trace's prefix
+    groups whose rows do not state it.
+    """
+
+    env: simpy.Environment
+    submit: Submit
+    duration: float
+    budget: Budget
+    streams: Mapping[str, np.random.Generator]
+    ids: ContentIds
+    make: Make | None = None
+    start: Start | None = None
+    shared_prefix: SharedPrefix | None = None
+
+    def new(self) -> Make:
+        """The maker of new requests (validation requires lengths of every workload but a replay)."""
+        assert self.make is not None, "new requests need prompt_tokens and output_tokens"
+        return self.make
+
+
 def open_loop(
     env: simpy.Environment,
     gaps: Callable[[], float],
@@ -49,7 +88,7 @@ def open_loop(
     submit: Submit,
     duration: float,
     budget: Budget,
-) -> Generator[simpy.Event, Any, None]:
+) -> Session:
     """Requests at the epochs of a point process starting at t = 0, until the horizon."""
     t = 0.0
     while True:
@@ -64,10 +103,10 @@ def open_sessions(
     env: simpy.Environment,
     gaps: Callable[[], float],
     make: Make,
-    start: Callable[[RequestSpec], Generator[simpy.Event, Any, None]],
+    start: Start,
     duration: float,
     budget: Budget,
-) -> Generator[simpy.Event, Any, None]:
+) -> Session:
     """Sessions (``start(first request)``, a SimPy process each, e.g. a conversation)
     begun at the epochs of a point process until the horizon; ends when all have."""
     t = 0.0
@@ -88,7 +127,7 @@ def trace_replay(
     submit: Submit,
     duration: float,
     budget: Budget,
-) -> Generator[simpy.Event, Any, None]:
+) -> Session:
     """Requests at the recorded times with the recorded lengths, until the horizon."""
     for t, spec in zip(times, specs, strict=True):
         if t >= duration or not budget.take():
@@ -106,7 +145,7 @@ def closed_user(
     duration: float,
     budget: Budget,
     retry_delay: float,
-) -> Generator[simpy.Event, Any, None]:
+) -> Session:
     """One user: send, wait for the answer, think, repeat until the horizon.
 
     After a rejection the user waits ``retry_delay`` seconds more than its think time,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from des.workload.formats.base import ReadOptions, TraceFormat, fail, load_csv, require, table, where
-from des.workload.trace import positive_ints, show
+from des.workload.formats.checks import positive_ints, show
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -40,11 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from des.workload.trace import COLUMNS, existing_file, first_line, numbers, show
+from des.workload.formats.checks import existing_file, first_line, numbers, show
 
 if TYPE_CHECKING:
     import pandas as pd
 
+#: The columns every trace table has (arrival time in the file's unit, then token counts).
+COLUMNS = ("arrival_time", "prompt_tokens", "output_tokens")
 #: Optional columns of the trace table, in their order after :data:`COLUMNS`.
 OPTIONAL = ("conversation_id", "prefix_group", "prefix_tokens", "hash_ids")
 NO_CONVERSATION = -1
@@ -172,7 +174,7 @@ def require(path: Path, frame: pd.DataFrame, columns: Sequence[str]) -> None:
 
 
 def where(path: Path, column: str) -> str:
-    """The place of a bad value, for :func:`~des.workload.trace.positive_ints` and friends."""
+    """The place of a bad value, for :func:`~des.workload.formats.checks.positive_ints` and friends."""
     return f"{str(path)!r} row {{row}}: {column}"
 
 

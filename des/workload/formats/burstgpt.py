@@ -41,7 +41,7 @@ from des.workload.formats.base import (
     table,
     where,
 )
-from des.workload.trace import positive_ints, times_from
+from des.workload.formats.checks import positive_ints, times_from
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from des.workload.formats.base import ReadOptions, TraceFormat, hash_lists, load_jsonl, require, table, where
-from des.workload.trace import positive_ints, times_from
+from des.workload.formats.checks import positive_ints, times_from
 
 if TYPE_CHECKING:
     import pandas as pd

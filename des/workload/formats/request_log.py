@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from des.workload.trace import MAX_TOKENS, first_line, show
+from des.workload.formats.checks import MAX_TOKENS, first_line, show
 
 if TYPE_CHECKING:
     import pandas as pd

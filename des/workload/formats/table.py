@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from des.workload.formats.base import (
+    COLUMNS,
     NO_CONVERSATION,
     NO_PREFIX_GROUP,
     ReadOptions,
@@ -41,7 +42,7 @@ from des.workload.formats.base import (
     table,
     where,
 )
-from des.workload.trace import COLUMNS, positive_ints, times_from
+from des.workload.formats.checks import positive_ints, times_from
 
 if TYPE_CHECKING:
     import pandas as pd

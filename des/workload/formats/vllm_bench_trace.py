@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from des.workload.formats.base import ReadOptions, TraceFormat, fail, skipped, table
+from des.workload.formats.checks import existing_file, positive_ints
 from des.workload.formats.vllm_bench import read_vllm_bench
-from des.workload.trace import existing_file, positive_ints
 
 if TYPE_CHECKING:
     import pandas as pd
