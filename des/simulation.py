@@ -153,59 +153,6 @@ def simulate(scenario: Scenario, progress: Progress | None = None, fast_forward:
             )
 
     run_until(env, stop, observe)
+    from des.metrics.result import build_result  # pandas, once the run is over: a run does not wait for it
+
     return build_result(scenario, cluster, end_time=env.now)
-
-
-def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Result:
-    """The tables and summary of a run of ``scenario`` on ``cluster`` that stopped at ``end_time``.
-
-    The metrics (pandas) are imported here, once the simulation has run: a run does not
-    wait for them to start.
-    """
-    from des.metrics import (
-        Result,
-        pool_metrics,
-        requests_table,
-        steps_table,
-        summarize,
-        transfer_metrics,
-        transfers_table,
-    )
-    from des.metrics.cache import cache_metrics
-    from des.metrics.summary import arrival_window_end
-    from des.metrics.utilisation import InstanceLimits, utilisation
-
-    cluster.settle()
-    requests = requests_table(cluster.ledger)
-    steps = steps_table(cluster.log)
-    transfers = transfers_table(cluster.transfers)
-    h = scenario.horizon
-    end = h.duration if h.duration is not None else end_time
-    pools = cluster.topology.pools
-    last = pools[-1]
-    summary = summarize(
-        requests,
-        steps,
-        warmup=scenario.warmup,
-        end=end,
-        arrivals_end=arrival_window_end(requests, h.duration),
-        replicas=len(cluster.instances),
-        kv_capacity_tokens=last.memory.kv_capacity_tokens,
-        max_batch=last.plan.policy.max_batch,
-        slo=scenario.slo.limits() if scenario.slo is not None else None,
-    )
-    instances: dict[str, int] = {p.role: len(p.instances) for p in pools}
-    blocks: dict[str, int] = {p.role: p.memory.num_blocks for p in pools}
-    summary.update(pool_metrics(steps, instances, blocks, scenario.warmup, end))
-    summary.update(transfer_metrics(transfers, requests, scenario.warmup, end))
-    limits = [
-        InstanceLimits(
-            p.work.peak_flops, p.work.peak_bandwidth, p.plan.policy.max_batch, p.plan.policy.token_budget,
-            p.memory.num_blocks,
-        )
-        for p in pools
-        for _ in p.instances
-    ]  # fmt: skip
-    summary.update(utilisation(steps, limits, scenario.warmup, end))
-    summary.update(cache_metrics(steps, scenario.warmup, end))
-    return Result(scenario, requests, steps, summary, transfers if cluster.plan.link is not None else None)

@@ -38,6 +38,21 @@ class Stage(Protocol):
     def admit(self, req: Request) -> None: ...
 
 
+@dataclass(frozen=True)
+class PoolFacts:
+    """What a pool reports of itself for a run's metrics (desmod's result hook): its
+    ``role`` and number of ``instances``, and the peaks and caps of each instance."""
+
+    role: Role
+    instances: int
+    peak_flops: float  # FLOP/s
+    peak_bandwidth: float  # bytes/s
+    max_batch: int  # sequences per step
+    token_budget: int | None  # tokens per step (None: no budget)
+    kv_blocks: int
+    kv_capacity_tokens: int
+
+
 class Pool:
     """Instances of one role behind a router."""
 
@@ -61,6 +76,13 @@ class Pool:
     def rejection(self, req: Request) -> str | None:
         """Why ``req`` can never be served by this pool (its instances are identical)."""
         return self.instances[0].scheduler.rejection(req)
+
+    def facts(self) -> PoolFacts:
+        policy, memory = self.plan.policy, self.memory
+        return PoolFacts(
+            self.role, len(self.instances), self.work.peak_flops, self.work.peak_bandwidth, policy.max_batch,
+            policy.token_budget, memory.num_blocks, memory.kv_capacity_tokens,
+        )  # fmt: skip
 
 
 @dataclass
@@ -88,6 +110,10 @@ class Topology:
         if req.generated >= req.output_tokens:
             return None
         return self.links.get(inst.index)
+
+    def facts(self) -> list[PoolFacts]:
+        """Every pool's facts, in the order requests pass through them."""
+        return [pool.facts() for pool in self.pools]
 
     def rejection(self, req: Request) -> str | None:
         """Why ``req`` can never be served on its path (every pool is asked)."""

@@ -13,44 +13,44 @@ Keys of roles or transfers a run does not have are None, so every run has the sa
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from des.metrics._window import finite, overlap
+
+if TYPE_CHECKING:
+    from des.engine.topology import PoolFacts
 
 POOL_ROLES = ("prefill", "decode")
 TRANSFER_STATS = ("mean", "p50", "p99")
 
 
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
-def pool_metrics(
-    steps: pd.DataFrame, instances: Mapping[str, int], kv_blocks: Mapping[str, int], warmup: float, end: float
-) -> dict[str, Any]:
-    """Busy fraction, mean batch size and KV use of each pool role; ``instances`` and
-    ``kv_blocks`` give each role's instance count and blocks per instance."""
+def pool_metrics(steps: pd.DataFrame, pools: Sequence[PoolFacts], warmup: float, end: float) -> dict[str, Any]:
+    """Busy fraction, mean batch size and KV use of each pool role; ``pools`` give each
+    role's instance count and blocks per instance."""
+    instances = {p.role: p.instances for p in pools}
+    kv_blocks = {p.role: p.kv_blocks for p in pools}
     out: dict[str, Any] = {}
     window = end - warmup
     role = steps["role"].astype(str).to_numpy()
     start = steps["start"].to_numpy()
     stop = start + steps["duration"].to_numpy()
-    overlap = np.clip(np.minimum(stop, end) - np.maximum(start, warmup), 0.0, None)
+    inside = overlap(start, stop, warmup, end)
     for name in POOL_ROLES:
         keys = (f"{name}_busy_fraction", f"{name}_mean_batch_size", f"{name}_kv_use")
         if name not in instances or window <= 0:
             out.update(dict.fromkeys(keys))
             continue
         sel = role == name
-        w = overlap[sel]
+        w = inside[sel]
         busy = float(w.sum())
-        out[keys[0]] = _finite(busy / (window * instances[name]))
+        out[keys[0]] = finite(busy / (window * instances[name]))
         if busy > 0:
-            out[keys[1]] = _finite(float((steps["batch_size"].to_numpy()[sel] * w).sum()) / busy)
-            out[keys[2]] = _finite(float((steps["kv_blocks"].to_numpy()[sel] * w).sum()) / busy / kv_blocks[name])
+            out[keys[1]] = finite(float((steps["batch_size"].to_numpy()[sel] * w).sum()) / busy)
+            out[keys[2]] = finite(float((steps["kv_blocks"].to_numpy()[sel] * w).sum()) / busy / kv_blocks[name])
         else:
             out[keys[1]] = out[keys[2]] = None
     return out
@@ -67,7 +67,7 @@ def transfer_metrics(transfers: pd.DataFrame, requests: pd.DataFrame, warmup: fl
         if values.size == 0:
             out.update({f"{name}_{s}": None for s in TRANSFER_STATS})
             continue
-        out[f"{name}_mean"] = _finite(float(values.mean()))
+        out[f"{name}_mean"] = finite(float(values.mean()))
         p50, p99 = np.percentile(values, (50, 99))
-        out[f"{name}_p50"], out[f"{name}_p99"] = _finite(float(p50)), _finite(float(p99))
+        out[f"{name}_p50"], out[f"{name}_p99"] = finite(float(p50)), finite(float(p99))
     return out

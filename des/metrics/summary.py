@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from des.metrics._window import finite, overlap
 from des.metrics.stability import Serving, backlog_trend, serving_from_steps
 from des.metrics.steady import drift
 
@@ -41,13 +42,9 @@ LATENCIES = ("ttft", "tpot", "e2e", "queue_delay")
 PERCENTILES = (50, 90, 95, 99)
 
 
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
 def _per_second(count: float, start: float, end: float) -> float | None:
     """``count`` per second of ``[start, end]``; None for an empty window."""
-    return _finite(count / (end - start)) if end > start else None
+    return finite(count / (end - start)) if end > start else None
 
 
 def _time_average(begin: np.ndarray, finish: np.ndarray, start: float, end: float) -> float | None:
@@ -56,8 +53,7 @@ def _time_average(begin: np.ndarray, finish: np.ndarray, start: float, end: floa
     if not end > start:
         return None
     stop = np.where(np.isnan(finish), end, finish)
-    overlap = np.clip(np.minimum(stop, end) - np.maximum(begin, start), 0.0, None)
-    return _finite(overlap.sum() / (end - start))
+    return finite(overlap(begin, stop, start, end).sum() / (end - start))
 
 
 def measured_mask(requests: pd.DataFrame, warmup: float, end: float) -> np.ndarray:
@@ -117,10 +113,10 @@ def latencies(measured: pd.DataFrame) -> dict[str, Any]:
     for name in LATENCIES:
         values = measured[name].to_numpy()
         values = values[np.isfinite(values)]
-        out[f"{name}_mean"] = _finite(values.mean()) if values.size else None
+        out[f"{name}_mean"] = finite(values.mean()) if values.size else None
         qs = np.percentile(values, PERCENTILES) if values.size else [math.nan] * len(PERCENTILES)
         for p, q in zip(PERCENTILES, qs, strict=True):
-            out[f"{name}_p{p}"] = _finite(q)
+            out[f"{name}_p{p}"] = finite(q)
     return out
 
 
@@ -134,7 +130,7 @@ def slo_metrics(measured: pd.DataFrame, limits: dict[str, float] | None, start: 
         ok &= ~(measured[name].to_numpy() > limit)  # NaN (tpot of one-token outputs) passes
     met = measured.loc[ok, "finish_time"].to_numpy()
     return {
-        "slo_attainment": _finite(ok.mean()) if len(measured) else None,
+        "slo_attainment": finite(ok.mean()) if len(measured) else None,
         "goodput_rps": _per_second(((met >= start) & (met <= end)).sum(), start, end),
     }
 
@@ -156,14 +152,14 @@ def levels(
     """
     s_start = steps["start"].to_numpy()
     s_end = s_start + steps["duration"].to_numpy()
-    overlap = np.clip(np.minimum(s_end, end) - np.maximum(s_start, start), 0.0, None)
-    busy = overlap.sum()
+    inside = overlap(s_start, s_end, start, end)
+    busy = inside.sum()
     window = end - start
-    mean_batch = _finite((steps["batch_size"].to_numpy() * overlap).sum() / busy) if busy > 0 else None
+    mean_batch = finite((steps["batch_size"].to_numpy() * inside).sum() / busy) if busy > 0 else None
     return {
-        "gpu_busy_fraction": _finite(busy / (window * replicas)) if window > 0 else None,
+        "gpu_busy_fraction": finite(busy / (window * replicas)) if window > 0 else None,
         "mean_batch_size": mean_batch,
-        "slot_utilization": _finite(mean_batch / max_batch) if mean_batch else None,
+        "slot_utilization": finite(mean_batch / max_batch) if mean_batch else None,
         "mean_in_system": _time_average(arrival, finish, start, end),
         "mean_queue_length": _time_average(arrival, scheduled, start, end),
     }
@@ -233,7 +229,7 @@ def summarize(
     )
     out["kv_capacity_tokens"] = int(kv_capacity_tokens)
     out["num_steps"] = int(len(steps))
-    out["makespan"] = _finite(float(np.nanmax(finish)) if completed.any() else 0.0)
+    out["makespan"] = finite(float(np.nanmax(finish)) if completed.any() else 0.0)
     e2e_in_order = sel.sort_values("arrival_time")["e2e"].to_numpy()
     serving = serving_from_steps(
         steps["instance"].to_numpy(), steps["start"].to_numpy(), steps["duration"].to_numpy(),

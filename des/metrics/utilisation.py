@@ -18,12 +18,16 @@ runs. What a planner can use, over the busy time of the measurement window
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from des.metrics._window import finite, overlap
+
+if TYPE_CHECKING:
+    from des.engine.topology import PoolFacts
 
 KEYS = (
     "compute_utilization",
@@ -37,21 +41,6 @@ KEYS = (
 )
 
 
-@dataclass(frozen=True)
-class InstanceLimits:
-    """The peaks and caps of one instance, against which its steps are measured."""
-
-    peak_flops: float  # FLOP/s
-    peak_bandwidth: float  # bytes/s
-    max_batch: int  # sequences
-    token_budget: int | None  # tokens per step (None: no budget)
-    kv_blocks: int
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     """The ``q`` quantile of ``values`` with ``weights`` (the smallest value whose
     cumulative weight reaches ``q`` of the total)."""
@@ -61,11 +50,12 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> floa
     return float(values[order][min(i, len(values) - 1)])
 
 
-def utilisation(steps: pd.DataFrame, limits: list[InstanceLimits], warmup: float, end: float) -> dict[str, Any]:
-    """The keys of :data:`KEYS` from the steps table; ``limits[i]`` is instance ``i``'s."""
+def utilisation(steps: pd.DataFrame, limits: Sequence[PoolFacts], warmup: float, end: float) -> dict[str, Any]:
+    """The keys of :data:`KEYS` from the steps table; ``limits[i]`` holds the peaks and caps
+    of instance ``i`` (its pool's facts)."""
     start = steps["start"].to_numpy()
     duration = steps["duration"].to_numpy()
-    w = np.clip(np.minimum(start + duration, end) - np.maximum(start, warmup), 0.0, None)
+    w = overlap(start, start + duration, warmup, end)
     busy = float(w.sum())
     if busy <= 0:
         return dict.fromkeys(KEYS)
@@ -75,7 +65,7 @@ def utilisation(steps: pd.DataFrame, limits: list[InstanceLimits], warmup: float
         return np.array([getattr(x, field) for x in limits], dtype=float)[inst]
 
     def mean(x: np.ndarray) -> float | None:
-        return _finite(float((x * w).sum()) / busy)
+        return finite(float((x * w).sum()) / busy)
 
     compute = steps["flops"].to_numpy() / duration / per_instance("peak_flops")
     bandwidth = steps["hbm_bytes"].to_numpy() / duration / per_instance("peak_bandwidth")
@@ -91,7 +81,7 @@ def utilisation(steps: pd.DataFrame, limits: list[InstanceLimits], warmup: float
         ),
         "batch_occupancy": mean(steps["batch_size"].to_numpy() / per_instance("max_batch")),
         "kv_use_mean": mean(kv),
-        "kv_use_p99": _finite(weighted_quantile(kv[w > 0], w[w > 0], 0.99)),
-        "kv_use_peak": _finite(float(kv[w > 0].max())),
+        "kv_use_p99": finite(weighted_quantile(kv[w > 0], w[w > 0], 0.99)),
+        "kv_use_peak": finite(float(kv[w > 0].max())),
     }
     return out

@@ -1,0 +1,69 @@
+"""A run's result: its records as tables, and the summary of them.
+
+:func:`build_result` reads a stopped cluster: the request ledger, the step log, the
+transfer log, and the facts each pool reports of itself (:meth:`Pool.facts
+<des.engine.topology.Pool.facts>`: instances, peaks, caps, KV blocks), and computes
+every summary key from them. It reads only; the engine owns no statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from des.metrics.cache import cache_metrics
+from des.metrics.pools import pool_metrics, transfer_metrics
+from des.metrics.summary import arrival_window_end, summarize
+from des.metrics.tables import requests_table, steps_table, transfers_table
+from des.metrics.utilisation import utilisation
+
+if TYPE_CHECKING:
+    from des.engine.cluster import Cluster
+    from des.scenario import Scenario
+
+
+@dataclass
+class Result:
+    """One run: ``requests`` (a row per request), ``steps`` (a row per GPU step), ``summary``,
+    and ``transfers`` (a row per KV transfer; empty unless prefill and decode are disaggregated)."""
+
+    scenario: Scenario
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    summary: dict[str, Any]
+    transfers: pd.DataFrame | None = None
+
+
+def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Result:
+    """The tables and summary of a run of ``scenario`` on ``cluster`` that stopped at ``end_time``.
+
+    ``kv_capacity_tokens`` and ``slot_utilization`` are those of an instance of the pool
+    requests finish in (the only pool of colocated serving, the decode pool of
+    disaggregated serving); utilisation measures every step against its own instance.
+    """
+    cluster.settle()
+    requests = requests_table(cluster.ledger)
+    steps = steps_table(cluster.log)
+    transfers = transfers_table(cluster.transfers)
+    h = scenario.horizon
+    end = h.duration if h.duration is not None else end_time
+    pools = cluster.topology.facts()
+    finish = pools[-1]
+    summary = summarize(
+        requests,
+        steps,
+        warmup=scenario.warmup,
+        end=end,
+        arrivals_end=arrival_window_end(requests, h.duration),
+        replicas=sum(p.instances for p in pools),
+        kv_capacity_tokens=finish.kv_capacity_tokens,
+        max_batch=finish.max_batch,
+        slo=scenario.slo.limits() if scenario.slo is not None else None,
+    )
+    summary.update(pool_metrics(steps, pools, scenario.warmup, end))
+    summary.update(transfer_metrics(transfers, requests, scenario.warmup, end))
+    summary.update(utilisation(steps, [p for p in pools for _ in range(p.instances)], scenario.warmup, end))
+    summary.update(cache_metrics(steps, scenario.warmup, end))
+    return Result(scenario, requests, steps, summary, transfers if cluster.plan.link is not None else None)
