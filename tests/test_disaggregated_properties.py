@@ -170,7 +170,7 @@ def run_watched(scn: des.Scenario) -> None:
     if scn.horizon.drain:
         for inst in cluster.instances:
             assert inst.kv.free == inst.kv.num_blocks, f"instance {inst.index} kept {inst.kv.used} blocks"
-            assert inst.kv.num_reserving == 0 and not getattr(inst.scheduler, "held", {})
+            assert inst.kv.num_reserving == 0 and not inst.kv.held
             assert inst.outstanding == 0
 
 

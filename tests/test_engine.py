@@ -310,7 +310,7 @@ def test_a_completed_request_frees_its_blocks_at_the_exit_and_holds_none_after(t
     seen = []
 
     def watch(req, instance, _leave=cluster.leave):
-        seen.append((req.id, instance.kv.used, dict(sched.held)))
+        seen.append((req.id, instance.kv.used, dict(instance.kv.held)))
         _leave(req, instance)
 
     inst.leave = watch
@@ -319,7 +319,7 @@ def test_a_completed_request_frees_its_blocks_at_the_exit_and_holds_none_after(t
     # tokens of KV in blocks of 4: 9 and 3), which the exit frees one request at a time
     assert [(rid, held) for rid, _, held in seen] == [(0, {0: 9, 1: 3}), (1, {1: 3})]
     assert [used for _, used, _ in seen] == [12, 3]
-    assert inst.kv.free == inst.kv.num_blocks and not sched.held
+    assert inst.kv.free == inst.kv.num_blocks and not inst.kv.held
 
 
 def test_memory_knobs_are_one_cache_config_shared_by_every_policy():

@@ -68,8 +68,10 @@ def test_freed_blocks_are_evicted_least_recently_freed_first_tail_before_head():
         kv.take(2)
         kv.commit(r, 8)
     check_invariants(kv)
-    kv.release(a.id, 2)  # a's blocks join the queue, tail first, after the two never used
-    kv.release(b.id, 2)
+    kv.hold(a.id, 2)
+    kv.release(a.id)  # a's blocks join the queue, tail first, after the two never used
+    kv.hold(b.id, 2)
+    kv.release(b.id)
     check_invariants(kv)
     assert kv.cached_free == 4
     kv.take(3)  # the two never used, then a's tail block: a loses its second block
@@ -83,14 +85,16 @@ def test_a_touched_free_block_leaves_the_queue_and_returns_at_its_tail():
     a = request(0, 8, segments=((1, 8),))
     kv.take(2)
     kv.commit(a, 8)
-    kv.release(a.id, 2)
+    kv.hold(a.id, 2)
+    kv.release(a.id)
     again = request(1, 9, segments=((1, 8), (2, 1)))
     hit, found, evictable = kv.lookup(again, 9)
     assert (hit, evictable) == (8, 2)
     kv.touch(again.id, found)
     check_invariants(kv)
     assert kv.free == 1
-    kv.release(again.id, 2)
+    kv.hold(again.id, 2)
+    kv.release(again.id)
     kv.take(1)  # the block never used, not the ones just freed
     assert kv.lookup(request(2, 9, segments=((1, 8), (2, 1))), 9)[0] == 8
     check_invariants(kv, anonymous_in_use=1)
@@ -101,10 +105,29 @@ def test_a_fully_cached_prompt_still_computes_its_last_token():
     r = request(0, 12, segments=((1, 12),))
     kv.take(3)
     kv.commit(r, 12)
-    kv.release(r.id, 3)
+    kv.hold(r.id, 3)
+    kv.release(r.id)
     again = request(1, 12, segments=((1, 12),))
     hit, blocks, evictable = kv.lookup(again, 12)
     assert (hit, len(blocks), evictable) == (8, 2, 2)  # at most 11 tokens: 2 full blocks
+
+
+def test_the_ledger_admits_a_request_on_the_blocks_it_holds_and_preemption_keys_them():
+    kv = PrefixCache(10, 4)
+    a = request(0, 8, segments=((1, 8),))
+    kv.take(2)
+    kv.commit(a, 8)
+    kv.hold(a.id, 2)  # a transferred prompt arrives holding its 2 blocks
+    assert kv.lookup(a, 9) == (0, (), 0)  # it holds its KV here: nothing to look up
+    assert kv.allocate(a.id, 9)  # 9 tokens need 3 blocks: it holds 2, one is taken
+    assert (kv.free, kv.held) == (7, {})
+    big = request(1, 40)
+    assert not kv.allocate(big.id, 40) and kv.free == 7  # 10 blocks do not fit in 7: nothing taken
+    kv.preempt(a, 9)  # its 2 full blocks stay cached, all 3 are freed
+    assert kv.free == 10
+    again = request(2, 12, segments=((1, 8), (5, 4)))
+    assert kv.lookup(again, 12)[:1] == (8,)
+    check_invariants(kv)
 
 
 @st.composite
@@ -133,14 +156,13 @@ def test_reference_counts_and_block_accounting_hold_after_every_operation(ops, n
         if op == "admit" and slot not in live:
             r = request(next_id, tokens, 10, segments=((prefix, min(tokens, 12)), (100 + next_id, 40)))
             next_id += 1
-            hit, found, evictable = kv.lookup(r, tokens)
-            new = -(-tokens // 4) - len(found)
-            if new + evictable > kv.free:
+            found = kv.lookup(r, tokens)
+            free = kv.free
+            if not kv.allocate(r.id, tokens, found):
+                assert kv.free == free, "a refused allocation took blocks"
                 continue
-            kv.touch(r.id, found)
-            kv.take(new)
             kv.commit(r, tokens)
-            live[slot] = (r, tokens, len(found) + new)
+            live[slot] = (r, tokens, -(-tokens // 4))
         elif op == "grow" and slot in live:
             r, done, held = live[slot]
             more = min(tokens, r.prompt_tokens + r.output_tokens - done)
@@ -152,12 +174,14 @@ def test_reference_counts_and_block_accounting_hold_after_every_operation(ops, n
             live[slot] = (r, done + more, held + need)
         elif op == "release" and slot in live:
             r, _, held = live.pop(slot)
-            kv.release(r.id, held)
+            kv.hold(r.id, held)
+            kv.release(r.id)
         check_invariants(kv, anonymous_in_use=sum(h - len(kv.owned.get(r.id, [])) for r, _, h in live.values()))
     for r, _, held in live.values():
-        kv.release(r.id, held)
+        kv.hold(r.id, held)
+        kv.release(r.id)
     check_invariants(kv)
-    assert kv.free == kv.num_blocks
+    assert kv.free == kv.num_blocks and not kv.held
 
 
 # -- preemption in the engine -----------------------------------------------------------

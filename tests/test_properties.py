@@ -367,7 +367,7 @@ def check_engine_state(scn, res, env, cluster) -> None:
     assert (generated[done] == reqs["output_tokens"][done]).all(), "completed request did not get exactly its tokens"
     assert (generated[status == REJECTED] == 0).all()
     for inst in cluster.instances:  # KV is held by request id; a completed request holds none
-        for rid in getattr(inst.scheduler, "held", {}):
+        for rid in inst.kv.held:
             assert status[rid] != COMPLETED, f"completed request {rid} still holds KV blocks"
     if scn.horizon.drain:
         assert int(steps["tokens_emitted"].sum()) == int(generated.sum())

@@ -5,10 +5,17 @@ memory share, block-count override, context limit); every batching policy's
 configuration inherits them, so they are written once.
 
 :class:`BlockManager` counts an instance's blocks of ``block_size`` tokens. Blocks
-are interchangeable, so it keeps counts, not block ids: the schedulers record how
-many each request (or static batch) holds, keyed by request id. ``take``/``give``
-are O(1) and refuse to go below zero free blocks or above the capacity.
-:meth:`~BlockManager.reserve` is the waitable form of ``take``, as SimPy's
+are interchangeable, so it keeps counts, not block ids. A scheduler takes the blocks its
+running requests grow into in bulk (``take``, O(1), as the decoding aggregates need);
+the manager keeps the ledger of the blocks each request holds *outside* a running
+batch (``hold``: a transferred prompt waiting to run, or a request that left and whose
+next stage has not freed it yet), so that ``release(request_id)`` needs no count.
+Admission goes through it as through vLLM's ``KVCacheManager.allocate_slots``:
+:meth:`~BlockManager.lookup` says what of a request's tokens is cached (nothing,
+without prefix caching), and :meth:`~BlockManager.allocate` takes the blocks for its
+first tokens, or refuses when they do not fit. ``take``/``give`` refuse to go below
+zero free blocks or above the capacity.
+:meth:`~BlockManager.reserve` is the waitable form of ``allocate``, as SimPy's
 ``Container.get``: it returns an event that fires once the blocks have been taken
 for the caller (a KV link reserves the blocks of a prompt's KV on a decode instance
 before its transfer starts). Unlike a container, the manager does not hand blocks to
@@ -21,7 +28,8 @@ and the queue ahead of them). Waiters are served first come, first served.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import numpy as np
 import simpy
@@ -55,16 +63,29 @@ def ceil_div(a: IntOrArray, b: int) -> IntOrArray:
     return -(-a // b)
 
 
+class Found(NamedTuple):
+    """What :meth:`BlockManager.lookup` found cached of a request's first tokens: ``hit``
+    tokens in ``blocks``, ``evictable`` of which are free (an allocation takes them out of
+    the free queue)."""
+
+    hit: int
+    blocks: Sequence[int]
+    evictable: int
+
+
+#: Nothing cached.
+NOTHING = Found(0, (), 0)
+
+
 class BlockManager:
     """``num_blocks`` blocks of ``block_size`` tokens; ``env`` serves :meth:`reserve` waiters.
 
-    Schedulers take blocks in bulk (``take``) and give a request's back with ``release``;
-    ``lookup``, ``touch``, ``commit`` and ``preempted`` tell a prefix-caching manager
+    ``lookup``, ``touch``, ``commit`` and ``preempt`` tell a prefix-caching manager
     (:class:`des.engine.prefix_cache.PrefixCache`) what requests' blocks hold; here,
-    without caching, they do nothing and ``release`` is a count.
+    without caching, nothing is ever found and blocks are only counted.
     """
 
-    __slots__ = ("env", "num_blocks", "block_size", "free", "waiters")
+    __slots__ = ("env", "num_blocks", "block_size", "free", "waiters", "held")
 
     #: Whether blocks keep their content for reuse (prefix caching).
     caching = False
@@ -75,6 +96,7 @@ class BlockManager:
         self.block_size = block_size
         self.free = num_blocks
         self.waiters: deque[tuple[Request, int, simpy.Event]] = deque()  # reservations not yet served
+        self.held: dict[int, int] = {}  # request id -> blocks, of requests outside a running batch
 
     @property
     def used(self) -> int:
@@ -83,6 +105,11 @@ class BlockManager:
     def blocks_for(self, tokens: int) -> int:
         """Blocks that hold ``tokens`` tokens."""
         return ceil_div(tokens, self.block_size)
+
+    def growth(self, computed: int, tokens: int) -> int:
+        """Blocks a sequence holding ``computed`` tokens needs for ``tokens`` more."""
+        bs = self.block_size
+        return ceil_div(computed + tokens, bs) - ceil_div(computed, bs)
 
     def take(self, n: int) -> None:
         """Hand out ``n`` free blocks; refuses to over-allocate."""
@@ -97,26 +124,46 @@ class BlockManager:
             raise RuntimeError("KV blocks returned twice")
 
     # -- per request ----------------------------------------------------------------
-    def release(self, req_id: int, n: int) -> None:
-        """Request ``req_id`` gives back the ``n`` blocks it holds."""
+    def hold(self, req_id: int, n: int) -> None:
+        """Request ``req_id``, outside a running batch, holds ``n`` blocks (already taken)."""
+        self.held[req_id] = n
+
+    def release(self, req_id: int) -> None:
+        """Request ``req_id`` gives back the blocks it holds (see :meth:`hold`)."""
+        self._free(req_id, self.held.pop(req_id))
+
+    def preempt(self, req: Request, computed: int) -> None:
+        """``req``, running with ``computed`` tokens of KV, is preempted: its blocks are freed."""
+        self._free(req.id, self.blocks_for(computed))
+
+    def _free(self, req_id: int, n: int) -> None:
+        """Request ``req_id`` gives back its ``n`` blocks."""
         self.give(n)
 
-    def lookup(self, req: Request, tokens: int) -> tuple[int, list[int], int]:
-        """(tokens whose KV is cached, their blocks, how many of those are free) for the first
-        ``tokens`` tokens of ``req``: none without caching."""
-        return 0, [], 0
+    def lookup(self, req: Request, tokens: int) -> Found:
+        """What of the first ``tokens`` tokens of ``req`` is cached here: nothing without caching."""
+        return NOTHING
 
-    def touch(self, req_id: int, blocks: list[int]) -> None:
+    def allocate(self, req_id: int, tokens: int, found: Found = NOTHING) -> bool:
+        """The blocks of the first ``tokens`` tokens of request ``req_id``, running from now
+        on: those it holds here, the cached ones ``found`` (by :meth:`lookup`), and new ones
+        for the rest. False, and nothing done, when they do not fit."""
+        has = self.held.get(req_id, 0)
+        new = self.blocks_for(tokens) - has - len(found.blocks)
+        if new + found.evictable > self.free:
+            return False
+        if has:
+            del self.held[req_id]
+        else:
+            self.touch(req_id, found.blocks)
+        self.take(new)
+        return True
+
+    def touch(self, req_id: int, blocks: Sequence[int]) -> None:
         """Request ``req_id`` starts using the cached ``blocks`` found by :meth:`lookup`."""
 
     def commit(self, req: Request, computed: int) -> None:
         """``req`` has ``computed`` tokens of KV: its full blocks may be reused (caching only)."""
-
-    def preempted(self, req: Request, computed: int) -> None:
-        """``req`` is preempted with ``computed`` tokens of KV, about to free its blocks."""
-
-    def count_lookup(self, hit: int, tokens: int) -> None:
-        """Record a lookup that admitted a request: ``hit`` of ``tokens`` tokens were cached."""
 
     def reserve(self, req: Request, tokens: int) -> simpy.Event:
         """An event that fires once the blocks of ``req``'s first ``tokens`` tokens are
@@ -144,11 +191,8 @@ class BlockManager:
         waiters = self.waiters
         while waiters:
             req, tokens, event = waiters[0]
-            hit, blocks, evictable = self.lookup(req, tokens)
-            new = self.blocks_for(tokens) - len(blocks)
-            if new + evictable > self.free:
+            found = self.lookup(req, tokens)
+            if not self.allocate(req.id, tokens, found):
                 return
             waiters.popleft()
-            self.touch(req.id, blocks)
-            self.take(new)
-            event.succeed((len(blocks) + new, hit))
+            event.succeed((self.blocks_for(tokens), found.hit))

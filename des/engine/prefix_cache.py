@@ -36,10 +36,11 @@ the queue does not exceed it. ``used + free = num_blocks``; of the free blocks,
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 import simpy
 
-from des.engine.kvcache import BlockManager
+from des.engine.kvcache import NOTHING, BlockManager, Found
 from des.engine.request import Request
 
 #: An anonymous run in the free queue is ``(-count, 0)``; a named block ``(id, version)``.
@@ -49,8 +50,7 @@ Entry = tuple[int, int]
 class PrefixCache(BlockManager):
     """``num_blocks`` blocks of ``block_size`` tokens with automatic prefix caching."""
 
-    __slots__ = ("ref", "key", "version", "seq", "queue", "cached", "owned", "next_id", "cached_free",
-                 "hit_tokens", "query_tokens")  # fmt: skip
+    __slots__ = ("ref", "key", "version", "seq", "queue", "cached", "owned", "next_id", "cached_free")
 
     caching = True
 
@@ -65,8 +65,6 @@ class PrefixCache(BlockManager):
         self.owned: dict[int, list[int]] = {}  # request -> its named blocks, in sequence order
         self.next_id = 0
         self.cached_free = 0  # named blocks in the free queue
-        self.hit_tokens = 0  # tokens found cached, over all lookups that admitted a request
-        self.query_tokens = 0  # tokens those lookups asked for
 
     # -- allocation ----------------------------------------------------------------------
     def take(self, n: int) -> None:
@@ -97,7 +95,9 @@ class PrefixCache(BlockManager):
         del self.ref[b]
         self.cached_free -= 1
 
-    def release(self, req_id: int, n: int) -> None:
+    def _free(self, req_id: int, n: int) -> None:
+        """Request ``req_id`` gives back its ``n`` blocks: its anonymous tail first, then its
+        named blocks last one first (each free once its last holder gives it back)."""
         named = self.owned.pop(req_id, None) or []
         anonymous = n - len(named)
         if anonymous < 0:
@@ -121,9 +121,11 @@ class PrefixCache(BlockManager):
         self.free += freed
 
     # -- content ---------------------------------------------------------------------------
-    def lookup(self, req: Request, tokens: int) -> tuple[int, list[int], int]:
-        if tokens <= 1 or (req.segments is None and not req.preemptions):
-            return 0, [], 0  # content of its own, never preempted: nothing of it can be cached
+    def lookup(self, req: Request, tokens: int) -> Found:
+        """The longest cached prefix of full blocks of ``req``'s first ``tokens`` tokens (at
+        most ``tokens - 1`` tokens); nothing for a request that holds blocks here already."""
+        if tokens <= 1 or (req.segments is None and not req.preemptions) or req.id in self.held:
+            return NOTHING  # content of its own, never preempted, or KV of its own here
         bs = self.block_size
         n = (tokens - 1) // bs
         keys = req.block_keys(bs).upto(n)
@@ -135,9 +137,9 @@ class PrefixCache(BlockManager):
                 break
             found.append(b)
         evictable = sum(1 for b in found if ref[b] == 0)
-        return len(found) * bs, found, evictable
+        return Found(len(found) * bs, found, evictable)
 
-    def touch(self, req_id: int, blocks: list[int]) -> None:
+    def touch(self, req_id: int, blocks: Sequence[int]) -> None:
         if not blocks:
             return
         ref, version = self.ref, self.version
@@ -156,10 +158,11 @@ class PrefixCache(BlockManager):
             return  # nobody else can hit it: keyed only when preempted (see preempted)
         self._name(req, computed)
 
-    def preempted(self, req: Request, computed: int) -> None:
-        """``req`` is preempted with ``computed`` tokens of KV: key its full blocks, which its
-        re-admission may find, before they are freed."""
+    def preempt(self, req: Request, computed: int) -> None:
+        """``req`` is preempted with ``computed`` tokens of KV: its full blocks are keyed,
+        so that its re-admission may find them, then freed."""
         self._name(req, computed)
+        super().preempt(req, computed)
 
     def _name(self, req: Request, computed: int) -> None:
         full = computed // self.block_size
@@ -177,7 +180,3 @@ class PrefixCache(BlockManager):
             if k not in cached:
                 cached[k] = b
             mine.append(b)
-
-    def count_lookup(self, hit: int, tokens: int) -> None:
-        self.hit_tokens += hit
-        self.query_tokens += tokens

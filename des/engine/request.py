@@ -9,9 +9,10 @@ brings ``remaining`` to zero emits one token.
 
 A request visits one instance (colocated serving) or two (a prefill instance, then a
 decode instance its KV cache is transferred to); the instances record themselves in
-its per-visit fields. The KV blocks a request holds are kept by each instance's
-scheduler, keyed by request id, never on the request: during a transfer it holds
-blocks on two instances at once.
+its per-visit fields. The KV blocks a request holds are counted by each instance's
+block manager and scheduler, keyed by request id, never on the request: during a
+transfer it holds blocks on two instances at once. So is how a scheduler tracks it
+while it runs (:class:`des.engine.schedulers.decoding.Seq`).
 """
 
 from __future__ import annotations
@@ -55,11 +56,6 @@ class Request:
     done: Any = None  # a simpy.Event fired when the request leaves, for closed-loop users
     previous: Request | None = None  # a conversation's turn before: its sequence begins this prompt
     _keys: BlockKeys | None = None
-    # bookkeeping of the scheduler running it (des.engine.schedulers.continuous)
-    owner: Any = None
-    phase: int = 0
-    base: int = 0
-    admitted: int = 0
 
     def block_keys(self, block_size: int) -> BlockKeys:
         """The keys of its KV blocks of ``block_size`` tokens: prompt, then output."""
@@ -75,6 +71,19 @@ class Request:
                 keys.keys.extend(before._keys.keys[:whole])
             self.previous = None  # keep no chain of turns alive
         return keys
+
+    def emit(self, now: float) -> int:
+        """One more output token, emitted at ``now`` (seconds); the first dates
+        ``first_token_time``. Returns the tokens generated so far."""
+        g = self.generated = self.generated + 1
+        if g == 1:
+            self.first_token_time = now
+        return g
+
+    def preempt(self) -> None:
+        """Its KV is dropped: everything computed must be computed again (or found cached)."""
+        self.computed = 0
+        self.preemptions += 1
 
     @property
     def remaining(self) -> int:

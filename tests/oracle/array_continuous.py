@@ -34,6 +34,7 @@ held, by request id, until ``free``.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -92,7 +93,7 @@ def _by_id(req: Request) -> int:
     return req.id
 
 
-NO_BLOCKS: list[int] = []
+NO_BLOCKS: Sequence[int] = ()
 
 #: Batches up to this size get their shape from a Python loop, which beats numpy's
 #: per-call overhead on a handful of sequences.
@@ -114,7 +115,7 @@ class ContinuousScheduler:
         self.waiting: deque[Request] = deque()
         self.ready: deque[Request] = deque()  # requests holding their KV, admitted first
         self.running = RunningSet(cfg.max_num_seqs)
-        self.held: dict[int, int] = {}  # request id -> KV blocks, for requests not running
+        self.held = kv.held  # request id -> KV blocks, for requests not running (the manager's ledger)
         self.unrecorded_preemptions = 0  # preemptions of a batch that came out empty
         self.step_cached = 0  # tokens found in the prefix cache by this step's admissions
 
@@ -136,7 +137,7 @@ class ContinuousScheduler:
             self.waiting.append(req)
 
     def free(self, req_id: int) -> None:
-        self.kv.release(req_id, self.held.pop(req_id))
+        self.kv.release(req_id)
 
     def num_waiting(self) -> int:
         return len(self.waiting) + len(self.ready)
@@ -150,8 +151,8 @@ class ContinuousScheduler:
 
     def _preempt_last(self) -> None:
         req, blocks = self.running.pop_last()
-        self.kv.preempted(req, req.computed)
-        self.kv.release(req.id, blocks)
+        assert blocks == self.kv.blocks_for(req.computed)
+        self.kv.preempt(req, req.computed)
         req.computed = 0
         req.preemptions += 1
         self.waiting.appendleft(req)
@@ -285,7 +286,6 @@ class ContinuousScheduler:
                 del held[req.id]
             if kv.caching and not has:
                 kv.touch(req.id, found)
-                kv.count_lookup(hit, tokens)
                 req.computed = computed
                 req.cached_tokens += hit
                 self.step_cached += hit

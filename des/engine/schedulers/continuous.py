@@ -14,18 +14,15 @@ blocks:
    the queue's head blocks the rest (no overtaking).
 
 Constant work per step. The running set is split into the few requests still
-computing their prompt (*prefilling*, in admission order) and the many *decoding*
-one token per step. A decoding request's progress is not updated step by step: it
-records the instance's decode-step counter ``tau`` at which its ``computed`` and
-``generated`` were last written (its *base*), and is ``tau - base`` tokens further
-on. The decoding set keeps running aggregates: its size, the sum of its contexts,
-how many of its members cross a KV block boundary at each step (by the residue of
-``base - computed`` modulo the block size) and, by step, who finishes then. A step in
-which every running request gets what it needs (the common case) therefore costs a
-handful of operations plus the prefilling requests; only a step short of budget or
-blocks walks the running set in order, as vLLM does. Every request's times are
-exactly those of a step-by-step walk (the old array scheduler, kept in the tests as
-an oracle, checks it).
+computing their prompt (*prefilling*, in admission order) and the many *decoding* one
+token per step, kept as running aggregates (:mod:`des.engine.schedulers.decoding`). A
+step in which every running request gets what it needs (the common case) therefore
+costs a handful of operations plus the prefilling requests; only a step short of
+budget or blocks walks the running set in order, as vLLM does. Every request's times
+are exactly those of a step-by-step walk (the old array scheduler, kept in the tests
+as an oracle, checks it). Blocks go through the instance's block manager as through
+vLLM's KV cache manager: ``lookup`` then ``allocate`` at admission, a bulk ``take``
+for the running set's growth, ``hold`` and ``release`` for requests outside a batch.
 
 On a ``prefill`` instance of disaggregated serving a request leaves once it emits its
 first token. On a ``decode`` instance it arrives holding its transferred prompt's KV
@@ -50,10 +47,11 @@ from typing import Literal
 from pydantic import Field
 
 from des.cost.base import BatchShape
-from des.engine.kvcache import BlockManager, CacheConfig, ceil_div
+from des.engine.kvcache import BlockManager, CacheConfig
 from des.engine.plan import Plan, PlanContext, colocated
 from des.engine.request import Request
 from des.engine.schedulers.base import Role, Step, held_tokens, length_rejection
+from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
 
 
 class ContinuousSettings(CacheConfig):
@@ -97,17 +95,13 @@ class ContinuousConfig(ContinuousSettings):
         return colocated(self, ctx)
 
 
-#: Where a request stands on the instance running it.
-PREFILLING, DECODING = 1, 2
-
-
 @dataclass(slots=True)
 class Batch:
-    """What a step computes beyond one token for each decoding request: the tokens of
-    each prefilling request that gets some, and the decoding requests left without."""
+    """What a step computes beyond one token for each decoding sequence: the tokens of
+    each prefilling sequence that gets some, and the decoding sequences left without."""
 
-    prefill: list[tuple[Request, int]] = field(default_factory=list)
-    starved: list[Request] = field(default_factory=list)
+    prefill: list[tuple[Seq, int]] = field(default_factory=list)
+    starved: list[Seq] = field(default_factory=list)
 
 
 class ContinuousScheduler:
@@ -115,42 +109,34 @@ class ContinuousScheduler:
 
     def __init__(self, cfg: ContinuousSettings, kv: BlockManager, max_model_len: int, role: Role = "colocated"):
         self.kv = kv
-        self.block_size = kv.block_size
-        self.max_seqs = cfg.max_num_seqs
-        self.max_tokens = cfg.max_num_batched_tokens
+        self.max_num_seqs = cfg.max_num_seqs
+        self.max_num_batched_tokens = cfg.max_num_batched_tokens
         self.chunked = cfg.enable_chunked_prefill
         self.max_model_len = max_model_len
         self.role = role
         self.leaves_after_prefill = role == "prefill"
         self.waiting: deque[Request] = deque()
         self.ready: deque[Request] = deque()  # requests holding their KV, admitted first
-        self.held: dict[int, int] = {}  # request id -> KV blocks, for requests not running
         self.unrecorded_preemptions = 0  # preemptions of a batch that came out empty
         self.step_cached = 0  # tokens found in the prefix cache by this step's admissions
-        # the running set: every request in admission order, and the prefilling ones
-        self.running: dict[Request, None] = {}
-        self.prefilling: dict[Request, None] = {}
+        # the running set: every sequence in admission order, the prefilling ones, the decoding ones
+        self.running: dict[Seq, None] = {}
+        self.prefilling: dict[Seq, None] = {}
+        self.decoding = DecodingSet(kv.block_size, kv.caching)
         self.admissions = 0  # numbers admissions, to release in admission order
-        # the decoding set, by aggregates (see the module docstring)
-        self.tau = 0
-        self.decoders = 0
-        self.context = 0  # sum over decoders of (computed at base - base)
-        self.crossing = [0] * self.block_size  # decoders by (base - computed at base) mod block size
-        self.finishing: dict[int, list[Request]] = {}  # tau -> decoders finishing when it is reached
-        self.shared: list[dict[Request, None]] = [{} for _ in range(self.block_size)]  # cached content, by residue
         self.sharing = 0  # running requests whose content others may share
 
     # -- protocol -------------------------------------------------------------------
     def rejection(self, req: Request) -> str | None:
         reason = length_rejection(req, self.max_model_len, self.kv, self.role)
-        if reason is None and not self.chunked and held_tokens(req, self.role) > self.max_tokens:
+        if reason is None and not self.chunked and held_tokens(req, self.role) > self.max_num_batched_tokens:
             # a preempted request must recompute prompt + generated tokens in one step
             reason = "exceeds_token_budget"
         return reason
 
     def add(self, req: Request, blocks: int = 0) -> None:
         if blocks:
-            self.held[req.id] = blocks
+            self.kv.hold(req.id, blocks)
             self.ready.append(req)
             if self.kv.caching:  # a transferred prompt's full blocks may serve later prompts here
                 self.kv.commit(req, req.computed)
@@ -158,7 +144,7 @@ class ContinuousScheduler:
             self.waiting.append(req)
 
     def free(self, req_id: int) -> None:
-        self.kv.release(req_id, self.held.pop(req_id))
+        self.kv.release(req_id)
 
     def num_waiting(self) -> int:
         return len(self.waiting) + len(self.ready)
@@ -168,71 +154,31 @@ class ContinuousScheduler:
 
     def sync(self) -> None:
         """Write every decoding request's progress onto it (at the end of a run)."""
-        for req in self.running:
-            if req.phase == DECODING:
-                self._materialize(req)
+        for seq in self.running:
+            if seq.phase is DECODING:
+                self.decoding.materialize(seq)
 
-    # -- the decoding set ----------------------------------------------------------------
-    def _materialize(self, req: Request) -> None:
-        """Write a decoding request's progress at the current ``tau`` (aggregates unchanged)."""
-        d = self.tau - req.base
-        if d:
-            req.computed += d
-            req.generated += d
-            req.base = self.tau
-
-    def _start_decoding(self, req: Request) -> None:
-        """``req`` (progress written, needing one token a step from now on) joins the decoders."""
-        tau = self.tau
-        req.phase = DECODING
-        req.base = tau
-        self.decoders += 1
-        self.context += req.computed - tau
-        r = (tau - req.computed) % self.block_size
-        self.crossing[r] += 1
-        end = tau + req.output_tokens - req.generated
-        bucket = self.finishing.get(end)
-        if bucket is None:
-            self.finishing[end] = [req]
+    def _leave(self, seq: Seq) -> None:
+        """``seq`` leaves the running set (finished, done here, or preempted)."""
+        if seq.phase is DECODING:
+            self.decoding.stop(seq)
         else:
-            bucket.append(req)
-        if req.segments is not None and self.kv.caching:
-            self.shared[r][req] = None
-
-    def _stop_decoding(self, req: Request) -> None:
-        """``req`` (progress written) leaves the decoders; its finishing entry goes stale."""
-        self.decoders -= 1
-        self.context -= req.computed - req.base
-        r = (req.base - req.computed) % self.block_size
-        self.crossing[r] -= 1
-        if req.segments is not None and self.kv.caching:
-            self.shared[r].pop(req, None)
-        req.phase = 0
-
-    def _leave(self, req: Request) -> None:
-        """``req`` leaves the running set (finished, done here, or preempted)."""
-        if req.phase == DECODING:
-            self._stop_decoding(req)
-        else:
-            self.prefilling.pop(req, None)
-        req.phase = 0
-        req.owner = None
-        del self.running[req]
-        if req.segments is not None:
+            self.prefilling.pop(seq, None)
+        seq.phase = LEFT
+        del self.running[seq]
+        if seq.req.segments is not None:
             self.sharing -= 1
 
-    def _preempt_newest(self) -> Request:
-        req = next(reversed(self.running))
-        if req.phase == DECODING:
-            self._materialize(req)
-        self._leave(req)
-        blocks = ceil_div(req.computed, self.block_size)
-        self.kv.preempted(req, req.computed)
-        self.kv.release(req.id, blocks)
-        req.computed = 0
-        req.preemptions += 1
+    def _preempt_newest(self) -> Seq:
+        seq = next(reversed(self.running))
+        if seq.phase is DECODING:
+            self.decoding.materialize(seq)
+        self._leave(seq)
+        req = seq.req
+        self.kv.preempt(req, req.computed)
+        req.preempt()
         self.waiting.appendleft(req)
-        return req
+        return seq
 
     # -- scheduling -----------------------------------------------------------------
     def schedule(self, now: float) -> Step[Batch] | None:
@@ -240,20 +186,22 @@ class ContinuousScheduler:
         return self._schedule(now)
 
     def _schedule(self, now: float) -> Step[Batch] | None:
-        kv, bs = self.kv, self.block_size
-        budget = self.max_tokens
+        kv = self.kv
+        budget = self.max_num_batched_tokens
         batch = Batch()
         preempted = 0
-        need = self.decoders
-        for req in self.prefilling:
+        need = self.decoding.size
+        for seq in self.prefilling:
+            req = seq.req
             need += req.prompt_tokens + req.generated - req.computed
         if need <= budget:  # everyone gets what it needs
-            blocks = self.crossing[self.tau % bs]
-            for req in self.prefilling:
+            blocks = self.decoding.new_blocks
+            for seq in self.prefilling:
+                req = seq.req
                 c = req.computed
                 k = req.prompt_tokens + req.generated - c
-                blocks += ceil_div(c + k, bs) - ceil_div(c, bs)
-                batch.prefill.append((req, k))
+                blocks += kv.growth(c, k)
+                batch.prefill.append((seq, k))
             if blocks <= kv.free:
                 kv.take(blocks)
                 budget -= need
@@ -268,7 +216,7 @@ class ContinuousScheduler:
                 budget = self._admit(self.waiting, now, budget, batch)
         if kv.waiters and not self.waiting:
             kv.serve()  # what is left goes to the links' reservations
-        tokens = self.max_tokens - budget
+        tokens = self.max_num_batched_tokens - budget
         if tokens == 0:
             if not preempted:
                 return None
@@ -288,173 +236,167 @@ class ContinuousScheduler:
 
     def _ordered(self, batch: Batch, budget: int) -> tuple[int, int]:
         """The running set walked in admission order, as vLLM does when the budget or the
-        blocks do not reach everyone: each request gets what it needs, cut to the budget
-        left (without chunked prefill: all or nothing, and nobody after a request left
-        out); then blocks are allocated in order, preempting the newest request while
+        blocks do not reach everyone: each sequence gets what it needs, cut to the budget
+        left (without chunked prefill: all or nothing, and nobody after a sequence left
+        out); then blocks are allocated in order, preempting the newest sequence while
         they run out. Fills ``batch``; returns the budget left and the preemptions."""
-        kv, bs = self.kv, self.block_size
         batch.prefill.clear()
-        plan: list[tuple[Request, int]] = []
+        plan = self._plan(budget)
+        preempted = 0
+        kv = self.kv
+        blocks = sum(kv.growth(seq.req.computed, k) for seq, k in plan)
+        if blocks <= kv.free:
+            kv.take(blocks)
+            scheduled = plan
+        else:
+            scheduled, preempted = self._allocate_preempting(plan)
+        done = set()
+        for seq, k in scheduled:
+            if k == 0:
+                continue
+            budget -= k
+            done.add(seq)
+            if seq.phase is not DECODING:
+                batch.prefill.append((seq, k))
+        for seq in self.running:
+            if seq.phase is DECODING and seq not in done:
+                batch.starved.append(seq)
+        return budget, preempted
+
+    def _plan(self, budget: int) -> list[tuple[Seq, int]]:
+        """The tokens of each running sequence, in admission order, within ``budget``."""
+        plan: list[tuple[Seq, int]] = []
         left = budget
-        for req in self.running:
-            if req.phase == DECODING:
-                self._materialize(req)
+        for seq in self.running:
+            if seq.phase is DECODING:
+                self.decoding.materialize(seq)
+            req = seq.req
             n = req.prompt_tokens + req.generated - req.computed
             if self.chunked:
                 k = n if n <= left else left
             else:
                 k = n if n <= left and (not plan or plan[-1][1]) else 0
-            plan.append((req, k))
+            plan.append((seq, k))
             left -= k
-        blocks = 0
-        for req, k in plan:
-            c = req.computed
-            blocks += ceil_div(c + k, bs) - ceil_div(c, bs)
+        return plan
+
+    def _allocate_preempting(self, plan: list[tuple[Seq, int]]) -> tuple[list[tuple[Seq, int]], int]:
+        """Blocks for ``plan`` in order, preempting the newest sequence while they run out;
+        the sequences scheduled and the preemptions."""
+        kv = self.kv
+        scheduled = []
         preempted = 0
-        if blocks <= kv.free:
-            kv.take(blocks)
-            scheduled = plan
-        else:  # allocate in order, preempting the newest when blocks run out
-            scheduled = []
-            for req, k in plan:
-                if k == 0 or req.owner is not self:
-                    break
-                c = req.computed
-                more = ceil_div(c + k, bs) - ceil_div(c, bs)
-                victim = None
-                while more > kv.free and victim is not req:
-                    victim = self._preempt_newest()
-                    preempted += 1
-                if victim is req:
-                    break
-                kv.take(more)
-                scheduled.append((req, k))
-        done = set()
-        for req, k in scheduled:
-            if k == 0:
-                continue
-            budget -= k
-            done.add(req)
-            if req.phase != DECODING:
-                batch.prefill.append((req, k))
-        for req in self.running:
-            if req.phase == DECODING and req not in done:
-                batch.starved.append(req)
-        return budget, preempted
+        for seq, k in plan:
+            if k == 0 or seq.phase is LEFT:  # nothing to do, or preempted for someone older
+                break
+            more = kv.growth(seq.req.computed, k)
+            victim = None
+            while more > kv.free and victim is not seq:
+                victim = self._preempt_newest()
+                preempted += 1
+            if victim is seq:
+                break
+            kv.take(more)
+            scheduled.append((seq, k))
+        return scheduled, preempted
 
     def _admit(self, waiting: deque[Request], now: float, budget: int, batch: Batch) -> int:
         """Admit requests from the head of ``waiting`` while budget, sequence cap and blocks
         allow (the head blocks the rest); adds them to ``batch``; returns the budget left."""
-        kv, bs, held = self.kv, self.block_size, self.held
-        while waiting and budget > 0 and len(self.running) < self.max_seqs:
+        kv = self.kv
+        while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = waiting[0]
             tokens = req.prompt_tokens + req.generated  # KV it needs before its next token
-            has = held.get(req.id, 0)
-            computed, hit, found, evictable = req.computed, 0, NO_BLOCKS, 0
-            if kv.caching and not has:  # holds no KV here: reuse the longest cached prefix
-                hit, found, evictable = kv.lookup(req, tokens)
-                computed = max(computed, hit)
+            found = kv.lookup(req, tokens)  # a cached prefix to reuse (none if it holds KV here)
+            computed = max(req.computed, found.hit)
             n = tokens - computed
             k = n if n <= budget else budget
             if k < n and not self.chunked:
                 break
-            blocks = ceil_div(computed + k, bs) - has - len(found)
-            if blocks + evictable > kv.free:
+            if not kv.allocate(req.id, computed + k, found):
                 break
             waiting.popleft()
-            if has:
-                del held[req.id]
-            if kv.caching and not has:
-                kv.touch(req.id, found)
-                kv.count_lookup(hit, tokens)
-                req.computed = computed
-                req.cached_tokens += hit
-                self.step_cached += hit
-            kv.take(blocks)
+            req.computed = computed
+            req.cached_tokens += found.hit
+            self.step_cached += found.hit
             if req.scheduled_time != req.scheduled_time:  # NaN: first time scheduled
                 req.scheduled_time = now
-            self.running[req] = None
+            seq = Seq(req, self.admissions)
+            self.admissions += 1
+            self.running[seq] = None
             if req.segments is not None:
                 self.sharing += 1
-            req.owner = self
-            req.admitted = self.admissions
-            self.admissions += 1
             if req.generated and n == 1:  # a decode: it joins the decoders at once
-                self._start_decoding(req)
+                self.decoding.start(seq)
             else:
-                req.phase = PREFILLING
-                self.prefilling[req] = None
-                batch.prefill.append((req, k))
+                self.prefilling[seq] = None
+                batch.prefill.append((seq, k))
             budget -= k
         return budget
 
     def _shape(self, batch: Batch) -> BatchShape:
         """The step's aggregates: the decoders not starved, then the prefill chunks."""
-        n = self.decoders - len(batch.starved)
-        context = self.context + self.decoders * self.tau
-        for req in batch.starved:
-            context -= req.computed  # written by the ordered walk
+        dec = self.decoding
+        n = dec.size - len(batch.starved)
+        context = dec.total_context
+        for seq in batch.starved:
+            context -= seq.req.computed  # written by the ordered walk
         shape = BatchShape.decodes(n, context) if n else BatchShape()
-        for req, k in batch.prefill:
+        for seq, k in batch.prefill:
+            req = seq.req
             c = req.computed
             shape.add_chunk(c, k, k == req.prompt_tokens + req.generated - c)
         return shape
 
     def finish_step(self, step: Step[Batch], now: float) -> list[Request]:
-        batch, kv = step.items, self.kv
-        tau = self.tau = self.tau + 1
-        for req in batch.starved:  # they did not move: from now on a step behind the others
-            self._stop_decoding(req)
-            self._start_decoding(req)
+        batch, kv, dec = step.items, self.kv, self.decoding
+        dec.advance(batch.starved)
         if self.sharing and kv.caching:
-            self._commit(batch, tau)
-        done = []
-        bucket = self.finishing.pop(tau, None)
-        if bucket:
-            for req in bucket:
-                if req.owner is self and req.phase == DECODING and req.base + req.output_tokens - req.generated == tau:
-                    self._materialize(req)
-                    done.append(req)
-        for req, k in batch.prefill:
+            self._commit(batch)
+        done = dec.finished()
+        for seq, k in batch.prefill:
+            req = seq.req
             c = req.computed = req.computed + k
             g = req.generated
             if c != req.prompt_tokens + g:  # a chunk short of the prompt's end: nothing emitted
                 if g and c == req.prompt_tokens + g - 1:  # a recomputation one token short: a decode now
-                    del self.prefilling[req]
-                    self._start_decoding(req)
+                    del self.prefilling[seq]
+                    dec.start(seq)
                 continue
-            g = req.generated = g + 1
-            if g == 1:
-                req.first_token_time = now
+            g = req.emit(now)
             if g == req.output_tokens or self.leaves_after_prefill:
-                done.append(req)
+                done.append(seq)
             else:  # emitted; one token a step from now on
-                del self.prefilling[req]
-                self._start_decoding(req)
+                del self.prefilling[seq]
+                dec.start(seq)
         if not done:
             return []
         if len(done) > 1:
             done.sort(key=_admitted)  # in admission order (by id for prefill instances' transfers)
             if self.leaves_after_prefill:
                 done.sort(key=_by_id)
-        held, bs = self.held, self.block_size
-        for req in done:
+        released = []
+        for seq in done:
+            req = seq.req
             if req.generated == req.output_tokens:
                 req.finish_time = now
-            self._leave(req)
-            held[req.id] = ceil_div(req.computed, bs)
-        return done
+            self._leave(seq)
+            kv.hold(req.id, kv.blocks_for(req.computed))
+            released.append(req)
+        return released
 
-    def _commit(self, batch: Batch, tau: int) -> None:
+    def _commit(self, batch: Batch) -> None:
         """Key the blocks this step filled, of requests whose content others may share, in
         admission order (the first to fill a block of some content is the one cached)."""
         full: list[tuple[int, Request, int]] = []
-        for req in self.shared[tau % self.block_size]:  # decoders whose last block just filled
-            self._materialize(req)
-            full.append((req.admitted, req, req.computed))
-        for req, k in batch.prefill:
+        dec = self.decoding
+        for seq in dec.filled():  # decoders whose last block just filled
+            dec.materialize(seq)
+            full.append((seq.admitted, seq.req, seq.req.computed))
+        for seq, k in batch.prefill:
+            req = seq.req
             if req.segments is not None:
-                full.append((req.admitted, req, req.computed + k))
+                full.append((seq.admitted, req, req.computed + k))
         if len(full) > 1:
             full.sort(key=_first)
         commit = self.kv.commit
@@ -466,12 +408,9 @@ def _first(item: tuple[int, Request, int]) -> int:
     return item[0]
 
 
-def _by_id(req: Request) -> int:
-    return req.id
+def _by_id(seq: Seq) -> int:
+    return seq.req.id
 
 
-def _admitted(req: Request) -> int:
-    return req.admitted
-
-
-NO_BLOCKS: list[int] = []
+def _admitted(seq: Seq) -> int:
+    return seq.admitted

@@ -164,10 +164,7 @@ class StaticScheduler:
         released: list[Request] = []
         still: list[Request] = []
         for req in batch.members:
-            req.generated += 1
-            if req.generated == 1:
-                req.first_token_time = now
-            if req.generated == req.output_tokens:
+            if req.emit(now) == req.output_tokens:
                 if self.release_at_end:
                     batch.held.append(req)
                 else:

@@ -1,0 +1,139 @@
+"""The running sequences of a continuous-batching instance, and the decoding ones as aggregates.
+
+A :class:`Seq` is a request while it runs on one instance: the scheduler's bookkeeping
+of it (its :class:`Phase`, its admission number, where its progress was last written),
+kept off the shared :class:`~des.engine.request.Request`. A request preempted and
+admitted again runs as a new ``Seq``; the old one is ``LEFT`` for good.
+
+The :class:`DecodingSet` holds the many sequences that decode one token per step, at
+constant work per step. A member's progress is not written step by step: the set
+counts its own steps (``tau``), a member records the ``tau`` at which its ``computed``
+and ``generated`` were last written (its *base*) and is ``tau - base`` tokens further
+on (:meth:`~DecodingSet.materialize` writes it). The set keeps running aggregates: its
+size, the sum of its members' contexts, how many members cross a KV block boundary at
+each step (by the residue of ``base - computed`` modulo the block size), by step who
+finishes then, and (with prefix caching) the members whose content others may share,
+by the same residue: those whose last block fills at a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from des.engine.request import Request
+
+
+class Phase(IntEnum):
+    """Where a sequence stands on the instance running it."""
+
+    LEFT = 0  # no longer runs here: finished, left for its next stage, or preempted
+    PREFILLING = 1  # computing its prompt (or recomputing after a preemption)
+    DECODING = 2  # one token a step, a member of the decoding set
+
+
+LEFT, PREFILLING, DECODING = Phase.LEFT, Phase.PREFILLING, Phase.DECODING
+
+
+@dataclass(slots=True, eq=False)
+class Seq:
+    """``req`` running on an instance, the ``admitted``-th admission there (counting from 0).
+
+    ``base`` (while decoding): the decoding set's step count when ``req``'s progress was
+    last written onto it.
+    """
+
+    req: Request
+    admitted: int
+    phase: Phase = PREFILLING
+    base: int = 0
+
+
+class DecodingSet:
+    """The sequences decoding one token a step on an instance with KV blocks of
+    ``block_size`` tokens; ``caching``: track the members whose content others may share."""
+
+    __slots__ = ("block_size", "caching", "tau", "size", "context", "crossing", "finishing", "shared")
+
+    def __init__(self, block_size: int, caching: bool):
+        self.block_size = block_size
+        self.caching = caching
+        self.tau = 0  # decode steps counted so far
+        self.size = 0
+        self.context = 0  # sum over members of (computed at base - base)
+        self.crossing = [0] * block_size  # members by (base - computed at base) mod block size
+        self.finishing: dict[int, list[Seq]] = {}  # tau -> members finishing when it is reached
+        self.shared: list[dict[Seq, None]] = [{} for _ in range(block_size)]  # shareable members, by residue
+
+    def materialize(self, seq: Seq) -> None:
+        """Write a member's progress at the current ``tau`` onto its request (aggregates unchanged)."""
+        d = self.tau - seq.base
+        if d:
+            req = seq.req
+            req.computed += d
+            req.generated += d
+            seq.base = self.tau
+
+    def start(self, seq: Seq) -> None:
+        """``seq`` (progress written, needing one token a step from now on) joins the set."""
+        tau = self.tau
+        req = seq.req
+        seq.phase = DECODING
+        seq.base = tau
+        self.size += 1
+        self.context += req.computed - tau
+        r = (tau - req.computed) % self.block_size
+        self.crossing[r] += 1
+        end = tau + req.output_tokens - req.generated
+        bucket = self.finishing.get(end)
+        if bucket is None:
+            self.finishing[end] = [seq]
+        else:
+            bucket.append(seq)
+        if req.segments is not None and self.caching:
+            self.shared[r][seq] = None
+
+    def stop(self, seq: Seq) -> None:
+        """``seq`` (progress written) leaves the set; its finishing entry goes stale."""
+        req = seq.req
+        self.size -= 1
+        self.context -= req.computed - seq.base
+        r = (seq.base - req.computed) % self.block_size
+        self.crossing[r] -= 1
+        if req.segments is not None and self.caching:
+            self.shared[r].pop(seq, None)
+
+    @property
+    def new_blocks(self) -> int:
+        """KV blocks the members need for the next step's tokens (those whose last block is full)."""
+        return self.crossing[self.tau % self.block_size]
+
+    @property
+    def total_context(self) -> int:
+        """Sum of the members' contexts (tokens of KV each attends over)."""
+        return self.context + self.size * self.tau
+
+    def advance(self, starved: list[Seq]) -> None:
+        """Count a step, in which the members ``starved`` (of budget or blocks) got no token:
+        from now on they are a step behind the others."""
+        self.tau += 1
+        for seq in starved:
+            self.stop(seq)
+            self.start(seq)
+
+    def finished(self) -> list[Seq]:
+        """The members whose last token the step just counted emitted, progress written."""
+        tau = self.tau
+        bucket = self.finishing.pop(tau, None)
+        done = []
+        if bucket:
+            for seq in bucket:
+                req = seq.req
+                if seq.phase is DECODING and seq.base + req.output_tokens - req.generated == tau:
+                    self.materialize(seq)
+                    done.append(seq)
+        return done
+
+    def filled(self) -> dict[Seq, None]:
+        """The shareable members whose last block the step just counted filled."""
+        return self.shared[self.tau % self.block_size]
