@@ -57,6 +57,13 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return list(self._kinds)
 
+    def known(self, name: str) -> str:
+        """``name``, if a kind is registered under it; otherwise ValueError listing the valid
+        ones (the validator of a configuration field that names a kind)."""
+        if name not in self._kinds:
+            raise ValueError(str(UnknownKind(self.family, name, self.names())))
+        return name
+
     def __contains__(self, name: object) -> bool:
         return name in self._kinds
 

@@ -34,10 +34,9 @@ from des.config import Strict, load_yaml
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.dotted import deep_copy, set_dotted
 from des.engine.plan import Plan, PlanContext
-from des.engine.router import ROUTERS
-from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
+from des.engine.router import RouterName
+from des.engine.schedulers import SCHEDULERS, ContinuousConfig, DisaggregatedConfig, SchedulerConfig
 from des.errors import ScenarioError, reword
-from des.registry import UnknownKind
 from des.workload.arrivals import ARRIVALS, Trace
 from des.workload.build import Workload
 from des.workload.lengths import LENGTHS
@@ -71,17 +70,8 @@ class ClusterConfig(Strict):
     """``replicas`` identical instances of ``tp`` GPUs each, behind ``router``."""
 
     replicas: PositiveInt = 1
-    router: str = "round_robin"
+    router: RouterName = "round_robin"
     tp: PositiveInt = 1
-
-    @field_validator("router")
-    @classmethod
-    def _known_router(cls, v: str) -> str:
-        try:
-            ROUTERS.get(v)
-        except UnknownKind as exc:
-            raise ValueError(str(exc)) from None
-        return v
 
 
 class Scenario(Strict):
@@ -129,6 +119,40 @@ class Scenario(Strict):
             raise ValueError("horizon: needs duration (seconds) and/or num_requests")
         if h.duration is not None and self.warmup >= h.duration:
             raise ValueError(f"warmup: {self.warmup} s is not shorter than horizon.duration {h.duration} s")
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_fits_scheduler(self) -> Scenario:
+        """A disaggregated scheduler's instances and routers are its pools' (the cluster's
+        would be silently ignored), and its link needs a bandwidth."""
+        s, c = self.scheduler, self.cluster
+        if not isinstance(s, DisaggregatedConfig):
+            return self
+        if c.replicas != 1:
+            raise ScenarioError(
+                (
+                    "cluster.replicas",
+                    f"{c.replicas} is not used by a disaggregated scheduler, whose instances are its pools' "
+                    "(set scheduler.prefill.instances and scheduler.decode.instances)",
+                )
+            )
+        if c.router != ClusterConfig.model_fields["router"].default:
+            raise ScenarioError(
+                (
+                    "cluster.router",
+                    f"{c.router!r} is not used by a disaggregated scheduler, whose pools have their own "
+                    "(set scheduler.router.prefill and scheduler.router.decode)",
+                )
+            )
+        missing = s.unlinked_gpu(self.gpu)
+        if missing is not None:
+            raise ScenarioError(
+                (
+                    "scheduler.kv_transfer",
+                    f"required: GPU {missing!r} has no kv_link in the catalog "
+                    "(give {bandwidth: bytes/s, latency: s})",
+                )
+            )
         return self
 
     def plan(self) -> Plan:
@@ -180,6 +204,9 @@ def problems_of(exc: ValidationError) -> list[tuple[str, str]]:
             loc.append(ctx.get("discriminator", "kind").strip("'"))
             msg = "required"
             value = None
+        elif isinstance(ctx.get("error"), ScenarioError):  # a validator naming paths below its model
+            out += [(".".join([*loc, path]), message) for path, message in ctx["error"].problems]
+            continue
         elif typ in ("value_error", "assertion_error"):
             msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
             m = _FIELD_PREFIX.match(msg)

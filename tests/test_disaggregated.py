@@ -192,6 +192,33 @@ def test_pool_settings_override_the_shared_ones():
     assert (policy(dec).max_num_seqs, policy(dec).block_size) == (256, 32)
 
 
+def test_a_pool_takes_every_continuous_setting_and_nothing_else():
+    """A pool's overrides are generated from ContinuousSettings: the same field names, each
+    optional and checked as at the top level, the error naming the pool's path."""
+    from des.engine.schedulers.disaggregated import PoolConfig
+
+    settings = set(ContinuousSettings.model_fields)
+    assert set(PoolConfig.model_fields) == settings | {"instances", "gpu", "tp"}
+    assert all(PoolConfig.model_fields[k].default is None for k in settings)
+    bad = {"max_num_seqs": 0, "max_num_batched_tokens": 0, "block_size": 0, "gpu_memory_utilization": 1.5,
+           "max_model_len": 0, "num_gpu_blocks_override": 0, "enable_chunked_prefill": "often",
+           "enable_prefix_caching": "often"}  # fmt: skip
+    assert set(bad) == settings
+    for key, value in bad.items():
+        with pytest.raises(des.ScenarioError) as err:
+            des.load_scenario(None, [("scheduler", {"kind": "disaggregated", "decode": {key: value}})])
+        assert [p for p, _ in err.value.problems] == [f"scheduler.decode.{key}"], key
+
+
+def test_a_pool_setting_left_out_is_the_top_level_one_and_every_other_its_default():
+    sc = des.load_scenario(None, ["scheduler={kind: disaggregated, enable_prefix_caching: false, "
+                                  "prefill: {max_num_batched_tokens: 8192, enable_prefix_caching: true}}"])  # fmt: skip
+    pre, dec = (policy(p) for p in sc.plan().pools)
+    assert (pre.max_num_batched_tokens, pre.enable_prefix_caching) == (8192, True)
+    assert (dec.max_num_batched_tokens, dec.enable_prefix_caching) == (2048, False)
+    assert pre.max_num_seqs == dec.max_num_seqs == ContinuousSettings().max_num_seqs
+
+
 def test_a_gpu_without_a_kv_link_needs_kv_transfer():
     gpu = {"base": "rtx4090", "kv_link": None}
     with pytest.raises(des.ScenarioError) as err:

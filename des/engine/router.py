@@ -13,9 +13,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Annotated, Protocol
 
 import numpy as np
+from pydantic import AfterValidator
 
 from des.registry import Registry
 
@@ -78,3 +79,6 @@ ROUTERS.register("round_robin", lambda rng: RoundRobin())
 ROUTERS.register("least_outstanding", lambda rng: LeastOutstanding())
 ROUTERS.register("random", Random)
 ROUTERS.register("least_kv", lambda rng: LeastKV())
+
+#: A configuration field naming a router: validated against :data:`ROUTERS`.
+RouterName = Annotated[str, AfterValidator(ROUTERS.known)]

@@ -29,17 +29,17 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 from pydantic import (
+    AfterValidator,
     Field,
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
     PrivateAttr,
-    field_validator,
     model_validator,
 )
 
 from des.config import FilePath, Strict
-from des.registry import Registry, UnknownKind, check_union, kind_of
+from des.registry import Registry, check_union, kind_of
 from des.workload._buffer import Buffered
 from des.workload.formats import TRACE_FORMATS, infer_format, read_trace
 from des.workload.formats.base import HASH_BLOCK_TOKENS, OptionError, ReadOptions, TraceFormat
@@ -242,7 +242,7 @@ class Trace(Strict):
 
     process: Literal["trace"] = "trace"
     path: FilePath
-    format: str | None = None
+    format: Annotated[str, AfterValidator(TRACE_FORMATS.known)] | None = None
     time_scale: PositiveFloat | None = None
     rate_scale: PositiveFloat = 1.0
     absolute_times: bool = False
@@ -250,16 +250,6 @@ class Trace(Strict):
     log_type: str | None = None
     hash_block_tokens: PositiveInt = HASH_BLOCK_TOKENS
     _table: pd.DataFrame = PrivateAttr()
-
-    @field_validator("format")
-    @classmethod
-    def _known_format(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                TRACE_FORMATS.get(v)
-            except UnknownKind as exc:
-                raise ValueError(str(exc)) from None
-        return v
 
     @model_validator(mode="after")
     def _read(self) -> Trace:

@@ -86,7 +86,13 @@ class Scheduler(Protocol):
 
 
 class PolicyConfig(Protocol):
-    """The configuration of a batching policy that runs on an instance."""
+    """The configuration of a batching policy that runs on an instance.
+
+    ``profile_tokens`` and ``token_budget`` are two roles, not two names of one knob:
+    the step size the memory plan reserves activations for, and the budget a step's
+    tokens are measured against. Continuous batching's ``max_num_batched_tokens`` plays
+    both; a static batch has a profile (a fixed 2048 tokens) and no budget.
+    """
 
     @property
     def max_batch(self) -> int:

@@ -36,48 +36,58 @@ latency).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt, create_model, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from des import catalog
 from des.catalog.specs import GPUSpec
 from des.config import Strict
+from des.engine.kvcache import CacheConfig
 from des.engine.plan import LinkPlan, Plan, PlanContext, PoolPlan
-from des.engine.router import ROUTERS
+from des.engine.router import RouterName
 from des.engine.schedulers.base import Role
 from des.engine.schedulers.continuous import ContinuousSettings
-from des.errors import ScenarioError
-from des.registry import UnknownKind
 
 
-class PoolConfig(Strict):
-    """One pool of a disaggregated cluster: ``instances`` continuous-batching instances of
-    ``tp`` x ``gpu`` (default: the scenario's GPU and ``cluster.tp``). Every
-    continuous-batching setting left out takes the value given at the scheduler's top
-    level (itself defaulting as for ``kind: continuous``)."""
+class _Pool(Strict):
+    """Where a pool runs: ``instances`` instances of ``tp`` x ``gpu``."""
 
     instances: PositiveInt = 1
     gpu: GPUSpec | None = None
     tp: PositiveInt | None = None
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    enable_chunked_prefill: bool | None = None
-    enable_prefix_caching: bool | None = None
-    block_size: int | None = Field(None, ge=1)
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    max_model_len: int | None = Field(None, ge=1)
-    num_gpu_blocks_override: int | None = Field(None, ge=1)
 
     @field_validator("gpu", mode="before")
     @classmethod
     def _gpu_by_name(cls, v: Any) -> Any:
         return None if v is None else catalog.resolve("gpus", v)
 
+
+def _with_overrides(base: type[Strict]) -> type[Strict]:
+    """``base`` plus every continuous-batching setting made optional (None: not given), its
+    checks kept: generated, so that a pool's overrides follow :class:`ContinuousSettings`.
+    The policy's own settings come before the cache's, as a user reads them."""
+    own = [name for name in ContinuousSettings.model_fields if name not in CacheConfig.model_fields]
+    fields: dict[str, Any] = {
+        name: (cast(Any, f.annotation) | None, FieldInfo.merge_field_infos(f, default=None))
+        for name in (*own, *CacheConfig.model_fields)
+        for f in (ContinuousSettings.model_fields[name],)
+    }
+    return create_model(f"{base.__name__}Overrides", __base__=base, **fields)
+
+
+class PoolConfig(_with_overrides(_Pool)):  # type: ignore[misc]
+    """One pool of a disaggregated cluster: ``instances`` continuous-batching instances of
+    ``tp`` x ``gpu`` (default: the scenario's GPU and ``cluster.tp``). Every
+    continuous-batching setting left out takes the value given at the scheduler's top
+    level (itself defaulting as for ``kind: continuous``)."""
+
     def settings(self, defaults: ContinuousSettings) -> ContinuousSettings:
-        """This pool's continuous-batching settings: its own where given, else ``defaults``."""
-        own = {k: getattr(self, k) for k in ContinuousSettings.model_fields if getattr(self, k) is not None}
-        return defaults.model_copy(update=own)
+        """This pool's continuous-batching settings: its own where given, else ``defaults``
+        (validated as one)."""
+        own = self.model_dump(include=set(ContinuousSettings.model_fields), exclude_none=True)
+        return ContinuousSettings.model_validate({**defaults.model_dump(), **own})
 
 
 class KVTransferConfig(Strict):
@@ -90,17 +100,8 @@ class KVTransferConfig(Strict):
 class RouterConfig(Strict):
     """The router of each pool (see :mod:`des.engine.router`)."""
 
-    prefill: str = "least_outstanding"
-    decode: str = "least_kv"
-
-    @field_validator("prefill", "decode")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        try:
-            ROUTERS.get(v)
-        except UnknownKind as exc:
-            raise ValueError(str(exc)) from None
-        return v
+    prefill: RouterName = "least_outstanding"
+    decode: RouterName = "least_kv"
 
 
 class DisaggregatedConfig(ContinuousSettings):
@@ -126,24 +127,20 @@ class DisaggregatedConfig(ContinuousSettings):
                     )
         return self
 
+    def unlinked_gpu(self, default: GPUSpec) -> str | None:
+        """Without ``kv_transfer``, the name of a GPU at an end of the link (a pool's, else
+        ``default``) that has no ``kv_link`` in the catalog to take the link from; else None."""
+        if self.kv_transfer is not None:
+            return None
+        for pool in (self.prefill, self.decode):
+            gpu = pool.gpu or default
+            if gpu.kv_link is None:
+                return gpu.name
+        return None
+
     def plan(self, ctx: PlanContext) -> Plan:
-        """A prefill pool, a decode pool, and a link from every prefill instance."""
-        if ctx.replicas != 1:
-            raise ScenarioError(
-                (
-                    "cluster.replicas",
-                    f"{ctx.replicas} is not used by a disaggregated scheduler, whose instances are its pools' "
-                    "(set scheduler.prefill.instances and scheduler.decode.instances)",
-                )
-            )
-        if ctx.router != PlanContext.router:  # the cluster router left at its default
-            raise ScenarioError(
-                (
-                    "cluster.router",
-                    f"{ctx.router!r} is not used by a disaggregated scheduler, whose pools have their own "
-                    "(set scheduler.router.prefill and scheduler.router.decode)",
-                )
-            )
+        """A prefill pool, a decode pool, and a link from every prefill instance. The
+        cluster's replicas and router are not used: the pools have their own."""
         prefill = self._pool("prefill", self.prefill, self.router.prefill, ctx)
         decode = self._pool("decode", self.decode, self.router.decode, ctx)
         return Plan((prefill, decode), self._link(prefill.gpu, decode.gpu), self.first_token_from)
@@ -155,16 +152,9 @@ class DisaggregatedConfig(ContinuousSettings):
         return PoolPlan(role, cfg.instances, policy, cfg.gpu or ctx.gpu, cfg.tp or ctx.tp, router)
 
     def _link(self, a: GPUSpec, b: GPUSpec) -> LinkPlan:
+        """``kv_transfer``, else the catalog's links of the two ends: the slower's bandwidth and latency."""
         if self.kv_transfer is not None:
             return LinkPlan(self.kv_transfer.bandwidth, self.kv_transfer.latency)
-        ends = [g.kv_link for g in (a, b) if g.kv_link is not None]
-        if len(ends) < 2:
-            missing = a.name if a.kv_link is None else b.name
-            raise ScenarioError(
-                (
-                    "scheduler.kv_transfer",
-                    f"required: GPU {missing!r} has no kv_link in the catalog "
-                    "(give {bandwidth: bytes/s, latency: s})",
-                )
-            )
-        return LinkPlan(min(e.bandwidth for e in ends), max(e.latency for e in ends))
+        if a.kv_link is None or b.kv_link is None:  # the scenario's validation names the field (unlinked_gpu)
+            raise ValueError(f"GPU {(a if a.kv_link is None else b).name!r} has no kv_link: kv_transfer is required")
+        return LinkPlan(min(a.kv_link.bandwidth, b.kv_link.bandwidth), max(a.kv_link.latency, b.kv_link.latency))
