@@ -177,8 +177,8 @@ def run(
 def bench(cases: str, engines: str, repeats: int, as_json: Path | None) -> None:
     """Time des on standard workloads: whole-process wall time, requests and steps per second, peak memory."""
     from des import render
-    from des.bench import CASES, ENGINES
-    from des.bench import bench as run_bench
+    from des.tools.bench import CASES, ENGINES
+    from des.tools.bench import bench as run_bench
 
     chosen = _choices("--cases", cases, list(CASES))
     motors = _choices("--engines", engines, list(ENGINES))
@@ -219,7 +219,7 @@ def costmodel(
 ) -> None:
     """Tabulate the roofline step-time model of a GPU and model."""
     from des import render
-    from des.costmodel import CostReport
+    from des.cost.report import CostReport
 
     rep = CostReport.build(*_hardware(gpu_name, model_name, weights, kv_cache_dtype), tp)
     render.cost_report(rep)
@@ -381,7 +381,7 @@ def capacity(
 def calibrate(profile_dir: Path, gpu_name: str, model_name: str, out_path: Path | None, plot_path: Path | None) -> None:
     """Fit the roofline's efficiency factors to the kernel profile in PROFILE_DIR."""
     from des import render
-    from des.calibrate import run_calibration
+    from des.tools.calibrate import run_calibration
 
     run_calibration(profile_dir, gpu_name, model_name, out_path, plot_path, render.out())
 
@@ -418,7 +418,7 @@ def compare(
 ) -> None:
     """Replay the requests of a measured run (RESULT) through des on SCENARIO's engine and compare."""
     from des import render
-    from des.compare import run_compare
+    from des.tools.compare import run_compare
 
     run_compare(result, scenario, fmt, overrides, seed, out_dir, as_json, render.out())
 

@@ -19,11 +19,11 @@ from rich.table import Table
 if TYPE_CHECKING:
     import pandas as pd
 
-    from des.bench import Measure
-    from des.costmodel import CostReport
+    from des.cost.report import CostReport
     from des.metrics import Result
     from des.scenario import Scenario
     from des.study.capacity import CapacityAnswer, Evaluation
+    from des.tools.bench import Measure
 
 ERR = Console(stderr=True)
 LATENCY_COLUMNS = ("mean", "p50", "p90", "p95", "p99")
