@@ -218,13 +218,13 @@ def costmodel(
     gpu_name: str, model_name: str, tp: int, weights: str, kv_cache_dtype: str, plot_path: Path | None
 ) -> None:
     """Tabulate the roofline step-time model of a GPU and model."""
-    from des import render
+    from des import figures, render
     from des.cost.report import CostReport
 
     rep = CostReport.build(*_hardware(gpu_name, model_name, weights, kv_cache_dtype), tp)
     render.cost_report(rep)
     if plot_path is not None:
-        rep.plot(plot_path)
+        figures.plot_roofline(rep, plot_path)
         render.wrote(plot_path)
 
 

@@ -59,7 +59,6 @@ from des.cost.roofline import (
     build_roofline,
 )
 from des.errors import ScenarioError
-from des.figures import in_default_style
 
 ARG = "PROFILE_DIR"
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -545,18 +544,6 @@ def format_factor(name: str, value: float | None) -> str:
     return f"{value:.4g}"
 
 
-#: Descriptive label of each group's points for the figure.
-GROUP_TITLES = {
-    "gemm": "GEMMs of a layer (qkv + o + gate_up + down)",
-    "lm_head": "LM head",
-    "elementwise": "element-wise kernels (per layer, per step)",
-    "sampler": "sampler",
-    "attention_prefill": "attention: prefill chunks",
-    "attention_decode": "attention: decode-only steps",
-    "attention_mixed": "attention: prefill + decodes",
-}
-
-
 FIGURE_FORMATS = ("png", "svg", "pdf")
 
 
@@ -566,78 +553,6 @@ def figure_format(path: Path, flag: str) -> str:
     if fmt not in FIGURE_FORMATS:
         raise ScenarioError((flag, f"{str(path)!r}: figures are written as {', '.join(FIGURE_FORMATS)} (by suffix)"))
     return fmt
-
-
-@in_default_style
-def plot_fit(fit: Fit, path: Path, fmt: str = "png") -> None:
-    """Predicted against measured time per op group (log-log), with the ±10 % band.
-    Drawn on Agg in matplotlib's default style (:func:`des.figures.in_default_style`)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-
-    names = list(fit.groups)
-    fig, axes = plt.subplots(2, 4, figsize=(17, 8.2))
-    flat = list(axes.flat)
-    for ax, name in zip(flat, names, strict=False):
-        g = fit.groups[name]
-        meas = g.points["measured"].to_numpy() * 1e6
-        pred = g.points["predicted"].to_numpy() * 1e6
-        colour = _colour_key(name, g.points)
-        sc = ax.scatter(meas, pred, c=colour, s=9, cmap="viridis", alpha=0.75, linewidths=0)
-        lo, hi = min(meas.min(), pred.min()) * 0.8, max(meas.max(), pred.max()) * 1.25
-        ax.plot([lo, hi], [lo, hi], color="black", lw=1)
-        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.2, lw=0)
-        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
-        subs = (1.0,) if hi / lo > 300 else (1.0, 2.0, 5.0)
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_locator(LogLocator(base=10, subs=subs))
-            axis.set_major_formatter(plain)
-            axis.set_minor_formatter(NullFormatter())
-        ax.set_title(
-            f"{GROUP_TITLES[name]}\nmedian |err| {100 * g.median_abs_error:.1f} %, max {100 * g.max_abs_error:.0f} %"
-            f", {len(g.points)} points",
-            fontsize=9.5,
-        )
-        ax.set_xlabel("measured (µs)", fontsize=9)
-        ax.set_ylabel("predicted (µs)", fontsize=9)
-        ax.tick_params(labelsize=8)
-        cb = fig.colorbar(sc, ax=ax, pad=0.01)
-        cb.set_label(_colour_label(name), fontsize=8)
-        cb.ax.tick_params(labelsize=7)
-    last = flat[-1]
-    last.axis("off")
-    text = "\n".join(f"{row['group']}: {row['factors']}".replace(", ", "\n    ", 8) for row in fit_table(fit))
-    last.text(0.0, 1.0, "fitted factors\n" + text, va="top", ha="left", fontsize=7.2, family="monospace")
-    fig.suptitle(
-        f"{fit.gpu.name}: predicted against measured kernel times of {fit.profile.path.name} "
-        "(one layer; grey band ±10 %)",
-        fontsize=12,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, format=fmt)
-    plt.close(fig)
-
-
-def _colour_key(name: str, points: pd.DataFrame) -> np.ndarray:
-    if name in ("gemm", "elementwise"):
-        return np.log2(points["tokens"].to_numpy(float))
-    if name in ("lm_head", "sampler"):
-        return np.log2(points["rows"].to_numpy(float))
-    if name == "attention_prefill":
-        return np.log2(points["prefill_chunk"].to_numpy(float))
-    return np.log2(points["n_decode"].to_numpy(float))
-
-
-def _colour_label(name: str) -> str:
-    if name in ("gemm", "elementwise"):
-        return "log2 tokens"
-    if name in ("lm_head", "sampler"):
-        return "log2 sequences"
-    if name == "attention_prefill":
-        return "log2 chunk tokens"
-    return "log2 decodes"
 
 
 # -- the command ---------------------------------------------------------------------------
@@ -680,6 +595,7 @@ def run_calibration(
     from rich.table import Table
 
     from des import catalog
+    from des.figures import plot_fit
 
     specs = []
     for flag, get, name in (("--gpu", catalog.gpu, gpu_name), ("--model", catalog.model, model_name)):

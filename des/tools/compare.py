@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 
 from des.errors import ScenarioError
-from des.figures import in_default_style
 from des.workload.formats.request_log import read_request_log
 from des.workload.formats.vllm_bench import read_vllm_bench
 
@@ -95,7 +94,9 @@ def _stats(values: np.ndarray) -> dict[str, float]:
     return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def _itls(rows: pd.DataFrame, measured: bool) -> np.ndarray:
+def itls(rows: pd.DataFrame, measured: bool) -> np.ndarray:
+    """Inter-token gaps (seconds): of a measured run, as recorded; of a des run, each
+    request's mean gap (its TPOT) repeated for its ``output_tokens - 1`` gaps."""
     if measured:
         return np.array([g for gaps in rows["itl"] if gaps is not None for g in gaps], dtype=float)
     multi = rows[rows["output_tokens"] > 1]
@@ -113,7 +114,7 @@ def summarize(rows: pd.DataFrame, measured: bool, itl: bool) -> dict[str, float]
     for name in LATENCIES:
         if name == "itl" and not itl:
             continue
-        values = _itls(rows, measured) if name == "itl" else rows[name].to_numpy(float)
+        values = itls(rows, measured) if name == "itl" else rows[name].to_numpy(float)
         for stat, v in _stats(values).items():
             out[f"{name}_{stat}"] = v
     return out
@@ -222,47 +223,6 @@ def compare(
 # -- output ------------------------------------------------------------------------------------
 
 
-@in_default_style
-def plot_cdfs(cmp: Comparison, path: Path, fmt: str = "png") -> None:
-    """Measured (solid) and simulated (dashed) CDFs of TTFT, TPOT, end-to-end latency and ITL.
-    Drawn on Agg in matplotlib's default style (:func:`des.figures.in_default_style`)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    names = [n for n in LATENCIES if n != "itl" or cmp.measured.has_itl]
-    cols = 2 if len(names) == 4 else len(names)
-    rows_n = -(-len(names) // cols)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(6.2 * cols, 4.4 * rows_n), squeeze=False)
-    labels = {"ttft": "time to first token", "tpot": "time per output token", "itl": "inter-token latency",
-              "e2e": "end-to-end latency"}  # fmt: skip
-    for ax, name in zip(axes.flat, names, strict=True):
-        for rows, measured, style, label in (
-            (cmp.measured.completed, True, "-", "measured"),
-            (cmp.simulated, False, "--", "des"),
-        ):
-            values = _itls(rows, measured) if name == "itl" else rows[name].to_numpy(float)
-            values = np.sort(values[np.isfinite(values) & (values > 0)])
-            if values.size:
-                ax.step(values, np.arange(1, values.size + 1) / values.size, style, where="post", lw=2, label=label)
-        ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set(xlabel=f"{labels[name]} (s)", ylabel="share of requests" if name != "itl" else "share of gaps")
-        ax.set_ylim(0, 1.02)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.set_title(labels[name])
-        ax.legend(loc="lower right")
-    sc = cmp.scenario
-    fig.suptitle(
-        f"{cmp.measured.path.name}: measured (solid) against des (dashed), {len(cmp.measured.completed):,} requests\n"
-        f"des: {sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, {sc.scheduler.kind} batching"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, format=fmt)
-    plt.close(fig)
-
-
 def table_rows(cmp: Comparison) -> list[tuple[str, str, str, str]]:
     """(metric, measured, simulated, error) as printed: seconds as ms, rates as given."""
     out = []
@@ -294,6 +254,7 @@ def write_outputs(cmp: Comparison, out_dir: Path) -> list[Path]:
     reruns the replay (``des run scenario.yaml``), written together."""
     import yaml
 
+    from des.figures import plot_cdfs
     from des.output import Staged, json_text, parquet_writer
 
     out_dir.mkdir(parents=True, exist_ok=True)
