@@ -23,6 +23,8 @@ import click
 from des.errors import ScenarioError
 
 if TYPE_CHECKING:
+    from des.catalog.memory import Precision
+    from des.catalog.specs import GPUSpec, ModelSpec
     from des.scenario import Scenario
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -228,17 +230,15 @@ def costmodel(
         render.wrote(plot_path)
 
 
-def _hardware(gpu_name: str, model_name: str, weights: str, kv_cache_dtype: str) -> tuple[Any, Any, Any]:
+def _hardware(
+    gpu_name: str, model_name: str, weights: str, kv_cache_dtype: str
+) -> tuple[GPUSpec, ModelSpec, Precision]:
     """Catalog GPU, model and precision from flags; problems name the flag."""
     from pydantic import ValidationError
 
-    from des import catalog
     from des.catalog.memory import Precision
 
-    try:
-        gpu, model = catalog.gpu(gpu_name), catalog.model(model_name)
-    except ScenarioError as exc:
-        raise ScenarioError([(f"--{p}", m) for p, m in exc.problems]) from None
+    gpu, model = _specs(gpu_name, model_name)
     try:
         precision = Precision.model_validate({"weights": weights, "kv_cache_dtype": kv_cache_dtype})
     except ValidationError as exc:
@@ -246,6 +246,31 @@ def _hardware(gpu_name: str, model_name: str, weights: str, kv_cache_dtype: str)
         flag = "--weights" if err["loc"][0] == "weights" else "--kv-cache-dtype"
         raise ScenarioError((flag, f"{err['msg'].lower()} (got {err['input']!r})")) from None
     return gpu, model, precision
+
+
+def _specs(gpu_name: str, model_name: str) -> tuple[GPUSpec, ModelSpec]:
+    """The catalog GPU and model named by --gpu and --model; a problem names its flag."""
+    from des import catalog
+
+    flag = "--gpu"
+    try:
+        gpu = catalog.gpu(gpu_name)
+        flag = "--model"
+        model = catalog.model(model_name)
+    except ScenarioError as exc:
+        raise ScenarioError([(flag, m) for _, m in exc.problems]) from None
+    return gpu, model
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def _figure_format(path: Path, flag: str) -> str:
+    """The image format a figure path asks for (by its suffix; none: PNG)."""
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    if fmt not in FIGURE_FORMATS:
+        raise ScenarioError((flag, f"{str(path)!r}: figures are written as {', '.join(FIGURE_FORMATS)} (by suffix)"))
+    return fmt
 
 
 @main.command()
@@ -380,10 +405,23 @@ def capacity(
 @user_errors()
 def calibrate(profile_dir: Path, gpu_name: str, model_name: str, out_path: Path | None, plot_path: Path | None) -> None:
     """Fit the roofline's efficiency factors to the kernel profile in PROFILE_DIR."""
-    from des import render
-    from des.tools.calibrate import run_calibration
+    from des import figures, render
+    from des.output import write_files
+    from des.tools.calibrate import fit_profile, read_profile
 
-    run_calibration(profile_dir, gpu_name, model_name, out_path, plot_path, render.out())
+    gpu, model = _specs(gpu_name, model_name)
+    fit = fit_profile(read_profile(profile_dir), gpu, model)
+    out_path = out_path or Path(f"{gpu.name}.calibration.yaml")
+    plot_path = plot_path or out_path.with_suffix(".png")
+    fmt = _figure_format(plot_path, "--plot")
+    if plot_path.resolve() == out_path.resolve():
+        raise ScenarioError(("--plot", f"{str(plot_path)!r} is also the calibration file (--out)"))
+    text = fit.calibration_file().to_yaml()
+    write_files(
+        {out_path: lambda tmp: tmp.write_text(text), plot_path: lambda tmp: figures.plot_fit(fit, tmp, fmt)},
+        {out_path: "--out", plot_path: "--plot"},
+    )
+    render.calibration(fit, out_path, plot_path)
 
 
 @main.command()

@@ -1,4 +1,5 @@
-"""Writing a run's results folder: requests.parquet, steps.parquet, summary.json, scenario.yaml.
+"""Writing a run's results folder: requests.parquet, steps.parquet, summary.json, scenario.yaml;
+and the files of ``des calibrate`` (:func:`write_files`).
 
 Each file is written to a temporary name in the folder and moved into place, so an
 interrupted write never leaves a truncated file and a failed run leaves earlier
@@ -11,10 +12,13 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from des.errors import ScenarioError
 
 if TYPE_CHECKING:
     from des.metrics import Result
@@ -151,3 +155,26 @@ def write_result(result: Result, out_dir: Path, steps: str = "all") -> list[Path
         staged.discard()
         raise
     return staged.commit()
+
+
+def write_files(files: dict[Path, Callable[[Path], object]], flags: dict[Path, str]) -> None:
+    """Write every file under a temporary name first and move them into place together,
+    so a failure leaves earlier files as they were; problems name the file's flag."""
+    stages: list[Staged] = []
+    try:
+        for path, writer in files.items():
+            folder = path.parent if str(path.parent) else Path(".")
+            if not folder.is_dir():
+                raise ScenarioError((flags[path], f"cannot write {str(path)!r}: no folder {str(folder)!r}"))
+            stage = Staged(folder)
+            stages.append(stage)
+            try:
+                stage.write(path.name, writer)
+            except OSError as exc:
+                raise ScenarioError((flags[path], f"cannot write {str(path)!r}: {exc.strerror or exc}")) from None
+    except BaseException:
+        for stage in stages:
+            stage.discard()
+        raise
+    for stage in stages:
+        stage.commit()

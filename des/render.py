@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from des.scenario import Scenario
     from des.study.capacity import CapacityAnswer, Evaluation
     from des.tools.bench import Measure
+    from des.tools.calibrate import Fit
 
 ERR = Console(stderr=True)
 LATENCY_COLUMNS = ("mean", "p50", "p90", "p95", "p99")
@@ -323,6 +324,40 @@ def cost_report(rep: CostReport) -> None:
 
 def wrote(path: Path) -> None:
     out().print(f"wrote {path}", highlight=False)
+
+
+# -- des calibrate -------------------------------------------------------------------------
+
+
+def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
+    """The profile and spec sheet fitted, the fit per op group, the CPU time assumed beside
+    it, the files written and how a scenario names the calibration file."""
+    from des.tools.calibrate import ENGINE_CPU, fit_table
+
+    console, gpu, model = out(), fit.gpu, fit.model
+    meta = fit.profile.describe()
+    what = f"{meta.get('gpu', '?')}, {meta.get('model', '?')}, vLLM {meta.get('vllm_version', '?')}"
+    console.print(
+        f"profile  {fit.profile.path}: {what}"
+        f"\nfitted   {gpu.name} (spec sheet) with the shapes of {model.name}, least squares in log time per group",
+        highlight=False,
+    )
+    table = Table(title="fit per op group (errors of predicted against measured time)", title_justify="left")
+    for col in ("group", "points", "median |err|", "max |err|", "factors"):
+        table.add_column(col, justify="left" if col in ("group", "factors") else "right")
+    for row in fit_table(fit):
+        table.add_row(
+            row["group"], f"{row['points']:,}", f"{row['median_abs_pct']:.1f} %", f"{row['max_abs_pct']:.0f} %",
+            row["factors"],
+        )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"CPU time (not in a kernel profile): {ENGINE_CPU['step_overhead'] * 1e3:g} ms per step + "
+        f"{ENGINE_CPU['seq_overhead'] * 1e6:g} us per sequence (des/calibrate.py: ENGINE_CPU)\n"
+        f"wrote {out_path} and {plot_path}; use it from a scenario as\n"
+        f"  gpu: {{base: {gpu.name}, calibration: {out_path}}}",
+        highlight=False,
+    )
 
 
 # -- des bench ----------------------------------------------------------------------------

@@ -516,7 +516,7 @@ def source_text(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> str:
     )
 
 
-# -- output ------------------------------------------------------------------------------
+# -- the fit per group, as rows ----------------------------------------------------------
 
 
 def fit_table(fit: Fit) -> list[dict[str, Any]]:
@@ -542,107 +542,3 @@ def format_factor(name: str, value: float | None) -> str:
     if name.endswith(("_fixed", "_kernel", "_per_seq", "overhead")):
         return f"{value * 1e6:.3g} us"
     return f"{value:.4g}"
-
-
-FIGURE_FORMATS = ("png", "svg", "pdf")
-
-
-def figure_format(path: Path, flag: str) -> str:
-    """The image format a figure path asks for (by its suffix; none: PNG)."""
-    fmt = path.suffix.lstrip(".").lower() or "png"
-    if fmt not in FIGURE_FORMATS:
-        raise ScenarioError((flag, f"{str(path)!r}: figures are written as {', '.join(FIGURE_FORMATS)} (by suffix)"))
-    return fmt
-
-
-# -- the command ---------------------------------------------------------------------------
-
-
-def write_files(files: dict[Path, Callable[[Path], None]], flags: dict[Path, str]) -> None:
-    """Write every file under a temporary name first and move them into place together,
-    so a failure leaves earlier files as they were; problems name the file's flag."""
-    from des.output import Staged
-
-    stages: list[Staged] = []
-    try:
-        for path, writer in files.items():
-            folder = path.parent if str(path.parent) else Path(".")
-            if not folder.is_dir():
-                raise ScenarioError((flags[path], f"cannot write {str(path)!r}: no folder {str(folder)!r}"))
-            stage = Staged(folder)
-            stages.append(stage)
-            try:
-                stage.write(path.name, writer)
-            except OSError as exc:
-                raise ScenarioError((flags[path], f"cannot write {str(path)!r}: {exc.strerror or exc}")) from None
-    except BaseException:
-        for stage in stages:
-            stage.discard()
-        raise
-    for stage in stages:
-        stage.commit()
-
-
-def run_calibration(
-    profile_dir: Path,
-    gpu_name: str,
-    model_name: str,
-    out_path: Path | None,
-    plot_path: Path | None,
-    console: Any,
-) -> Fit:
-    """``des calibrate``: fit, print the fit per group, write the calibration file and the figure."""
-    from rich.table import Table
-
-    from des import catalog
-    from des.figures import plot_fit
-
-    specs = []
-    for flag, get, name in (("--gpu", catalog.gpu, gpu_name), ("--model", catalog.model, model_name)):
-        try:
-            specs.append(get(name))
-        except ScenarioError as exc:
-            raise ScenarioError([(flag, m) for _, m in exc.problems]) from None
-    gpu, model = specs[0], specs[1]
-    assert isinstance(gpu, GPUSpec) and isinstance(model, ModelSpec)
-    profile = read_profile(profile_dir)
-    fit = fit_profile(profile, gpu, model)
-    out_path = out_path or Path(f"{gpu.name}.calibration.yaml")
-    plot_path = plot_path or out_path.with_suffix(".png")
-    fmt = figure_format(plot_path, "--plot")
-    if plot_path.resolve() == out_path.resolve():
-        raise ScenarioError(("--plot", f"{str(plot_path)!r} is also the calibration file (--out)"))
-    text = fit.calibration_file().to_yaml()
-
-    def write_yaml(tmp: Path) -> None:
-        tmp.write_text(text)
-
-    write_files(
-        {out_path: write_yaml, plot_path: lambda tmp: plot_fit(fit, tmp, fmt)},
-        {out_path: "--out", plot_path: "--plot"},
-    )
-
-    meta = profile.describe()
-    what = f"{meta.get('gpu', '?')}, {meta.get('model', '?')}, vLLM {meta.get('vllm_version', '?')}"
-    console.print(
-        f"profile  {profile_dir}: {what}"
-        f"\nfitted   {gpu.name} (spec sheet) with the shapes of {model.name}, least squares in log time per group",
-        highlight=False,
-    )
-    table = Table(title="fit per op group (errors of predicted against measured time)", title_justify="left")
-    for col in ("group", "points", "median |err|", "max |err|", "factors"):
-        table.add_column(col, justify="left" if col in ("group", "factors") else "right")
-    for row in fit_table(fit):
-        table.add_row(
-            row["group"], f"{row['points']:,}", f"{row['median_abs_pct']:.1f} %", f"{row['max_abs_pct']:.0f} %",
-            row["factors"],
-        )  # fmt: skip
-    console.print(table)
-    console.print(
-        f"CPU time (not in a kernel profile): {ENGINE_CPU['step_overhead'] * 1e3:g} ms per step + "
-        f"{ENGINE_CPU['seq_overhead'] * 1e6:g} us per sequence (des/calibrate.py: ENGINE_CPU)\n"
-        f"wrote {out_path} and {plot_path}; use it from a scenario as\n"
-        f"  gpu: {{base: {gpu.name}, calibration: {out_path}}}",
-        highlight=False,
-    )
-    return fit
