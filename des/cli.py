@@ -3,7 +3,8 @@
 ``des run [SCENARIO] [--out DIR] [--seed N] [--set dotted.key=value ...]`` simulates a
 scenario (the embedded default when none is given), prints a summary and writes the
 results folder; ``des sweep STUDY`` runs a study; ``des capacity`` searches for the
-highest load within SLOs; ``des costmodel`` tabulates the roofline. Invalid input
+highest load within SLOs; ``des costmodel`` tabulates the roofline; ``des calibrate``,
+``des compare`` and ``des bench`` run the tools of :mod:`des.tools`. Invalid input
 prints ``error: <dotted.path or --flag>: <problem>`` lines on stderr and exits with
 status 2, writing nothing (:func:`user_errors`). What is shown lives in
 :mod:`des.render`.
@@ -84,11 +85,16 @@ def _scenario(path: Path | None, overrides: Sequence[str], seed: int | None = No
     if path is not None and is_study(read_yaml(path)):
         raise ScenarioError(("scenario", f"{str(path)!r} is a study, not a scenario: run it with `des sweep {path}`"))
     items: list[str | tuple[str, Any]] = list(overrides)
-    if seed is not None:
-        if seed < 0:
-            raise ScenarioError(("--seed", f"must be >= 0 (got {seed})"))
+    if _seed(seed) is not None:
         items.append(("seed", seed))
     return load_scenario(path, items)
+
+
+def _seed(seed: int | None) -> int | None:
+    """``--seed``, which must be >= 0 when given."""
+    if seed is not None and seed < 0:
+        raise ScenarioError(("--seed", f"must be >= 0 (got {seed})"))
+    return seed
 
 
 def _writable(out_dir: Path) -> Path:
@@ -456,9 +462,21 @@ def compare(
 ) -> None:
     """Replay the requests of a measured run (RESULT) through des on SCENARIO's engine and compare."""
     from des import render
-    from des.tools.compare import run_compare
+    from des.output import write_comparison
+    from des.tools.compare import compare as replay_and_compare
+    from des.tools.compare import read_measured
 
-    run_compare(result, scenario, fmt, overrides, seed, out_dir, as_json, render.out())
+    measured = read_measured(result, fmt, _seed(seed) or 0)
+    out_dir = _writable(out_dir or Path("results") / f"compare-{result.stem}")
+    cmp = replay_and_compare(measured, scenario, overrides, seed)
+    try:
+        write_comparison(cmp, out_dir)
+    except OSError as exc:
+        raise ScenarioError(("--out", f"cannot write to {str(out_dir)!r}: {exc.strerror or exc}")) from None
+    if as_json:
+        render.comparison_json(cmp)
+    else:
+        render.comparison(cmp, out_dir)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ it formats what the library returns.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from des.study.capacity import CapacityAnswer, Evaluation
     from des.tools.bench import Measure
     from des.tools.calibrate import Fit
+    from des.tools.compare import Comparison
 
 ERR = Console(stderr=True)
 LATENCY_COLUMNS = ("mean", "p50", "p90", "p95", "p99")
@@ -358,6 +361,70 @@ def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
         f"  gpu: {{base: {gpu.name}, calibration: {out_path}}}",
         highlight=False,
     )
+
+
+# -- des compare ---------------------------------------------------------------------------
+
+
+def comparison(cmp: Comparison, out_dir: Path) -> None:
+    """What was measured and what des ran, then measured against des metric by metric."""
+    measured, sc = cmp.measured, cmp.scenario
+    console = out()
+    m = measured.meta
+    failed = measured.failed
+    console.print(
+        f"measured  {measured.path} ({measured.format}): {len(measured.completed):,} requests completed"
+        + (f", {failed:,} failed (not replayed)" if failed else "")
+        + (f"; model {m['model_id']}" if "model_id" in m else "")
+        + f"; arrivals from {m.get('arrivals', '?')}",
+        highlight=False,
+    )
+    s = sc.scheduler
+    console.print(
+        f"des       {sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, {s.kind} batching "
+        f"(max {s.max_batch} sequences, {s.profile_tokens:,}-token budget), {sc.cost_model.kind} cost"
+        + (f"; {cmp.rejected:,} requests rejected" if cmp.rejected else ""),
+        highlight=False,
+    )
+    table = Table(title="measured against des (error = des / measured - 1)", title_justify="left")
+    for col in ("metric", "measured", "des", "error"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for row in _comparison_rows(cmp):
+        table.add_row(*row)
+    console.print(table)
+    if measured.has_itl:
+        console.print("itl (des): each request's mean gap between tokens, as des records first and last tokens only")
+    console.print(f"wrote {out_dir}/ (comparison.json, cdf.png, requests.parquet, trace.csv, scenario.yaml)")
+
+
+def _comparison_rows(cmp: Comparison) -> list[tuple[str, str, str, str]]:
+    """(metric, measured, simulated, error) as printed: seconds as ms, rates as given."""
+    rows = []
+    for r in cmp.table.itertuples(index=False):
+        metric = str(r.metric)
+        scale, unit = (1.0, "") if metric.startswith(("throughput", "output")) else (1e3, " ms")
+        m, s, e = float(r.measured), float(r.simulated), float(r.error)
+        rows.append(
+            (
+                metric,
+                f"{m * scale:,.2f}{unit}" if math.isfinite(m) else "-",
+                f"{s * scale:,.2f}{unit}" if math.isfinite(s) else "-",
+                f"{100 * e:+.1f} %" if math.isfinite(e) else "-",
+            )
+        )
+    return rows
+
+
+def comparison_json(cmp: Comparison) -> None:
+    """The table as JSON, ``{metric: {measured, simulated, error}}`` with NaN as null (for scripts)."""
+    rows = {
+        str(r.metric): {
+            c: (float(v) if math.isfinite(float(v)) else None)
+            for c, v in (("measured", r.measured), ("simulated", r.simulated), ("error", r.error))
+        }
+        for r in cmp.table.itertuples(index=False)
+    }
+    print(json.dumps(rows, indent=2))
 
 
 # -- des bench ----------------------------------------------------------------------------
