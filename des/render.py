@@ -356,7 +356,7 @@ def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
     console.print(table)
     console.print(
         f"CPU time (not in a kernel profile): {ENGINE_CPU['step_overhead'] * 1e3:g} ms per step + "
-        f"{ENGINE_CPU['seq_overhead'] * 1e6:g} us per sequence (des/calibrate.py: ENGINE_CPU)\n"
+        f"{ENGINE_CPU['seq_overhead'] * 1e6:g} us per sequence (des/tools/calibrate.py: ENGINE_CPU)\n"
         f"wrote {out_path} and {plot_path}; use it from a scenario as\n"
         f"  gpu: {{base: {gpu.name}, calibration: {out_path}}}",
         highlight=False,

@@ -104,7 +104,7 @@ META_SHAPE = {
 ENGINE_CPU = {"step_overhead": 5.0e-4, "seq_overhead": 1.2e-5}
 CPU_SOURCE = (
     "CPU: not in a kernel profile; 0.5 ms per step + 12 us per scheduled sequence, estimated from vLLM V1's "
-    "engine loop (see des/calibrate.py: ENGINE_CPU); hidden under GPU time by async scheduling."
+    "engine loop (see des/tools/calibrate.py: ENGINE_CPU); hidden under GPU time by async scheduling."
 )
 
 
