@@ -29,10 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from des import catalog  # noqa: E402
-from des.calibrate import ENGINE_CPU, GROUP_TITLES, Fit, fit_profile, fit_table, plot_fit, read_profile  # noqa: E402
 from des.catalog.specs import ModelSpec  # noqa: E402
+from des.cost.report import CostReport, decode_shape, prefill_shape  # noqa: E402
 from des.cost.roofline import DEFAULT_CAPTURE, Engine, Roofline, build_roofline  # noqa: E402
-from des.costmodel import CostReport, decode_shape, prefill_shape  # noqa: E402
+from des.figures import GROUP_TITLES, plot_fit  # noqa: E402
+from des.tools.calibrate import ENGINE_CPU, Fit, fit_profile, fit_table, read_profile  # noqa: E402
 
 PROFILE = ROOT / "data" / "rtx4090-vllm-kernel-profile"
 #: Relative difference between a refitted factor and the catalog's above which the catalog has drifted

@@ -3,7 +3,8 @@
 ``des run [SCENARIO] [--out DIR] [--seed N] [--set dotted.key=value ...]`` simulates a
 scenario (the embedded default when none is given), prints a summary and writes the
 results folder; ``des sweep STUDY`` runs a study; ``des capacity`` searches for the
-highest load within SLOs; ``des costmodel`` tabulates the roofline. Invalid input
+highest load within SLOs; ``des costmodel`` tabulates the roofline; ``des calibrate``,
+``des compare`` and ``des bench`` run the tools of :mod:`des.tools`. Invalid input
 prints ``error: <dotted.path or --flag>: <problem>`` lines on stderr and exits with
 status 2, writing nothing (:func:`user_errors`). What is shown lives in
 :mod:`des.render`.
@@ -23,6 +24,8 @@ import click
 from des.errors import ScenarioError
 
 if TYPE_CHECKING:
+    from des.catalog.memory import Precision
+    from des.catalog.specs import GPUSpec, ModelSpec
     from des.scenario import Scenario
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,11 +85,16 @@ def _scenario(path: Path | None, overrides: Sequence[str], seed: int | None = No
     if path is not None and is_study(read_yaml(path)):
         raise ScenarioError(("scenario", f"{str(path)!r} is a study, not a scenario: run it with `des sweep {path}`"))
     items: list[str | tuple[str, Any]] = list(overrides)
-    if seed is not None:
-        if seed < 0:
-            raise ScenarioError(("--seed", f"must be >= 0 (got {seed})"))
+    if _seed(seed) is not None:
         items.append(("seed", seed))
     return load_scenario(path, items)
+
+
+def _seed(seed: int | None) -> int | None:
+    """``--seed``, which must be >= 0 when given."""
+    if seed is not None and seed < 0:
+        raise ScenarioError(("--seed", f"must be >= 0 (got {seed})"))
+    return seed
 
 
 def _writable(out_dir: Path) -> Path:
@@ -177,8 +185,8 @@ def run(
 def bench(cases: str, engines: str, repeats: int, as_json: Path | None) -> None:
     """Time des on standard workloads: whole-process wall time, requests and steps per second, peak memory."""
     from des import render
-    from des.bench import CASES, ENGINES
-    from des.bench import bench as run_bench
+    from des.tools.bench import CASES, ENGINES
+    from des.tools.bench import bench as run_bench
 
     chosen = _choices("--cases", cases, list(CASES))
     motors = _choices("--engines", engines, list(ENGINES))
@@ -218,27 +226,25 @@ def costmodel(
     gpu_name: str, model_name: str, tp: int, weights: str, kv_cache_dtype: str, plot_path: Path | None
 ) -> None:
     """Tabulate the roofline step-time model of a GPU and model."""
-    from des import render
-    from des.costmodel import CostReport
+    from des import figures, render
+    from des.cost.report import CostReport
 
     rep = CostReport.build(*_hardware(gpu_name, model_name, weights, kv_cache_dtype), tp)
     render.cost_report(rep)
     if plot_path is not None:
-        rep.plot(plot_path)
+        figures.plot_roofline(rep, plot_path)
         render.wrote(plot_path)
 
 
-def _hardware(gpu_name: str, model_name: str, weights: str, kv_cache_dtype: str) -> tuple[Any, Any, Any]:
+def _hardware(
+    gpu_name: str, model_name: str, weights: str, kv_cache_dtype: str
+) -> tuple[GPUSpec, ModelSpec, Precision]:
     """Catalog GPU, model and precision from flags; problems name the flag."""
     from pydantic import ValidationError
 
-    from des import catalog
     from des.catalog.memory import Precision
 
-    try:
-        gpu, model = catalog.gpu(gpu_name), catalog.model(model_name)
-    except ScenarioError as exc:
-        raise ScenarioError([(f"--{p}", m) for p, m in exc.problems]) from None
+    gpu, model = _specs(gpu_name, model_name)
     try:
         precision = Precision.model_validate({"weights": weights, "kv_cache_dtype": kv_cache_dtype})
     except ValidationError as exc:
@@ -246,6 +252,31 @@ def _hardware(gpu_name: str, model_name: str, weights: str, kv_cache_dtype: str)
         flag = "--weights" if err["loc"][0] == "weights" else "--kv-cache-dtype"
         raise ScenarioError((flag, f"{err['msg'].lower()} (got {err['input']!r})")) from None
     return gpu, model, precision
+
+
+def _specs(gpu_name: str, model_name: str) -> tuple[GPUSpec, ModelSpec]:
+    """The catalog GPU and model named by --gpu and --model; a problem names its flag."""
+    from des import catalog
+
+    flag = "--gpu"
+    try:
+        gpu = catalog.gpu(gpu_name)
+        flag = "--model"
+        model = catalog.model(model_name)
+    except ScenarioError as exc:
+        raise ScenarioError([(flag, m) for _, m in exc.problems]) from None
+    return gpu, model
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def _figure_format(path: Path, flag: str) -> str:
+    """The image format a figure path asks for (by its suffix; none: PNG)."""
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    if fmt not in FIGURE_FORMATS:
+        raise ScenarioError((flag, f"{str(path)!r}: figures are written as {', '.join(FIGURE_FORMATS)} (by suffix)"))
+    return fmt
 
 
 @main.command()
@@ -380,10 +411,23 @@ def capacity(
 @user_errors()
 def calibrate(profile_dir: Path, gpu_name: str, model_name: str, out_path: Path | None, plot_path: Path | None) -> None:
     """Fit the roofline's efficiency factors to the kernel profile in PROFILE_DIR."""
-    from des import render
-    from des.calibrate import run_calibration
+    from des import figures, render
+    from des.output import write_files
+    from des.tools.calibrate import fit_profile, read_profile
 
-    run_calibration(profile_dir, gpu_name, model_name, out_path, plot_path, render.out())
+    gpu, model = _specs(gpu_name, model_name)
+    fit = fit_profile(read_profile(profile_dir), gpu, model)
+    out_path = out_path or Path(f"{gpu.name}.calibration.yaml")
+    plot_path = plot_path or out_path.with_suffix(".png")
+    fmt = _figure_format(plot_path, "--plot")
+    if plot_path.resolve() == out_path.resolve():
+        raise ScenarioError(("--plot", f"{str(plot_path)!r} is also the calibration file (--out)"))
+    text = fit.calibration_file().to_yaml()
+    write_files(
+        {out_path: lambda tmp: tmp.write_text(text), plot_path: lambda tmp: figures.plot_fit(fit, tmp, fmt)},
+        {out_path: "--out", plot_path: "--plot"},
+    )
+    render.calibration(fit, out_path, plot_path)
 
 
 @main.command()
@@ -418,9 +462,21 @@ def compare(
 ) -> None:
     """Replay the requests of a measured run (RESULT) through des on SCENARIO's engine and compare."""
     from des import render
-    from des.compare import run_compare
+    from des.output import write_comparison
+    from des.tools.compare import compare as replay_and_compare
+    from des.tools.compare import read_measured
 
-    run_compare(result, scenario, fmt, overrides, seed, out_dir, as_json, render.out())
+    measured = read_measured(result, fmt, _seed(seed) or 0)
+    out_dir = _writable(out_dir or Path("results") / f"compare-{result.stem}")
+    cmp = replay_and_compare(measured, scenario, overrides, seed)
+    try:
+        write_comparison(cmp, out_dir)
+    except OSError as exc:
+        raise ScenarioError(("--out", f"cannot write to {str(out_dir)!r}: {exc.strerror or exc}")) from None
+    if as_json:
+        render.comparison_json(cmp)
+    else:
+        render.comparison(cmp, out_dir)
 
 
 if __name__ == "__main__":

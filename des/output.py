@@ -1,4 +1,6 @@
-"""Writing a run's results folder: requests.parquet, steps.parquet, summary.json, scenario.yaml.
+"""Writing a run's results folder: requests.parquet, steps.parquet, summary.json, scenario.yaml;
+and the files of ``des compare`` (:func:`write_comparison`) and ``des calibrate``
+(:func:`write_files`).
 
 Each file is written to a temporary name in the folder and moved into place, so an
 interrupted write never leaves a truncated file and a failed run leaves earlier
@@ -11,13 +13,17 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from des.errors import ScenarioError
+
 if TYPE_CHECKING:
     from des.metrics import Result
+    from des.tools.compare import Comparison
 
 
 def _umask() -> int:
@@ -151,3 +157,49 @@ def write_result(result: Result, out_dir: Path, steps: str = "all") -> list[Path
         staged.discard()
         raise
     return staged.commit()
+
+
+def write_comparison(cmp: Comparison, out_dir: Path) -> list[Path]:
+    """Write the files of ``cmp`` into ``out_dir`` (created if missing), together:
+    ``comparison.json`` (the table and both runs' facts), ``cdf.png``, the simulated
+    ``requests.parquet``, the replayed ``trace.csv`` and the ``scenario.yaml`` that reruns
+    the replay (``des run scenario.yaml``). Returns the files written."""
+    from des.figures import plot_cdfs
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    facts, trace = json_text(cmp.as_dict()), cmp.trace_csv()
+    scenario_text = yaml.safe_dump(cmp.rerun_scenario("trace.csv"), sort_keys=False)
+    staged = Staged(out_dir)
+    try:
+        staged.write("comparison.json", lambda tmp: tmp.write_text(facts))
+        staged.write("cdf.png", lambda tmp: plot_cdfs(cmp, tmp))
+        staged.write("requests.parquet", parquet_writer(cmp.simulated.drop(columns=["itl"])))
+        staged.write("trace.csv", lambda tmp: tmp.write_text(trace))
+        staged.write("scenario.yaml", lambda tmp: tmp.write_text(scenario_text))
+    except BaseException:
+        staged.discard()
+        raise
+    return staged.commit()
+
+
+def write_files(files: dict[Path, Callable[[Path], object]], flags: dict[Path, str]) -> None:
+    """Write every file under a temporary name first and move them into place together,
+    so a failure leaves earlier files as they were; problems name the file's flag."""
+    stages: list[Staged] = []
+    try:
+        for path, writer in files.items():
+            folder = path.parent if str(path.parent) else Path(".")
+            if not folder.is_dir():
+                raise ScenarioError((flags[path], f"cannot write {str(path)!r}: no folder {str(folder)!r}"))
+            stage = Staged(folder)
+            stages.append(stage)
+            try:
+                stage.write(path.name, writer)
+            except OSError as exc:
+                raise ScenarioError((flags[path], f"cannot write {str(path)!r}: {exc.strerror or exc}")) from None
+    except BaseException:
+        for stage in stages:
+            stage.discard()
+        raise
+    for stage in stages:
+        stage.commit()

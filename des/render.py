@@ -8,6 +8,8 @@ it formats what the library returns.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -19,11 +21,13 @@ from rich.table import Table
 if TYPE_CHECKING:
     import pandas as pd
 
-    from des.bench import Measure
-    from des.costmodel import CostReport
+    from des.cost.report import CostReport
     from des.metrics import Result
     from des.scenario import Scenario
     from des.study.capacity import CapacityAnswer, Evaluation
+    from des.tools.bench import Measure
+    from des.tools.calibrate import Fit
+    from des.tools.compare import Comparison
 
 ERR = Console(stderr=True)
 LATENCY_COLUMNS = ("mean", "p50", "p90", "p95", "p99")
@@ -323,6 +327,104 @@ def cost_report(rep: CostReport) -> None:
 
 def wrote(path: Path) -> None:
     out().print(f"wrote {path}", highlight=False)
+
+
+# -- des calibrate -------------------------------------------------------------------------
+
+
+def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
+    """The profile and spec sheet fitted, the fit per op group, the CPU time assumed beside
+    it, the files written and how a scenario names the calibration file."""
+    from des.tools.calibrate import ENGINE_CPU, fit_table
+
+    console, gpu, model = out(), fit.gpu, fit.model
+    meta = fit.profile.describe()
+    what = f"{meta.get('gpu', '?')}, {meta.get('model', '?')}, vLLM {meta.get('vllm_version', '?')}"
+    console.print(
+        f"profile  {fit.profile.path}: {what}"
+        f"\nfitted   {gpu.name} (spec sheet) with the shapes of {model.name}, least squares in log time per group",
+        highlight=False,
+    )
+    table = Table(title="fit per op group (errors of predicted against measured time)", title_justify="left")
+    for col in ("group", "points", "median |err|", "max |err|", "factors"):
+        table.add_column(col, justify="left" if col in ("group", "factors") else "right")
+    for row in fit_table(fit):
+        table.add_row(
+            row["group"], f"{row['points']:,}", f"{row['median_abs_pct']:.1f} %", f"{row['max_abs_pct']:.0f} %",
+            row["factors"],
+        )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"CPU time (not in a kernel profile): {ENGINE_CPU['step_overhead'] * 1e3:g} ms per step + "
+        f"{ENGINE_CPU['seq_overhead'] * 1e6:g} us per sequence (des/tools/calibrate.py: ENGINE_CPU)\n"
+        f"wrote {out_path} and {plot_path}; use it from a scenario as\n"
+        f"  gpu: {{base: {gpu.name}, calibration: {out_path}}}",
+        highlight=False,
+    )
+
+
+# -- des compare ---------------------------------------------------------------------------
+
+
+def comparison(cmp: Comparison, out_dir: Path) -> None:
+    """What was measured and what des ran, then measured against des metric by metric."""
+    measured, sc = cmp.measured, cmp.scenario
+    console = out()
+    m = measured.meta
+    failed = measured.failed
+    console.print(
+        f"measured  {measured.path} ({measured.format}): {len(measured.completed):,} requests completed"
+        + (f", {failed:,} failed (not replayed)" if failed else "")
+        + (f"; model {m['model_id']}" if "model_id" in m else "")
+        + f"; arrivals from {m.get('arrivals', '?')}",
+        highlight=False,
+    )
+    s = sc.scheduler
+    console.print(
+        f"des       {sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, {s.kind} batching "
+        f"(max {s.max_batch} sequences, {s.profile_tokens:,}-token budget), {sc.cost_model.kind} cost"
+        + (f"; {cmp.rejected:,} requests rejected" if cmp.rejected else ""),
+        highlight=False,
+    )
+    table = Table(title="measured against des (error = des / measured - 1)", title_justify="left")
+    for col in ("metric", "measured", "des", "error"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for row in _comparison_rows(cmp):
+        table.add_row(*row)
+    console.print(table)
+    if measured.has_itl:
+        console.print("itl (des): each request's mean gap between tokens, as des records first and last tokens only")
+    console.print(f"wrote {out_dir}/ (comparison.json, cdf.png, requests.parquet, trace.csv, scenario.yaml)")
+
+
+def _comparison_rows(cmp: Comparison) -> list[tuple[str, str, str, str]]:
+    """(metric, measured, simulated, error) as printed: seconds as ms, rates as given."""
+    rows = []
+    for r in cmp.table.itertuples(index=False):
+        metric = str(r.metric)
+        scale, unit = (1.0, "") if metric.startswith(("throughput", "output")) else (1e3, " ms")
+        m, s, e = float(r.measured), float(r.simulated), float(r.error)
+        rows.append(
+            (
+                metric,
+                f"{m * scale:,.2f}{unit}" if math.isfinite(m) else "-",
+                f"{s * scale:,.2f}{unit}" if math.isfinite(s) else "-",
+                f"{100 * e:+.1f} %" if math.isfinite(e) else "-",
+            )
+        )
+    return rows
+
+
+def comparison_json(cmp: Comparison) -> None:
+    """The table as JSON, ``{metric: {measured, simulated, error}}`` with NaN as null (for scripts)."""
+    rows = {
+        str(r.metric): {
+            c: (float(v) if math.isfinite(float(v)) else None)
+            for c, v in (("measured", r.measured), ("simulated", r.simulated), ("error", r.error))
+        }
+        for r in cmp.table.itertuples(index=False)
+    }
+    print(json.dumps(rows, indent=2))
 
 
 # -- des bench ----------------------------------------------------------------------------

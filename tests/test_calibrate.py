@@ -18,11 +18,11 @@ import yaml
 
 import des
 from des import catalog
-from des.calibrate import GROUPS, Fit, fit_profile, read_profile
 from des.catalog.calibration import read_calibration
 from des.cost.base import BatchShape
+from des.cost.report import decode_shape, prefill_shape
 from des.cost.roofline import Engine, build_roofline
-from des.costmodel import decode_shape, prefill_shape
+from des.tools.calibrate import GROUPS, Fit, fit_profile, read_profile
 from tests.helpers import ROOT
 
 PROFILE = ROOT / "data" / "rtx4090-vllm-kernel-profile"

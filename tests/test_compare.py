@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 import des
-from des.compare import LATENCIES, STATS, compare, read_measured, simulated_rows
 from des.errors import ScenarioError
+from des.tools.compare import LATENCIES, STATS, compare, read_measured, simulated_rows
 from des.workload.formats import COLUMNS
 from des.workload.formats.request_log import read_request_log, write_request_log
 from des.workload.formats.vllm_bench import read_vllm_bench, write_vllm_bench

@@ -24,7 +24,7 @@ BLOCK = re.compile(r"```sh\n(.*?)```", re.S)
 def write_bench(path) -> None:
     """A vllm bench serve result of 100 requests, recorded from des itself."""
     import des
-    from des.compare import simulated_rows
+    from des.tools.compare import simulated_rows
     from des.workload.formats.vllm_bench import write_vllm_bench
 
     sc = des.load_scenario(None, ["horizon.duration=null", "horizon.num_requests=100", "warmup=0"])

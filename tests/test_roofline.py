@@ -15,8 +15,8 @@ from des import catalog
 from des.catalog.efficiency import Efficiency
 from des.catalog.memory import Precision, plan_memory, weight_bytes
 from des.cost.base import BatchShape, CostContext
+from des.cost.report import decode_shape, prefill_shape
 from des.cost.roofline import Engine, activation_bytes, build_roofline, graph_size
-from des.costmodel import decode_shape, prefill_shape
 from des.errors import ScenarioError
 from tests.helpers import des_cli
 

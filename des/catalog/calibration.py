@@ -4,7 +4,7 @@ A scenario names one with ``gpu: {base: rtx4090, calibration: path}`` (relative 
 against the scenario's folder); its ``efficiency`` replaces the catalog entry's. The
 file also records the profile it was fitted to and the fit's error per op group, so a
 plan built on it says where its step times come from. Reading it needs nothing beyond
-YAML and pydantic; fitting lives in :mod:`des.calibrate`.
+YAML and pydantic; fitting lives in :mod:`des.tools.calibrate`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ batching; ``static`` (batches of 32) at 1.8 req/s; ``bursty`` (gamma, cv 3) at 6
 own, prefix caching on) at 8 req/s; ``disaggregated`` (1 prefill + 1 decode 4090) at
 8 req/s; 10,000 requests each; ``smoke``, 200 requests, to check that the bench runs.
 
-    python -m des.bench --cases 10k,50k --repeats 3
+    des bench --cases 10k,50k --repeats 3
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def measure(case: str, engine: str, repeats: int) -> Measure:
         for _ in range(repeats):
             t0 = time.perf_counter()
             proc = subprocess.run(
-                [sys.executable, "-m", "des.bench", "--one", case, "--engine", engine, "--out", tmp],
+                [sys.executable, "-m", "des.tools.bench", "--one", case, "--engine", engine, "--out", tmp],
                 capture_output=True,
                 text=True,
                 check=True,

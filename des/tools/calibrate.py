@@ -59,7 +59,6 @@ from des.cost.roofline import (
     build_roofline,
 )
 from des.errors import ScenarioError
-from des.figures import in_default_style
 
 ARG = "PROFILE_DIR"
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -105,7 +104,7 @@ META_SHAPE = {
 ENGINE_CPU = {"step_overhead": 5.0e-4, "seq_overhead": 1.2e-5}
 CPU_SOURCE = (
     "CPU: not in a kernel profile; 0.5 ms per step + 12 us per scheduled sequence, estimated from vLLM V1's "
-    "engine loop (see des/calibrate.py: ENGINE_CPU); hidden under GPU time by async scheduling."
+    "engine loop (see des/tools/calibrate.py: ENGINE_CPU); hidden under GPU time by async scheduling."
 )
 
 
@@ -517,7 +516,7 @@ def source_text(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> str:
     )
 
 
-# -- output ------------------------------------------------------------------------------
+# -- the fit per group, as rows ----------------------------------------------------------
 
 
 def fit_table(fit: Fit) -> list[dict[str, Any]]:
@@ -543,190 +542,3 @@ def format_factor(name: str, value: float | None) -> str:
     if name.endswith(("_fixed", "_kernel", "_per_seq", "overhead")):
         return f"{value * 1e6:.3g} us"
     return f"{value:.4g}"
-
-
-#: Descriptive label of each group's points for the figure.
-GROUP_TITLES = {
-    "gemm": "GEMMs of a layer (qkv + o + gate_up + down)",
-    "lm_head": "LM head",
-    "elementwise": "element-wise kernels (per layer, per step)",
-    "sampler": "sampler",
-    "attention_prefill": "attention: prefill chunks",
-    "attention_decode": "attention: decode-only steps",
-    "attention_mixed": "attention: prefill + decodes",
-}
-
-
-FIGURE_FORMATS = ("png", "svg", "pdf")
-
-
-def figure_format(path: Path, flag: str) -> str:
-    """The image format a figure path asks for (by its suffix; none: PNG)."""
-    fmt = path.suffix.lstrip(".").lower() or "png"
-    if fmt not in FIGURE_FORMATS:
-        raise ScenarioError((flag, f"{str(path)!r}: figures are written as {', '.join(FIGURE_FORMATS)} (by suffix)"))
-    return fmt
-
-
-@in_default_style
-def plot_fit(fit: Fit, path: Path, fmt: str = "png") -> None:
-    """Predicted against measured time per op group (log-log), with the ±10 % band.
-    Drawn on Agg in matplotlib's default style (:func:`des.figures.in_default_style`)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-
-    names = list(fit.groups)
-    fig, axes = plt.subplots(2, 4, figsize=(17, 8.2))
-    flat = list(axes.flat)
-    for ax, name in zip(flat, names, strict=False):
-        g = fit.groups[name]
-        meas = g.points["measured"].to_numpy() * 1e6
-        pred = g.points["predicted"].to_numpy() * 1e6
-        colour = _colour_key(name, g.points)
-        sc = ax.scatter(meas, pred, c=colour, s=9, cmap="viridis", alpha=0.75, linewidths=0)
-        lo, hi = min(meas.min(), pred.min()) * 0.8, max(meas.max(), pred.max()) * 1.25
-        ax.plot([lo, hi], [lo, hi], color="black", lw=1)
-        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.2, lw=0)
-        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
-        subs = (1.0,) if hi / lo > 300 else (1.0, 2.0, 5.0)
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_locator(LogLocator(base=10, subs=subs))
-            axis.set_major_formatter(plain)
-            axis.set_minor_formatter(NullFormatter())
-        ax.set_title(
-            f"{GROUP_TITLES[name]}\nmedian |err| {100 * g.median_abs_error:.1f} %, max {100 * g.max_abs_error:.0f} %"
-            f", {len(g.points)} points",
-            fontsize=9.5,
-        )
-        ax.set_xlabel("measured (µs)", fontsize=9)
-        ax.set_ylabel("predicted (µs)", fontsize=9)
-        ax.tick_params(labelsize=8)
-        cb = fig.colorbar(sc, ax=ax, pad=0.01)
-        cb.set_label(_colour_label(name), fontsize=8)
-        cb.ax.tick_params(labelsize=7)
-    last = flat[-1]
-    last.axis("off")
-    text = "\n".join(f"{row['group']}: {row['factors']}".replace(", ", "\n    ", 8) for row in fit_table(fit))
-    last.text(0.0, 1.0, "fitted factors\n" + text, va="top", ha="left", fontsize=7.2, family="monospace")
-    fig.suptitle(
-        f"{fit.gpu.name}: predicted against measured kernel times of {fit.profile.path.name} "
-        "(one layer; grey band ±10 %)",
-        fontsize=12,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, format=fmt)
-    plt.close(fig)
-
-
-def _colour_key(name: str, points: pd.DataFrame) -> np.ndarray:
-    if name in ("gemm", "elementwise"):
-        return np.log2(points["tokens"].to_numpy(float))
-    if name in ("lm_head", "sampler"):
-        return np.log2(points["rows"].to_numpy(float))
-    if name == "attention_prefill":
-        return np.log2(points["prefill_chunk"].to_numpy(float))
-    return np.log2(points["n_decode"].to_numpy(float))
-
-
-def _colour_label(name: str) -> str:
-    if name in ("gemm", "elementwise"):
-        return "log2 tokens"
-    if name in ("lm_head", "sampler"):
-        return "log2 sequences"
-    if name == "attention_prefill":
-        return "log2 chunk tokens"
-    return "log2 decodes"
-
-
-# -- the command ---------------------------------------------------------------------------
-
-
-def write_files(files: dict[Path, Callable[[Path], None]], flags: dict[Path, str]) -> None:
-    """Write every file under a temporary name first and move them into place together,
-    so a failure leaves earlier files as they were; problems name the file's flag."""
-    from des.output import Staged
-
-    stages: list[Staged] = []
-    try:
-        for path, writer in files.items():
-            folder = path.parent if str(path.parent) else Path(".")
-            if not folder.is_dir():
-                raise ScenarioError((flags[path], f"cannot write {str(path)!r}: no folder {str(folder)!r}"))
-            stage = Staged(folder)
-            stages.append(stage)
-            try:
-                stage.write(path.name, writer)
-            except OSError as exc:
-                raise ScenarioError((flags[path], f"cannot write {str(path)!r}: {exc.strerror or exc}")) from None
-    except BaseException:
-        for stage in stages:
-            stage.discard()
-        raise
-    for stage in stages:
-        stage.commit()
-
-
-def run_calibration(
-    profile_dir: Path,
-    gpu_name: str,
-    model_name: str,
-    out_path: Path | None,
-    plot_path: Path | None,
-    console: Any,
-) -> Fit:
-    """``des calibrate``: fit, print the fit per group, write the calibration file and the figure."""
-    from rich.table import Table
-
-    from des import catalog
-
-    specs = []
-    for flag, get, name in (("--gpu", catalog.gpu, gpu_name), ("--model", catalog.model, model_name)):
-        try:
-            specs.append(get(name))
-        except ScenarioError as exc:
-            raise ScenarioError([(flag, m) for _, m in exc.problems]) from None
-    gpu, model = specs[0], specs[1]
-    assert isinstance(gpu, GPUSpec) and isinstance(model, ModelSpec)
-    profile = read_profile(profile_dir)
-    fit = fit_profile(profile, gpu, model)
-    out_path = out_path or Path(f"{gpu.name}.calibration.yaml")
-    plot_path = plot_path or out_path.with_suffix(".png")
-    fmt = figure_format(plot_path, "--plot")
-    if plot_path.resolve() == out_path.resolve():
-        raise ScenarioError(("--plot", f"{str(plot_path)!r} is also the calibration file (--out)"))
-    text = fit.calibration_file().to_yaml()
-
-    def write_yaml(tmp: Path) -> None:
-        tmp.write_text(text)
-
-    write_files(
-        {out_path: write_yaml, plot_path: lambda tmp: plot_fit(fit, tmp, fmt)},
-        {out_path: "--out", plot_path: "--plot"},
-    )
-
-    meta = profile.describe()
-    what = f"{meta.get('gpu', '?')}, {meta.get('model', '?')}, vLLM {meta.get('vllm_version', '?')}"
-    console.print(
-        f"profile  {profile_dir}: {what}"
-        f"\nfitted   {gpu.name} (spec sheet) with the shapes of {model.name}, least squares in log time per group",
-        highlight=False,
-    )
-    table = Table(title="fit per op group (errors of predicted against measured time)", title_justify="left")
-    for col in ("group", "points", "median |err|", "max |err|", "factors"):
-        table.add_column(col, justify="left" if col in ("group", "factors") else "right")
-    for row in fit_table(fit):
-        table.add_row(
-            row["group"], f"{row['points']:,}", f"{row['median_abs_pct']:.1f} %", f"{row['max_abs_pct']:.0f} %",
-            row["factors"],
-        )  # fmt: skip
-    console.print(table)
-    console.print(
-        f"CPU time (not in a kernel profile): {ENGINE_CPU['step_overhead'] * 1e3:g} ms per step + "
-        f"{ENGINE_CPU['seq_overhead'] * 1e6:g} us per sequence (des/calibrate.py: ENGINE_CPU)\n"
-        f"wrote {out_path} and {plot_path}; use it from a scenario as\n"
-        f"  gpu: {{base: {gpu.name}, calibration: {out_path}}}",
-        highlight=False,
-    )
-    return fit

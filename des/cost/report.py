@@ -1,14 +1,16 @@
-"""What the roofline says about one GPU and model: tables and a figure for ``des costmodel``.
+"""What the roofline says about one GPU and model: the numbers ``des costmodel`` shows.
 
 Decode step time and tokens/s against batch size and context, prefill time against
 prompt length, the ridge point (tokens per step at which the GEMMs' compute time equals
 their weight streaming) and the KV capacity, under vLLM V1's engine defaults (CUDA
-graphs, async scheduling). Plotting imports matplotlib lazily.
+graphs, async scheduling). :mod:`des.render` prints them and :func:`des.figures.plot_roofline`
+draws them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from des.catalog.memory import Precision, plan_memory, weight_bytes
 from des.catalog.specs import GPUSpec, ModelSpec
@@ -94,45 +96,9 @@ class CostReport:
             "kv_tokens_0.92": self.kv_capacity(0.92),
         }
 
-    def plot(self, path, context: int = 1024) -> None:
-        """Step time against batch size on log axes, with the two roofs and the ridge."""
-        import matplotlib
+    def plot(self, path: Path, context: int = 1024) -> None:
+        """Step time against batch size: :func:`des.figures.plot_roofline`, which draws it
+        (this method stays while ``analysis/calibration.py`` calls it)."""
+        from des.figures import plot_roofline
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import numpy as np
-        import seaborn as sns
-
-        sns.set_theme(style="whitegrid", context="notebook")
-        r = self.roofline
-        b = np.unique(np.round(np.logspace(0, np.log10(1024), 80)).astype(int))
-        step = np.array([r.step_time(decode_shape(int(x), context)) for x in b]) * 1e3
-        memory_roof = np.full(b.shape, (r.gemm_weight_s + r.head_weight_s) * 1e3)
-        compute_roof = (r.gemm_s_per_decode_token * b + r.head_s_per_row * b) * 1e3
-        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-        ax.plot(b, step, lw=2.5, label=f"step time (every group of work; context {context})")
-        ax.plot(b, memory_roof, "--", label="weights streamed once per step (memory roof)")
-        ax.plot(b, compute_roof, ":", label="the tokens' GEMM FLOPs (compute roof)")
-        ax.axvline(r.ridge_tokens, color="grey", lw=1)
-        ax.annotate(
-            f"ridge ≈ {r.ridge_tokens:.0f} tokens/step",
-            (r.ridge_tokens, memory_roof[0]),
-            xytext=(-40, -60),
-            textcoords="offset points",
-            ha="right",
-            arrowprops={"arrowstyle": "->", "color": "grey"},
-        )
-        ax.set(
-            xscale="log",
-            yscale="log",
-            xlabel="decode batch size (tokens per step)",
-            ylabel="step time (ms)",
-            title=f"{self.model.name} on {self.tp} x {self.gpu.name} ({self.precision.weights})",
-        )
-        ax.legend(fontsize=9)
-        ax2.plot(b, b / step * 1e3, lw=2.5)
-        ax2.axvline(r.ridge_tokens, color="grey", lw=1)
-        ax2.set(xscale="log", xlabel="decode batch size", ylabel="output tokens / s", title="decode throughput")
-        fig.tight_layout()
-        fig.savefig(path, dpi=130)
-        plt.close(fig)
+        plot_roofline(self, path, context)

@@ -20,11 +20,13 @@ drained to the last request. Measured and simulated are then summarised the same
 each with its error ``(simulated - measured) / measured``. A des run written out in either
 format compares to itself with zero error; scaling the measured latencies by ``k`` shows
 as ``1 / k - 1`` on every latency statistic.
+
+:func:`compare` returns a :class:`Comparison`; the command writes its files
+(:func:`des.output.write_comparison`) and shows it (:func:`des.render.comparison`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 from collections.abc import Iterable
@@ -36,7 +38,6 @@ import numpy as np
 import pandas as pd
 
 from des.errors import ScenarioError
-from des.figures import in_default_style
 from des.workload.formats.request_log import read_request_log
 from des.workload.formats.vllm_bench import read_vllm_bench
 
@@ -61,6 +62,11 @@ class Measured:
     @property
     def completed(self) -> pd.DataFrame:
         return self.rows[self.rows["success"]]
+
+    @property
+    def failed(self) -> int:
+        """Requests that did not succeed (not replayed)."""
+        return int((~self.rows["success"]).sum())
 
 
 def read_measured(path: Path, fmt: str = "auto", seed: int = 0) -> Measured:
@@ -95,7 +101,9 @@ def _stats(values: np.ndarray) -> dict[str, float]:
     return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def _itls(rows: pd.DataFrame, measured: bool) -> np.ndarray:
+def itls(rows: pd.DataFrame, measured: bool) -> np.ndarray:
+    """Inter-token gaps (seconds): of a measured run, as recorded; of a des run, each
+    request's mean gap (its TPOT) repeated for its ``output_tokens - 1`` gaps."""
     if measured:
         return np.array([g for gaps in rows["itl"] if gaps is not None for g in gaps], dtype=float)
     multi = rows[rows["output_tokens"] > 1]
@@ -113,7 +121,7 @@ def summarize(rows: pd.DataFrame, measured: bool, itl: bool) -> dict[str, float]
     for name in LATENCIES:
         if name == "itl" and not itl:
             continue
-        values = _itls(rows, measured) if name == "itl" else rows[name].to_numpy(float)
+        values = itls(rows, measured) if name == "itl" else rows[name].to_numpy(float)
         for stat, v in _stats(values).items():
             out[f"{name}_{stat}"] = v
     return out
@@ -141,6 +149,33 @@ class Comparison:
     def errors(self) -> dict[str, float]:
         return dict(zip(self.table["metric"], self.table["error"], strict=True))
 
+    def as_dict(self) -> dict[str, Any]:
+        """Both runs' facts and the table as flat keys (``ttft_p99_measured``, ``..._simulated``,
+        ``..._error``): what ``comparison.json`` holds."""
+        facts = {
+            "result": str(self.measured.path),
+            "format": self.measured.format,
+            "measured_requests": len(self.measured.rows),
+            "measured_failed": self.measured.failed,
+            "simulated_completed": len(self.simulated),
+            "simulated_rejected": self.rejected,
+            **{f"meta_{k}": v for k, v in self.measured.meta.items() if isinstance(v, str | int | float | bool)},
+        }
+        table = {f"{r.metric}_{col}": getattr(r, col) for r in self.table.itertuples(index=False) for col in
+                 ("measured", "simulated", "error")}  # fmt: skip
+        return {**facts, **table}
+
+    def trace_csv(self) -> str:
+        """The replayed requests as a trace (:func:`trace_csv`)."""
+        return trace_csv(self.measured)
+
+    def rerun_scenario(self, trace: str = "trace.csv") -> dict[str, Any]:
+        """The replay's scenario, resolved, reading its requests from ``trace``: ``des run`` on it
+        reruns the replay."""
+        scenario = self.scenario.resolved()
+        scenario["workload"]["arrival"]["path"] = trace
+        return scenario
+
 
 def simulated_rows(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """A des run's completed requests in the readers' columns, and how many were rejected."""
@@ -162,6 +197,18 @@ def simulated_rows(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return rows, int((requests["status"] != "completed").sum())
 
 
+def trace_csv(measured: Measured) -> str:
+    """The measured run's completed requests, by arrival, as a csv trace
+    (``arrival_time,prompt_tokens,output_tokens``; times to the last bit)."""
+    done = measured.completed.sort_values("arrival_time", kind="stable")
+    lines = ["arrival_time,prompt_tokens,output_tokens"]
+    lines += [
+        f"{float(a)!r},{int(p)},{int(o)}"
+        for a, p, o in zip(done["arrival_time"], done["prompt_tokens"], done["output_tokens"], strict=True)
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def replay_scenario(measured: Measured, scenario: Path | None, overrides: Iterable[str], trace: Path) -> Any:
     """The scenario that replays the measured requests (written to ``trace``) on the given engine."""
     from des.scenario import load_scenario, parse_override
@@ -172,13 +219,7 @@ def replay_scenario(measured: Measured, scenario: Path | None, overrides: Iterab
         if key.split(".")[0] in FROM_RESULT:
             raise ScenarioError(("--set", f"{key} comes from RESULT (its requests and arrivals); set the engine only"))
         items.append((key, value))
-    done = measured.completed.sort_values("arrival_time", kind="stable")
-    lines = ["arrival_time,prompt_tokens,output_tokens"]
-    lines += [
-        f"{float(a)!r},{int(p)},{int(o)}"
-        for a, p, o in zip(done["arrival_time"], done["prompt_tokens"], done["output_tokens"], strict=True)
-    ]
-    trace.write_text("\n".join(lines) + "\n")
+    trace.write_text(trace_csv(measured))
     items += [
         ("workload", {"arrival": {"process": "trace", "path": str(trace)}}),
         ("horizon", {"drain": True}),
@@ -217,180 +258,3 @@ def compare(
     table = pd.DataFrame(rows)
     table["error"] = [error(s, m) for s, m in zip(table["simulated"], table["measured"], strict=True)]
     return Comparison(measured, sim, rejected, table, sc)
-
-
-# -- output ------------------------------------------------------------------------------------
-
-
-@in_default_style
-def plot_cdfs(cmp: Comparison, path: Path, fmt: str = "png") -> None:
-    """Measured (solid) and simulated (dashed) CDFs of TTFT, TPOT, end-to-end latency and ITL.
-    Drawn on Agg in matplotlib's default style (:func:`des.figures.in_default_style`)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    names = [n for n in LATENCIES if n != "itl" or cmp.measured.has_itl]
-    cols = 2 if len(names) == 4 else len(names)
-    rows_n = -(-len(names) // cols)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(6.2 * cols, 4.4 * rows_n), squeeze=False)
-    labels = {"ttft": "time to first token", "tpot": "time per output token", "itl": "inter-token latency",
-              "e2e": "end-to-end latency"}  # fmt: skip
-    for ax, name in zip(axes.flat, names, strict=True):
-        for rows, measured, style, label in (
-            (cmp.measured.completed, True, "-", "measured"),
-            (cmp.simulated, False, "--", "des"),
-        ):
-            values = _itls(rows, measured) if name == "itl" else rows[name].to_numpy(float)
-            values = np.sort(values[np.isfinite(values) & (values > 0)])
-            if values.size:
-                ax.step(values, np.arange(1, values.size + 1) / values.size, style, where="post", lw=2, label=label)
-        ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set(xlabel=f"{labels[name]} (s)", ylabel="share of requests" if name != "itl" else "share of gaps")
-        ax.set_ylim(0, 1.02)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.set_title(labels[name])
-        ax.legend(loc="lower right")
-    sc = cmp.scenario
-    fig.suptitle(
-        f"{cmp.measured.path.name}: measured (solid) against des (dashed), {len(cmp.measured.completed):,} requests\n"
-        f"des: {sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, {sc.scheduler.kind} batching"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, format=fmt)
-    plt.close(fig)
-
-
-def table_rows(cmp: Comparison) -> list[tuple[str, str, str, str]]:
-    """(metric, measured, simulated, error) as printed: seconds as ms, rates as given."""
-    out = []
-    for r in cmp.table.itertuples(index=False):
-        metric = str(r.metric)
-        scale, unit = (1.0, "") if metric.startswith(("throughput", "output")) else (1e3, " ms")
-        m, s, e = float(r.measured), float(r.simulated), float(r.error)
-        out.append(
-            (
-                metric,
-                f"{m * scale:,.2f}{unit}" if math.isfinite(m) else "-",
-                f"{s * scale:,.2f}{unit}" if math.isfinite(s) else "-",
-                f"{100 * e:+.1f} %" if math.isfinite(e) else "-",
-            )
-        )
-    return out
-
-
-def json_ready_nested(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """NaN as null, for JSON."""
-    return {
-        k: {c: (float(v) if math.isfinite(float(v)) else None) for c, v in cols.items()} for k, cols in rows.items()
-    }
-
-
-def write_outputs(cmp: Comparison, out_dir: Path) -> list[Path]:
-    """``comparison.json`` (the table and both runs' facts), ``cdf.png``, the simulated
-    ``requests.parquet``, the replayed ``trace.csv`` and the ``scenario.yaml`` that
-    reruns the replay (``des run scenario.yaml``), written together."""
-    import yaml
-
-    from des.output import Staged, json_text, parquet_writer
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    done = cmp.measured.completed.sort_values("arrival_time", kind="stable")
-    trace = pd.DataFrame(
-        {
-            "arrival_time": done["arrival_time"].to_numpy(float),
-            "prompt_tokens": done["prompt_tokens"].to_numpy(np.int64),
-            "output_tokens": done["output_tokens"].to_numpy(np.int64),
-        }
-    )
-    scenario = cmp.scenario.resolved()
-    scenario["workload"]["arrival"]["path"] = "trace.csv"
-    lines = ["arrival_time,prompt_tokens,output_tokens"] + [
-        f"{float(a)!r},{int(p)},{int(o)}" for a, p, o in trace.itertuples(index=False)
-    ]
-    facts = {
-        "result": str(cmp.measured.path),
-        "format": cmp.measured.format,
-        "measured_requests": len(cmp.measured.rows),
-        "measured_failed": int((~cmp.measured.rows["success"]).sum()),
-        "simulated_completed": len(cmp.simulated),
-        "simulated_rejected": cmp.rejected,
-        **{f"meta_{k}": v for k, v in cmp.measured.meta.items() if isinstance(v, str | int | float | bool)},
-    }
-    table = {f"{r.metric}_{col}": getattr(r, col) for r in cmp.table.itertuples(index=False) for col in
-             ("measured", "simulated", "error")}  # fmt: skip
-    staged = Staged(out_dir)
-    try:
-        staged.write("comparison.json", lambda tmp: tmp.write_text(json_text({**facts, **table})))
-        staged.write("cdf.png", lambda tmp: plot_cdfs(cmp, tmp))
-        staged.write("requests.parquet", parquet_writer(cmp.simulated.drop(columns=["itl"])))
-        staged.write("trace.csv", lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
-        staged.write("scenario.yaml", lambda tmp: tmp.write_text(yaml.safe_dump(scenario, sort_keys=False)))
-    except BaseException:
-        staged.discard()
-        raise
-    return staged.commit()
-
-
-def run_compare(
-    result: Path,
-    scenario: Path | None,
-    fmt: str,
-    overrides: tuple[str, ...],
-    seed: int | None,
-    out_dir: Path | None,
-    as_json: bool,
-    console: Any,
-) -> Comparison:
-    """``des compare``: read, replay, print the table, write the outputs."""
-    from rich.table import Table
-
-    from des.output import check_writable
-
-    if seed is not None and seed < 0:
-        raise ScenarioError(("--seed", f"must be >= 0 (got {seed})"))
-    measured = read_measured(result, fmt, seed or 0)
-    out_dir = out_dir or Path("results") / f"compare-{result.stem}"
-    try:
-        check_writable(out_dir)
-    except OSError as exc:
-        raise ScenarioError(("--out", f"cannot write to {str(out_dir)!r}: {exc}")) from None
-    cmp = compare(measured, scenario, overrides, seed)
-    try:
-        write_outputs(cmp, out_dir)
-    except OSError as exc:
-        raise ScenarioError(("--out", f"cannot write to {str(out_dir)!r}: {exc.strerror or exc}")) from None
-    if as_json:
-        rows = {str(r.metric): {"measured": r.measured, "simulated": r.simulated, "error": r.error}
-                for r in cmp.table.itertuples(index=False)}  # fmt: skip
-        print(json.dumps(json_ready_nested(rows), indent=2))
-        return cmp
-    sc = cmp.scenario
-    m = measured.meta
-    failed = int((~measured.rows["success"]).sum())
-    console.print(
-        f"measured  {result} ({measured.format}): {len(measured.completed):,} requests completed"
-        + (f", {failed:,} failed (not replayed)" if failed else "")
-        + (f"; model {m['model_id']}" if "model_id" in m else "")
-        + f"; arrivals from {m.get('arrivals', '?')}",
-        highlight=False,
-    )
-    s = sc.scheduler
-    console.print(
-        f"des       {sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, {s.kind} batching "
-        f"(max {s.max_batch} sequences, {s.profile_tokens:,}-token budget), {sc.cost_model.kind} cost"
-        + (f"; {cmp.rejected:,} requests rejected" if cmp.rejected else ""),
-        highlight=False,
-    )
-    table = Table(title="measured against des (error = des / measured - 1)", title_justify="left")
-    for col in ("metric", "measured", "des", "error"):
-        table.add_column(col, justify="left" if col == "metric" else "right")
-    for row in table_rows(cmp):
-        table.add_row(*row)
-    console.print(table)
-    if measured.has_itl:
-        console.print("itl (des): each request's mean gap between tokens, as des records first and last tokens only")
-    console.print(f"wrote {out_dir}/ (comparison.json, cdf.png, requests.parquet, trace.csv, scenario.yaml)")
-    return cmp
