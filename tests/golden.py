@@ -14,16 +14,13 @@ shows up, a change of random draws does not.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import des  # noqa: E402
-from des.study.spec import replication_seed  # noqa: E402
+import des
+from des.study.spec import replication_seed
+from tests.helpers import ROOT
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 REPLICATIONS = 8

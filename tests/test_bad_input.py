@@ -36,8 +36,8 @@ from des.engine.router import ROUTERS
 from des.engine.schedulers import SCHEDULERS
 from des.workload.arrivals import Poisson, Trace
 from des.workload.lengths import Empirical
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 LESSON_STATIC = ROOT / "scenarios" / "lesson-static.yaml"
 LESSON_CONTINUOUS = ROOT / "scenarios" / "lesson-continuous.yaml"
 RESULT_FILES = {"requests.parquet", "steps.parquet", "summary.json", "scenario.yaml"}

@@ -15,17 +15,13 @@ import csv
 import io
 import json
 import math
-import sys
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from des.workload.formats.vllm_bench import write_vllm_bench  # noqa: E402
+from des.workload.formats.vllm_bench import write_vllm_bench
+from tests.helpers import ROOT
 
 TRACES = ROOT / "scenarios" / "traces"
 BLOCK = 512
