@@ -27,13 +27,13 @@ import simpy
 from des.catalog.memory import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind
-from des.engine.instance import Instance
+from des.engine.instance import BuildContext, Instance
 from des.engine.ledger import RequestLog
-from des.engine.link import TransferLog
 from des.engine.plan import Plan
 from des.engine.request import COMPLETED, REJECTED, Request
 from des.engine.steplog import StepLog
 from des.engine.topology import build_topology
+from des.engine.transferlog import TransferLog
 from des.workload.spec import RequestSpec
 
 
@@ -55,9 +55,8 @@ class Cluster:
         self.plan = plan
         self.log = StepLog()
         self.transfers = TransferLog()
-        self.topology = build_topology(
-            env, plan, model, precision, cost, routers, self.log, self.transfers, self.leave, fast_forward
-        )
+        ctx = BuildContext(env, model, precision, cost, self.log, self.transfers, self.leave, fast_forward)
+        self.topology = build_topology(ctx, plan, routers)
         self.ledger = RequestLog()
         self.in_system = 0  # admitted requests not yet completed
         self.closed = False  # no more arrivals

@@ -21,53 +21,73 @@ same durations in the same order. The results are the reference's, to the bit.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import simpy
 from simpy.events import Event
 
-from des.cost.base import CostModel
+from des.catalog.memory import Precision
+from des.catalog.specs import ModelSpec
+from des.cost.base import CostKind, CostModel
 from des.cost.work import StepWork
 from des.engine.events import Barrier, ExactlyAt
 from des.engine.kvcache import BlockManager
+from des.engine.policy import Role, Scheduler
 from des.engine.request import Request
-from des.engine.schedulers.base import Role, Scheduler
-from des.engine.steplog import ROLE_CODE, StepLog
+from des.engine.steplog import StepLog
+from des.engine.transferlog import TransferLog
+
+#: The exit of every instance: ``leave(request, instance)`` for each request leaving it.
+Leave = Callable[[Request, "Instance"], None]
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What every part of a cluster is built with: the clock ``env``; the ``model`` served
+    at ``precision``, with step times from the ``cost`` kind; the run's records (``log``
+    of steps, ``transfers`` of KV); the exit ``leave``; and whether steps run
+    back to back when nothing else can happen (``fast_forward``)."""
+
+    env: simpy.Environment
+    model: ModelSpec
+    precision: Precision
+    cost: CostKind
+    log: StepLog
+    transfers: TransferLog
+    leave: Leave
+    fast_forward: bool = True
 
 
 class Instance:
-    """Runs ``scheduler``'s batches over ``kv`` with step times from ``cost``; logs every
-    step with the work it did (``work``).
+    """Runs ``scheduler``'s batches over ``kv`` with step times from ``cost``; records every
+    step with the work it did (``work``) in ``ctx.log``.
 
     ``index`` numbers the instance across the cluster; ``role`` is the part of a
-    request's life it serves; ``leave(request, instance)`` is called for every
+    request's life it serves; ``ctx.leave(request, instance)`` is called for every
     request that leaves it.
     """
 
     def __init__(
         self,
-        env: simpy.Environment,
+        ctx: BuildContext,
         index: int,
         role: Role,
         scheduler: Scheduler,
         kv: BlockManager,
         cost: CostModel,
         work: StepWork,
-        log: StepLog,
-        leave: Callable[[Request, Instance], None],
-        fast_forward: bool = True,
     ):
-        self.env = env
+        env = self.env = ctx.env
         self.index = index
         self.role = role
-        self.role_code = ROLE_CODE[role]
         self.scheduler = scheduler
         self.kv = kv
         self.cost = cost
         self.work = work
-        self.log = log
-        self.leave = leave
-        self.fast_forward = fast_forward
+        self.record = ctx.log.recorder(index, role, work)
+        self.leave = ctx.leave
+        self.fast_forward = ctx.fast_forward
         self.outstanding = 0  # requests routed here and not yet left
         self._wake: Event | None = None
         self.process = env.process(self._run())
@@ -108,7 +128,7 @@ class Instance:
             wake.succeed()
 
     def _run(self) -> Generator[Event, Any, None]:
-        env, sched, cost, record, kv = self.env, self.scheduler, self.cost, self.log.record, self.kv
+        env, sched, cost, record, kv = self.env, self.scheduler, self.cost, self.record, self.kv
         leave, fast = self.leave, self.fast_forward
         while True:
             if env.peek() == env.now:
@@ -132,7 +152,7 @@ class Instance:
                 end = t + duration
                 if end < limit and not kv.waiters:
                     released = sched.finish_step(step, end)
-                    record(self, t, duration, step, kv_used, waiting)
+                    record(t, duration, step, kv_used, waiting)
                     t = end
                     if not released:
                         nxt = sched.schedule(t)
@@ -145,7 +165,7 @@ class Instance:
                     yield ExactlyAt(env, t)
                 yield env.timeout(duration)
                 released = sched.finish_step(step, env.now)
-                record(self, t, duration, step, kv_used, waiting)
+                record(t, duration, step, kv_used, waiting)
                 break
             for req in released:
                 self.outstanding -= 1

@@ -13,48 +13,27 @@ instance. Every transfer is recorded in a :class:`TransferLog`.
 
 from __future__ import annotations
 
-from array import array
 from collections import deque
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Generator
+from typing import Any, Literal
 
 import simpy
 from simpy.events import Event
 
+from des.engine.instance import Instance
 from des.engine.request import Request
-
-if TYPE_CHECKING:
-    from des.engine.instance import Instance
-    from des.engine.topology import Pool
-
-TRANSFER_COLUMNS = ("request_id", "link", "decode_instance", "enqueued", "start", "end", "bytes")
-
-
-class TransferLog:
-    """One row per KV transfer: the request, the link (its prefill instance's index), the
-    decode instance, when it was queued, started and ended (seconds) and its size (bytes)."""
-
-    def __init__(self) -> None:
-        self.columns: dict[str, array[Any]] = {
-            name: array("d" if name in ("enqueued", "start", "end") else "q") for name in TRANSFER_COLUMNS
-        }
-
-    def record(self, req: Request, link: int, decode: int, enqueued: float, start: float, end: float, nbytes: int):
-        for name, value in zip(TRANSFER_COLUMNS, (req.id, link, decode, enqueued, start, end, nbytes), strict=True):
-            self.columns[name].append(value)
-
-    def __len__(self) -> int:
-        return len(self.columns["start"])
+from des.engine.transferlog import TransferLog
 
 
 class KVLink:
-    """The outbound link of prefill instance ``source`` into the ``decode`` pool."""
+    """The outbound link of prefill instance ``source``; ``pick()`` names the decode
+    instance each transfer goes to (the decode pool's router)."""
 
     def __init__(
         self,
         env: simpy.Environment,
         source: Instance,
-        decode: Pool,
+        pick: Callable[[], Instance],
         bandwidth: float,
         latency: float,
         kv_bytes_per_token: int,
@@ -63,7 +42,7 @@ class KVLink:
     ):
         self.env = env
         self.source = source
-        self.decode = decode
+        self.pick = pick
         self.bandwidth = bandwidth
         self.latency = latency
         self.kv_bytes_per_token = kv_bytes_per_token
@@ -88,7 +67,7 @@ class KVLink:
                 yield self._wake
                 self._wake = None
             req, enqueued = queue.popleft()
-            dest = self.decode.pick()
+            dest = self.pick()
             blocks, cached = yield dest.reserve(req, req.prompt_tokens)
             start = env.now
             nbytes = (req.prompt_tokens - cached) * self.kv_bytes_per_token  # a cached prefix stays put

@@ -10,13 +10,11 @@ Every scheduler kind registered in :data:`des.engine.schedulers.SCHEDULERS` is a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from des.catalog.memory import MemoryPlan, Precision, plan_memory
 from des.catalog.specs import GPUSpec, ModelSpec
-
-if TYPE_CHECKING:  # the policies import this module to plan themselves
-    from des.engine.schedulers.base import PolicyConfig, Role
+from des.engine.policy import PolicyConfig, Role
 
 
 @dataclass(frozen=True)

@@ -10,26 +10,23 @@ through a link, or ``None`` for leaving the system.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-import simpy
 
-from des.catalog.memory import MemoryPlan, Precision
-from des.catalog.specs import ModelSpec
-from des.cost.base import CostContext, CostKind
+from des.catalog.memory import MemoryPlan
+from des.cost.base import CostContext
 from des.cost.work import StepWork, step_work
-from des.engine.instance import Instance
+from des.engine.instance import BuildContext, Instance
 from des.engine.kvcache import BlockManager
-from des.engine.link import KVLink, TransferLog
+from des.engine.link import KVLink
 from des.engine.plan import Plan, PoolPlan
+from des.engine.policy import Role
 from des.engine.prefix_cache import PrefixCache
 from des.engine.request import Request
 from des.engine.router import ROUTERS, Router
-from des.engine.schedulers.base import Role
-from des.engine.steplog import StepLog
 
 
 class Stage(Protocol):
@@ -124,62 +121,37 @@ class Topology:
         return None
 
 
-Leave = Callable[[Request, Instance], None]
-
-
-def build_topology(
-    env: simpy.Environment,
-    plan: Plan,
-    model: ModelSpec,
-    precision: Precision,
-    cost: CostKind,
-    routers: Sequence[np.random.Generator],
-    log: StepLog,
-    transfers: TransferLog,
-    leave: Leave,
-    fast_forward: bool = True,
-) -> Topology:
-    """The pools of ``plan``, every instance leaving through ``leave``, and a link out of
+def build_topology(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Generator]) -> Topology:
+    """The pools of ``plan``, every instance leaving through ``ctx.leave``, and a link out of
     every instance of the first pool into the second when the plan has one."""
-    pools = build_pools(env, plan, model, precision, cost, routers, log, leave, fast_forward)
+    pools = build_pools(ctx, plan, routers)
     links: dict[int, Stage] = {}
     if plan.link is not None:
-        kv_bytes = model.kv_bytes_per_token(precision.kv_bytes)
+        kv_bytes = ctx.model.kv_bytes_per_token(ctx.precision.kv_bytes)
         source, dest = pools[0], pools[1]
         for inst in source.instances:
             links[inst.index] = KVLink(
-                env, inst, dest, plan.link.bandwidth, plan.link.latency, kv_bytes, transfers, plan.first_token_from
-            )
+                ctx.env, inst, dest.pick, plan.link.bandwidth, plan.link.latency, kv_bytes, ctx.transfers,
+                plan.first_token_from,
+            )  # fmt: skip
     return Topology(pools, links)
 
 
-def build_pools(
-    env: simpy.Environment,
-    plan: Plan,
-    model: ModelSpec,
-    precision: Precision,
-    cost: CostKind,
-    routers: Sequence[np.random.Generator],
-    log: StepLog,
-    leave: Leave,
-    fast_forward: bool = True,
-) -> list[Pool]:
+def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Generator]) -> list[Pool]:
     """The pools of ``plan``: instances numbered in pool order, router ``i`` drawing from ``routers[i]``."""
+    model, precision = ctx.model, ctx.precision
     pools = []
     index = 0
     for pool_plan, rng in zip(plan.pools, routers[: len(plan.pools)], strict=True):
         memory = pool_plan.memory(model, precision)
-        cost_model = cost.build(CostContext(pool_plan.gpu, model, precision, pool_plan.tp))
+        cost_model = ctx.cost.build(CostContext(pool_plan.gpu, model, precision, pool_plan.tp))
         work = step_work(pool_plan.gpu, model, precision, pool_plan.tp)
-        max_len = model.max_model_len
         instances = []
         for _ in range(pool_plan.instances):
             manager = PrefixCache if pool_plan.policy.prefix_caching else BlockManager
-            kv = manager(memory.num_blocks, memory.block_size, env)
-            sched = pool_plan.policy.build(kv, max_len, pool_plan.role)
-            instances.append(
-                Instance(env, index, pool_plan.role, sched, kv, cost_model, work, log, leave, fast_forward)
-            )
+            kv = manager(memory.num_blocks, memory.block_size, ctx.env)
+            sched = pool_plan.policy.build(kv, model.max_model_len, pool_plan.role)
+            instances.append(Instance(ctx, index, pool_plan.role, sched, kv, cost_model, work))
             index += 1
         pools.append(Pool(pool_plan.role, instances, ROUTERS.get(pool_plan.router)(rng), pool_plan, memory, work))
     return pools

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from des.engine.ledger import DTYPES, REASONS, STATUSES, RequestLog
-from des.engine.link import TRANSFER_COLUMNS, TransferLog
-from des.engine.schedulers.base import ROLES
+from des.engine.policy import ROLES
 from des.engine.steplog import STEP_COLUMNS, StepLog
+from des.engine.transferlog import TRANSFER_COLUMNS, TransferLog
 
 REQUEST_COLUMNS = (
     "request_id",

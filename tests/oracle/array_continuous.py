@@ -43,8 +43,8 @@ from pydantic import Field
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager, CacheConfig, ceil_div
 from des.engine.plan import Plan, PlanContext, colocated
+from des.engine.policy import Role, Step, held_tokens, length_rejection
 from des.engine.request import Request
-from des.engine.schedulers.base import Role, Step, held_tokens, length_rejection
 from tests.oracle.running import RunningSet
 
 

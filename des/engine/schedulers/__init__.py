@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import Field
 
 from des.engine.plan import SchedulerKind
-from des.engine.schedulers.base import Scheduler, Step
+from des.engine.policy import Scheduler, Step
 from des.engine.schedulers.continuous import ContinuousConfig, ContinuousScheduler
 from des.engine.schedulers.disaggregated import DisaggregatedConfig
 from des.engine.schedulers.static import StaticConfig, StaticScheduler

@@ -49,8 +49,8 @@ from pydantic import Field
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager, CacheConfig
 from des.engine.plan import Plan, PlanContext, colocated
+from des.engine.policy import Role, Step, held_tokens, length_rejection
 from des.engine.request import Request
-from des.engine.schedulers.base import Role, Step, held_tokens, length_rejection
 from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
 
 

@@ -46,8 +46,8 @@ from des.catalog.specs import GPUSpec
 from des.config import Strict
 from des.engine.kvcache import CacheConfig
 from des.engine.plan import LinkPlan, Plan, PlanContext, PoolPlan
+from des.engine.policy import Role
 from des.engine.router import RouterName
-from des.engine.schedulers.base import Role
 from des.engine.schedulers.continuous import ContinuousSettings
 
 

@@ -23,8 +23,8 @@ from pydantic import Field, NonNegativeFloat
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager, CacheConfig
 from des.engine.plan import Plan, PlanContext, colocated
+from des.engine.policy import Role, Step, length_rejection
 from des.engine.request import Request
-from des.engine.schedulers.base import Role, Step, length_rejection
 
 
 class StaticConfig(CacheConfig):

@@ -1,4 +1,7 @@
-"""The scheduler interface every batching policy implements, and what they share.
+"""The interface every batching policy implements, and what the policies share.
+
+(The policies themselves live in :mod:`des.engine.schedulers`; this module sits below
+them and below :mod:`des.engine.plan`, which plans pools of them.)
 
 An instance calls ``schedule(now)`` before every step; the scheduler re-decides the
 batch and returns a :class:`Step` (or ``None`` when nothing can run now). After the
