@@ -85,7 +85,8 @@ def main(argv=None) -> Path:
     figures = _figures(res, out)
     pd_lines, pd_figures = pd_report.section(res, out)
     figures |= {f"pd_{k}": v for k, v in pd_figures.items()}
-    cache_lines, cache_figures = caching.section(res, out)
+    cache_text, cache_figures = caching.section(res, out)
+    cache_lines = cache_text.split("\n")
     figures |= cache_figures
 
     slo = capacity.DEFAULT_SLO
