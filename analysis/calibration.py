@@ -9,31 +9,25 @@ drift from the fit, and writes the report with its figures:
 - reports/calibration_roofline.png: step time against batch size for Qwen2.5-7B;
 - reports/calibration_gpus.png: decode throughput and prefill time across the catalog.
 
-    python analysis/calibration.py [--out reports] [--profile data/rtx4090-vllm-kernel-profile]
+    python -m analysis.calibration [--out reports] [--profile data/rtx4090-vllm-kernel-profile]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import seaborn as sns  # noqa: E402
+from des import catalog
+from des.calibrate import ENGINE_CPU, GROUP_TITLES, Fit, fit_profile, fit_table, plot_fit, read_profile
+from des.catalog.specs import ModelSpec
+from des.cost.roofline import DEFAULT_CAPTURE, Engine, Roofline, build_roofline
+from des.costmodel import CostReport, decode_shape, prefill_shape
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from des import catalog  # noqa: E402
-from des.calibrate import ENGINE_CPU, GROUP_TITLES, Fit, fit_profile, fit_table, plot_fit, read_profile  # noqa: E402
-from des.catalog.specs import ModelSpec  # noqa: E402
-from des.cost.roofline import DEFAULT_CAPTURE, Engine, Roofline, build_roofline  # noqa: E402
-from des.costmodel import CostReport, decode_shape, prefill_shape  # noqa: E402
-
 PROFILE = ROOT / "data" / "rtx4090-vllm-kernel-profile"
 #: Relative difference between a refitted factor and the catalog's above which the catalog has drifted
 #: (the catalog holds 4 significant digits).

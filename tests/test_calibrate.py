@@ -185,7 +185,7 @@ def test_the_report_is_current_and_fails_when_the_catalog_drifts(tmp_path, monke
     from analysis import calibration as report
 
     out = report.main(["--out", str(tmp_path)])
-    assert out.read_text() == (ROOT / "reports" / "calibration.md").read_text(), "run python analysis/calibration.py"
+    assert out.read_text() == (ROOT / "reports" / "calibration.md").read_text(), "run python -m analysis.calibration"
     for png in ("calibration_fit.png", "calibration_residuals.png", "calibration_roofline.png", "calibration_gpus.png"):
         assert (tmp_path / png).stat().st_size > 30_000, png
     real = catalog.gpu("rtx4090")
