@@ -23,7 +23,7 @@ from des.calibrate import GROUPS, Fit, fit_profile, read_profile
 from des.catalog.calibration import read_calibration
 from des.cost.base import BatchShape
 from des.cost.roofline import Engine, build_roofline
-from des.costmodel import decode_shape, prefill_shape
+from des.costmodel import CostReport, decode_shape, prefill_shape
 from tests.helpers import ROOT
 
 PROFILE = ROOT / "data" / "rtx4090-vllm-kernel-profile"
@@ -279,7 +279,6 @@ def test_fit_facts_and_the_composition_of_the_profile(fit):
 
 def test_prediction_facts_are_the_parts_of_a_decode_step():
     from analysis.calibration import prediction_facts
-    from des.costmodel import CostReport
 
     facts = prediction_facts(CostReport.build(catalog.gpu("rtx4090"), catalog.model("qwen2.5-7b")))
     parts = ("gemm_ms", "lm_head_ms", "attention_ms", "elementwise_ms", "sampler_ms")
