@@ -4,6 +4,11 @@ e.g. ``python -m analysis.latency_vs_load results/headline``.
 
 Figures are written to files, never shown: the package selects matplotlib's
 non-interactive Agg backend before any script imports pyplot.
+
+The reports (``analysis.report`` with its sections ``analysis.pd_report`` and
+``analysis.caching``, and ``analysis.calibration``) read as numbers, then template, then
+Markdown: each section's ``facts()`` reads its numbers and verdicts, and
+:func:`analysis.markdown.render` fills its template in ``analysis/templates/``.
 """
 
 import matplotlib

@@ -10,6 +10,9 @@ prompt tokens the cache served against the offered requests per second. Capaciti
 come from :func:`analysis.capacity.capacities` under the studies' SLO (p99 TTFT ≤ 2 s,
 median TPOT ≤ 100 ms); for the chat study they are in conversations per second.
 
+The report's section on prefix caching is :func:`facts` (its numbers) filled into
+``analysis/templates/caching.md`` (its words) by :func:`section`.
+
     python -m analysis.caching results --out reports/caching.png
 """
 
@@ -17,13 +20,16 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis import capacity
 from analysis.common import RATE, Sweep, plain_log_axis, save, slo_line, style
+from analysis.markdown import render
 
 #: The two studies: results folder name, panel title, unit of the grid's rate.
 STUDIES = (
@@ -96,55 +102,46 @@ def draw(sweeps: dict[str, pd.DataFrame], slo: float | None = 2.0):
     return fig
 
 
-def section(res: Path, out: Path) -> tuple[list[str], dict[str, Path]]:
-    """The report's section on prefix caching and the figure drawn for it."""
-    sweeps = {name: Sweep(res / name) for name, _, _ in STUDIES}
-    points = {name: s.points for name, s in sweeps.items()}
-    figure = save(draw(points), out / "caching.png")
+def capacity_text(caps: pd.DataFrame, variant: str) -> str:
+    """A variant's capacity with its 95 % interval, as the section's table prints it."""
+    row = caps.loc[variant]
+    if pd.isna(row["capacity"]):
+        return f"none (fails at {row['lowest_rate']:g})"
+    low = "below the grid" if pd.isna(row["ci_low"]) else f"{row['ci_low']:.2f}"
+    high = "above the grid" if pd.isna(row["ci_high"]) else f"{row['ci_high']:.2f}"
+    return f"{row['capacity']:.2f} [{low}, {high}]"
+
+
+def facts(points: Mapping[str, pd.DataFrame], reps: Mapping[str, int]) -> dict[str, Any]:
+    """The section's numbers (analysis/templates/caching.md): each study's capacities with
+    the cache on and off and their ratio, and the share of prompt tokens the cache served.
+    ``points`` and ``reps``: each study's points and replications by folder name."""
     sys_caps, chat_caps = (capacities(points[name]) for name, _, _ in STUDIES)
     sys_pts, chat_pts = points["caching-system-prompt"], points["caching-chat"]
     hit = sys_pts[sys_pts["variant"] == "cached"]["prefix_cache_hit_rate"]
     chat_hit = chat_pts[chat_pts["variant"] == "cached"].sort_values(RATE)["prefix_cache_hit_rate"]
+    return {
+        "reps_system": reps["caching-system-prompt"],
+        "reps_chat": reps["caching-chat"],
+        "system_cached": capacity_text(sys_caps, "cached"),
+        "system_uncached": capacity_text(sys_caps, "uncached"),
+        "system_gain": gain(sys_caps),
+        "chat_cached": capacity_text(chat_caps, "cached"),
+        "chat_uncached": capacity_text(chat_caps, "uncached"),
+        "chat_gain": gain(chat_caps),
+        "system_hits": _share(hit),
+        "chat_hits_light": _share(chat_hit.iloc[:1]),
+        "chat_hits_heavy": _share(chat_hit.iloc[-1:]),
+    }
+
+
+def section(res: Path, out: Path) -> tuple[str, dict[str, Path]]:
+    """The report's section on prefix caching (Markdown) and the figure drawn for it."""
+    sweeps = {name: Sweep(res / name) for name, _, _ in STUDIES}
+    points = {name: s.points for name, s in sweeps.items()}
+    figure = save(draw(points), out / "caching.png")
     reps = {name: int(s.study.get("replications", 1)) for name, s in sweeps.items()}
-
-    def cap(caps: pd.DataFrame, variant: str) -> str:
-        row = caps.loc[variant]
-        if pd.isna(row["capacity"]):
-            return f"none (fails at {row['lowest_rate']:g})"
-        low = "below the grid" if pd.isna(row["ci_low"]) else f"{row['ci_low']:.2f}"
-        high = "above the grid" if pd.isna(row["ci_high"]) else f"{row['ci_high']:.2f}"
-        return f"{row['capacity']:.2f} [{low}, {high}]"
-
-    lines = [
-        "## Prefix caching",
-        "",
-        "vLLM keeps the KV blocks of finished requests and reuses them for any later prompt that",
-        "starts with the same tokens (automatic prefix caching, on by default); des does the same with",
-        "block-hash chains, LRU eviction and the engine's rule that the last prompt token is always",
-        "computed. Two workloads on one RTX 4090 serving Qwen2.5-7B, the cache on and off",
-        f"(`scenarios/caching-system-prompt.yaml`, {reps['caching-system-prompt']} replications;",
-        f"`scenarios/caching-chat.yaml`, {reps['caching-chat']} replications), same SLO as above:",
-        "",
-        "| workload | capacity, caching on | caching off | gain |",
-        "|---|---|---|---|",
-        f"| 4 system prompts of 1024 tokens + 256 own, 128 out (req/s) | {cap(sys_caps, 'cached')} | "
-        f"{cap(sys_caps, 'uncached')} | {gain(sys_caps):.1f}x |",
-        f"| multi-turn chat (conversations/s) | {cap(chat_caps, 'cached')} | {cap(chat_caps, 'uncached')} | "
-        f"{gain(chat_caps):.1f}x |",
-        "",
-        f"Behind shared system prompts the cache serves {_share(hit)} of the prompt tokens at every load:",
-        "each prompt computes only its own ~256 tokens, so prefill work falls by four fifths and the",
-        f"GPU carries {gain(sys_caps):.1f} times the traffic within the SLO. In chat, every turn re-sends the",
-        "conversation so far, whose blocks are often still cached from the turn before when the user",
-        f"comes back: {_share(chat_hit.iloc[:1])} of the prompt tokens hit at the lightest load and",
-        f"{_share(chat_hit.iloc[-1:])} at the heaviest, where the KV cache is full of running requests and",
-        "evicts idle conversations' blocks while their users think (15 s on average). The gain is smaller",
-        "than behind a system prompt: answers (decode, which no cache saves) are a larger share of the work.",
-        "",
-        "![prefix caching](caching.png)",
-        "",
-    ]
-    return lines, {"caching": figure}
+    return render("caching", facts(points, reps)), {"caching": figure}
 
 
 def main(argv=None) -> Path:

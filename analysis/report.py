@@ -6,7 +6,8 @@ and the prefix-caching studies ``results/caching-*``), draws every figure into
 ``reports/`` with the other analysis scripts, reads each scheduler's capacity under the
 default SLO off the headline sweep (analysis/capacity.py), adds the prefill/decode
 (analysis/pd_report.py) and prefix-caching (analysis/caching.py) sections and writes
-the report around them.
+the report around them: analysis/templates/report.md filled with :func:`facts` and the
+two sections' Markdown.
 
     python -m analysis.report --results results --out reports
 """
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -32,20 +35,7 @@ from analysis import (
     timeline,
 )
 from analysis.common import CV, RATE, Sweep
-
-#: What the coefficient of variation of the gaps means for real traffic (README and report).
-CV_MEANING = [
-    "**What cv means.** The coefficient of variation of the gaps between arrivals is their",
-    "standard deviation over their mean. Poisson traffic (independent users) has cv 1; cv 3",
-    "means requests come in clumps: most gaps are far shorter than the mean, a few are long",
-    "lulls (a gamma-renewal process with shape 1/cv²). Real traffic is burstier than Poisson",
-    "when requests are correlated: agents and batch jobs firing many calls at once, retries,",
-    "a UI that sends on a timer. Two alternatives describe bursts by their cause rather than",
-    "by one number: `onoff{on_rate, off_rate, mean_on, mean_off}` (bursts and lulls) and",
-    "`mmpp{rates, mean_sojourn}` (several load regimes). To fit cv from your own logs, replay",
-    "them (`workload.arrival: {process: trace, path: log.csv}`): `des run` prints the trace's",
-    "measured rate and gap cv.",
-]
+from analysis.markdown import render
 
 
 def _figures(res: Path, out: Path) -> dict[str, Path]:
@@ -61,14 +51,65 @@ def _figures(res: Path, out: Path) -> dict[str, Path]:
     return figures
 
 
-def _burstiness_lines(points: pd.DataFrame) -> list[str]:
-    """p99 TTFT at cv 1 and at the highest cv, per GPU count."""
+def headline_facts(points: pd.DataFrame, runs: pd.DataFrame, study: Mapping[str, Any]) -> dict[str, Any]:
+    """The headline study's setup: its loads, each scheduler's saturation throughput, its
+    runs and requests, and the SLO its goodput counts."""
+    saturation = (points[RATE] / points["load"]).groupby(points["variant"]).median()
+    slo = study.get("set", {}).get("slo", {})
+    return {
+        "fractions": ", ".join(f"{f:g}" for f in sorted(points["load"].unique())),
+        "saturations": ", ".join(f"{v} {saturation[v]:.2f} req/s" for v in saturation.index),
+        "reps": int(study.get("replications", 1)),
+        "runs": len(runs),
+        "requests": int(runs["num_requests"].sum()),
+        "goodput_slo": " and ".join(f"{k} ≤ {v:g} s" for k, v in slo.items()),
+    }
+
+
+def capacity_facts(points: pd.DataFrame, slo: dict[str, float] = capacity.DEFAULT_SLO) -> dict[str, Any]:
+    """Each scheduler's capacity under ``slo`` (cv 1 and 3), and what static batching and
+    bursts cost: the headline study's continuous and static batching, Poisson and cv 3."""
+    caps = capacity.capacities(points, slo)
+
+    def at(variant: str, cv: float) -> pd.Series:
+        return caps[(caps["variant"] == variant) & (caps[CV] == cv)].iloc[0]
+
+    cont, stat, bursty = at("continuous", 1.0), at("static", 1.0), at("continuous", 3.0)
+    static_low = points[(points["variant"] == "static") & (points[CV] == 1.0)].sort_values(RATE).iloc[0]
+    return {
+        "slo_ttft": slo["ttft_p99"],
+        "slo_tpot_ms": slo["tpot_p50"] * 1e3,
+        "capacity_lines": "\n".join(f"- {capacity.describe(row, slo)}" for _, row in caps.iterrows()),
+        "continuous_capacity": cont["capacity"],
+        "static_low_rate": static_low[RATE],
+        "static_low_ttft": static_low["ttft_p99"],
+        "static_max_throughput": stat["max_throughput"],
+        "continuous_max_throughput": cont["max_throughput"],
+        "throughput_ratio": cont["max_throughput"] / stat["max_throughput"],
+        "bursty_loss": 1 - bursty["capacity"] / cont["capacity"],
+    }
+
+
+def burstiness_facts(points: pd.DataFrame) -> dict[str, Any]:
+    """The table of p99 TTFT at cv 1 and at the highest cv, per GPU count."""
     top = points[CV].max()
     lines = []
     for variant, g in points.groupby("variant", sort=False):
         at = g.set_index(CV)["ttft_p99"]
         lines.append(f"| {variant.replace('-', ' ')} | {at.get(1.0, math.nan):.2f} s | {at.get(top, math.nan):.2f} s |")
-    return [f"| GPUs | p99 TTFT at cv 1 | at cv {top:g} |", "|---|---|---|", *lines]
+    return {"burstiness_table": "\n".join([f"| GPUs | p99 TTFT at cv 1 | at cv {top:g} |", "|---|---|---|", *lines])}
+
+
+def facts(res: Path) -> dict[str, Any]:
+    """The numbers of analysis/templates/report.md outside its sections, read from the
+    headline and burstiness sweeps in ``res``."""
+    head = Sweep(res / "headline")
+    points = head.points
+    return (
+        headline_facts(points, head.runs, head.study)
+        | capacity_facts(points)
+        | burstiness_facts(Sweep(res / "burstiness").points)
+    )
 
 
 def main(argv=None) -> Path:
@@ -78,125 +119,13 @@ def main(argv=None) -> Path:
     args = ap.parse_args(argv)
     res, out = args.results, args.out
     out.mkdir(parents=True, exist_ok=True)
-    head = Sweep(res / "headline")
-    study = head.study
-    slo_req = study.get("set", {}).get("slo", {})
-    points, runs = head.points, head.runs
     figures = _figures(res, out)
-    pd_lines, pd_figures = pd_report.section(res, out)
-    figures |= {f"pd_{k}": v for k, v in pd_figures.items()}
-    cache_lines, cache_figures = caching.section(res, out)
-    figures |= cache_figures
-
-    slo = capacity.DEFAULT_SLO
-    caps = capacity.capacities(points, slo)
-    cap_lines = [f"- {capacity.describe(row, slo)}" for _, row in caps.iterrows()]
-    cont = caps[(caps["variant"] == "continuous") & (caps[CV] == 1.0)].iloc[0]
-    stat = caps[(caps["variant"] == "static") & (caps[CV] == 1.0)].iloc[0]
-    bursty = caps[(caps["variant"] == "continuous") & (caps[CV] == 3.0)].iloc[0]
-    loss = 1 - bursty["capacity"] / cont["capacity"]
-    saturation = (points["workload.arrival.rate"] / points["load"]).groupby(points["variant"]).median()
-    fractions = sorted(points["load"].unique())
-    static_low = points[(points["variant"] == "static") & (points[CV] == 1.0)].sort_values(RATE).iloc[0]
-    reps = int(study.get("replications", 1))
-    lines = [
-        "# des report: RTX 4090s serving Qwen2.5-7B",
-        "",
-        "Generated by `make run` (`des sweep` of `scenarios/headline.yaml`, `burstiness.yaml`, `detail.yaml`,",
-        "`lesson-grid.yaml` and the prefill/decode studies `pd-compare.yaml`, `pd-breakeven.yaml`,",
-        "`pd-split.yaml`, `pd-interference.yaml`, the prefix-caching studies `caching-system-prompt.yaml` and",
-        "`caching-chat.yaml`, then `python -m analysis.report`). Every number below is read",
-        "from those sweeps.",
-        "",
-        "**Setup.** One RTX 4090 (24 GB) serving Qwen2.5-7B in bf16, step times from the calibrated roofline",
-        "model (`reports/calibration.md`); prompts lognormal (mean 512 tokens, sigma 0.6), outputs geometric",
-        "(mean 128 tokens). Continuous batching is vLLM's V1 scheduler (128 sequences, 2048-token budget,",
-        "chunked prefill, paged KV cache); static batching takes up to 32 requests (waiting at most 50 ms",
-        "for company), pads them to the longest prompt and runs them until the longest output is done.",
-        "Arrivals are gamma-renewal with cv 1 (Poisson) or cv 3 (bursty). Each scheduler runs at its own",
-        f"loads: {', '.join(f'{f:g}' for f in fractions)} of its saturation throughput, measured first by a",
-        "closed-loop probe that keeps every batch full ("
-        + ", ".join(f"{v} {saturation[v]:.2f} req/s" for v in saturation.index)
-        + ").",
-        f"{reps} replications of 600 s (60 s warm-up) per point, common random numbers across schedulers:",
-        f"{len(runs)} runs, {int(runs['num_requests'].sum()):,} simulated requests.",
-        "",
-        "The disaggregated scheduler (prefill on some GPUs, decode on others) needs two GPUs or more: it",
-        "meets static and continuous batching at equal GPU count in",
-        "[its own section](#disaggregated-prefilldecode-serving-at-equal-gpu-count).",
-        "",
-        "## Capacity under the default SLO",
-        "",
-        f"Default SLO: p99 time to first token ≤ {slo['ttft_p99']:g} s and median time per output",
-        f"token ≤ {slo['tpot_p50'] * 1e3:g} ms, with every replication stable. Capacity is interpolated",
-        "between the grid's points; its 95 % interval runs from where the SLOs surely hold (upper ends",
-        "of the metrics' intervals) to where they surely fail (lower ends), left open if the grid ends first.",
-        "",
-        *cap_lines,
-        "",
-        f"Continuous batching carries **{cont['capacity']:.1f} req/s** of Poisson traffic within the SLO. Static",
-        f"batching meets it at no load: even at {static_low[RATE]:.2g} req/s (a tenth of its saturation)",
-        f"its p99 TTFT is {static_low['ttft_p99']:.0f} s, because a request arriving during a batch waits for",
-        "the batch's longest output (the maximum of up to 32 geometric lengths) before it starts. Its",
-        f"throughput tops out at {stat['max_throughput']:.1f} req/s, against {cont['max_throughput']:.1f} req/s for",
-        f"continuous batching ({cont['max_throughput'] / stat['max_throughput']:.1f}x). Bursty arrivals (cv 3) cost",
-        f"continuous batching {loss:.0%} of its SLO capacity: bursts queue prompts whose 2048-token prefill",
-        "chunks share steps with the running decodes, which raises both the TTFT tail and the TPOT tail.",
-        "",
-        "## Latency against load",
-        "",
-        "Each scheduler from light load to past its own saturation (log axes).",
-        "",
-        "![latency percentiles against load](latency_vs_load.png)",
-        "",
-        "## Throughput and goodput",
-        "",
-        "Goodput counts the requests that individually met "
-        + " and ".join(f"{k} ≤ {v:g} s" for k, v in slo_req.items())
-        + ".",
-        "",
-        "![throughput and goodput against load](throughput.png)",
-        "",
-        "## Burstiness, per GPU count",
-        "",
-        *CV_MEANING,
-        "",
-        "The same stream is far less bursty for each GPU of a cluster: a round-robin router hands GPU",
-        "k of n every n-th request, so the gaps each GPU sees are sums of n gaps, with cv / sqrt(n).",
-        "At the same load per GPU (8 req/s, about 60 % of one 4090's capacity):",
-        "",
-        *_burstiness_lines(Sweep(res / "burstiness").points),
-        "",
-        "So a capacity measured on one GPU under bursty traffic understates what a cluster carries",
-        "per GPU; plan with the GPU count you will deploy.",
-        "",
-        "![latency against burstiness, per GPU count](burstiness.png)",
-        "",
-        *pd_lines,
-        *cache_lines,
-        "## Latency distributions at 1 req/s",
-        "",
-        "![CDFs](cdf.png)",
-        "",
-        "## Batch size, queue and KV cache over time",
-        "",
-        "![timeline](timeline.png)",
-        "",
-        "## The seed lesson's slot grid, simulated",
-        "",
-        "The lesson's 12 requests on 4 slots with unit-cost steps, drawn from des's own steps and",
-        "requests tables: static batching takes 30 steps at 46.7 % slot utilisation, continuous 18 at",
-        "77.8 %, as the lesson computes.",
-        "",
-        "![slot grid](slot_grid.png)",
-        "",
-        "## Calibration",
-        "",
-        "See [calibration.md](calibration.md) for the roofline constants and how they were set.",
-        "",
-    ]
+    pd_section, pd_figures = pd_report.section(res, out)
+    caching_section, caching_figures = caching.section(res, out)
+    figures |= {f"pd_{k}": v for k, v in pd_figures.items()} | caching_figures
+    text = render("report", facts(res) | {"pd_section": pd_section, "caching_section": caching_section})
     path = out / "README.md"
-    path.write_text("\n".join(lines))
+    path.write_text(text)
     print(f"wrote {path} and {len(figures)} figures")
     return path
 

@@ -20,8 +20,9 @@ from tests.helpers import ROOT, SCENARIOS, des_cli
 
 sys.path.insert(0, str(ROOT))
 
-from analysis import pd_breakeven, pd_capacity, pd_interference, pd_latency  # noqa: E402
+from analysis import pd_breakeven, pd_capacity, pd_interference, pd_latency, pd_report  # noqa: E402
 from analysis.common import Sweep, config_style, num_gpus  # noqa: E402
+from analysis.markdown import render  # noqa: E402
 
 RATE = "workload.arrival.rate"
 PROMPT = "workload.prompt_tokens.mean"
@@ -309,3 +310,288 @@ def test_interference_figure_and_what_stalls_the_followed_request(interference, 
     st = sw.table(run, "steps")
     assert (st[st["instance"] == split.instance]["prefill_tokens"] == 0).all() and len(split.heavy) == 0
     assert is_png(pd_interference.main([str(interference), "--out", str(tmp_path / "int.png")]))
+
+
+# --- the report's section: its facts, on hand-made tables --------------------------------
+
+
+def cap(variant: str, config: str, slo: str, capacity: float, low: float, high: float, **more: Any) -> dict:
+    """A capacity_table row (per GPU); ``more``: saturation, lowest_rate, ci_high_open, holds_everywhere."""
+    base = {"saturation": 10.0, "lowest_rate": 0.1, "ci_high_open": False, "holds_everywhere": False}
+    row = {"variant": variant, "config": config, "slo": slo, "capacity": capacity, "ci_low": low, "ci_high": high}
+    return row | base | more
+
+
+NONE = (math.nan, math.nan, math.nan)
+#: Two GPUs, per (workload, config): saturation, then (capacity, low, high) under the default and the tight SLO.
+SIDE = {
+    ("chat", "static-x2"): (1.1, NONE, NONE),
+    ("chat", "continuous-x2"): (10.0, (9.0, 8.5, 9.5), (6.0, 5.5, 6.5)),
+    ("chat", "1P+1D"): (9.5, (8.8, 8.0, 9.2), (7.5, 7.0, 8.0)),  # overlaps the pair; ahead of it, apart
+    ("long", "static-x2"): (0.8, NONE, NONE),
+    ("long", "continuous-x2"): (2.0, (1.5, 1.4, 1.6), (0.4, 0.3, 0.5)),
+    ("long", "1P+1D"): (1.3, (0.6, 0.5, 0.7), (0.45, math.nan, 0.8)),  # behind, apart; overlaps
+}
+
+
+def side_caps() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            cap(w, c, slo, *values, saturation=sat)
+            for (w, c), (sat, *per_slo) in SIDE.items()
+            for slo, values in zip(pd_capacity.SLOS, per_slo, strict=True)
+        ]
+    )
+
+
+def test_side_facts_weigh_the_pair_per_workload_and_slo():
+    facts = pd_report.side_facts(side_caps())
+    assert facts["verdict_chat_default"] == "tie"
+    assert facts["vs_chat_default"] == "split 8.80 against colocated 9.00 per GPU; the intervals overlap"
+    assert facts["verdict_chat_tight"] == "split"
+    assert facts["vs_chat_tight"].startswith("split 7.50 against colocated 6.00 per GPU; the split is ahead, the")
+    assert facts["verdict_long_default"] == "colocated"
+    assert facts["vs_long_default"].endswith("the colocated pair is ahead, the intervals apart")
+    assert facts["verdict_long_tight"] == "tie"
+    assert facts["long_ratio"] == pytest.approx(1.5 / 0.6)
+    assert (facts["chat_default_says"], facts["long_default_says"]) == ("ties with", "loses clearly")
+    assert facts["side_table"].split("\n") == [
+        "| static ×2 | 1.10 | none (fails from 0.1) | none (fails from 0.1) | 0.80 | none (fails from 0.1) "
+        "| none (fails from 0.1) |",
+        "| continuous ×2 | 10.00 | 9.00 [8.50, 9.50] | 6.00 [5.50, 6.50] | 2.00 | 1.50 [1.40, 1.60] "
+        "| 0.40 [0.30, 0.50] |",
+        "| disaggregated 1P+1D | 9.50 | 8.80 [8.00, 9.20] | 7.50 [7.00, 8.00] | 1.30 | 0.60 [0.50, 0.70] "
+        "| 0.45 [—, 0.80] |",
+    ]
+    # neither meets it: no capacities to set against each other
+    caps = side_caps()
+    caps.loc[caps["variant"] == "chat", ["capacity", "ci_low", "ci_high"]] = math.nan
+    facts = pd_report.side_facts(caps)
+    assert facts["verdict_chat_default"] == "neither" and facts["vs_chat_default"] == pd_report.SAYS["neither"]
+    assert facts["chat_default_says"] == "is not ahead of"
+
+
+def latency_points() -> pd.DataFrame:
+    """Two GPUs' load curves at 0.5, 0.9 and 1.1 of saturation, listed heaviest load first."""
+    loads = [1.1, 0.9, 0.5]
+    curves = {
+        # (config, workload): ttft_p99, tpot_p50, tpot_p99, all_stable, heaviest load first
+        ("continuous-x2", "chat"): ([9.0, 0.5, 0.3], [0.05, 0.03, 0.02], [0.1, 0.05, 0.03], [False, True, True]),
+        ("1P+1D", "chat"): ([20.0, 0.8, 0.4], [0.02, 0.02, 0.02], [0.04, 0.04, 0.04], [False, False, True]),
+        ("continuous-x2", "long"): ([9.0, 1.5, 0.5], [0.3, 0.09, 0.016], [0.5, 0.2, 0.025], [True, True, True]),
+        ("1P+1D", "long"): ([9.0, 1.8, 0.6], [0.02, 0.019, 0.017], [0.05, 0.044, 0.034], [False, True, True]),
+    }
+    frames = []
+    for (config, workload), (ttft, p50, p99, stable) in curves.items():
+        frames.append(
+            pd.DataFrame(
+                {
+                    "variant": workload,
+                    "config": config,
+                    "load": loads,
+                    RATE: [4 * f for f in loads],
+                    "all_stable": stable,
+                    "ttft_p99": ttft,
+                    "tpot_p50": p50,
+                    "tpot_p90": [2 * x for x in p50],
+                    "tpot_p99": p99,
+                    "kv_transfer_time_mean": [0.03, 0.025, 0.022],
+                    "kv_transfer_time_p99": [0.05, 0.04, 0.038],
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_latency_facts_read_the_stable_loads_up_to_saturation():
+    facts = pd_report.latency_facts(latency_points())
+    # the unloaded decode step: the colocated pair's median TPOT at the lightest chat load
+    assert facts["step_ms"] == pytest.approx(20.0) and facts["tight_over_step"] == pytest.approx(2.0)
+    assert facts["max_load"] == 1.1
+    # only stable points at or below saturation: the split's chat curve is stable at its lightest load only
+    assert facts["chat_split_ttft_max"] == 0.4 and facts["chat_colocated_ttft_max"] == 0.5
+    assert facts["long_colocated_tpot_p50"] == "16–90 ms" and facts["long_colocated_tpot_p99"] == "25–200 ms"
+    assert facts["long_split_tpot_p50"] == "17–19 ms" and facts["long_split_tpot_p99"] == "34–44 ms"
+    # the split's long curve at its lightest load
+    assert facts["light_tpot_p50_ms"] == pytest.approx(17.0) and facts["light_tpot_p90_ms"] == pytest.approx(34.0)
+    assert facts["light_transfer_mean_ms"] == pytest.approx(22) and facts["light_transfer_p99_ms"] == pytest.approx(38)
+
+
+def be_table(tight: dict[int, tuple[float, float, str]]) -> pd.DataFrame:
+    """A break-even table: the default SLO's row per prompt length fixed, the tight SLO's given
+    as (colocated, split, verdict) per length; ratio split / colocated (NaN at 0)."""
+    default = {
+        512: (10.0, 8.0, "colocated"),
+        1024: (5.0, 4.0, "colocated"),
+        2048: (2.0, 2.1, "tie"),
+        4096: (0.5, 0.5, "tie"),
+        8192: (0.0, 0.0, "neither"),
+    }
+    return pd.DataFrame(
+        [
+            {"slo": slo, PROMPT: length, "colocated": c, "split": s, "ratio": s / c if c else math.nan, "verdict": v}
+            for slo, by in (("default", default), ("tight TPOT", tight))
+            for length, (c, s, v) in by.items()
+        ]
+    )
+
+
+TIGHT = {
+    512: (3.0, 3.3, "tie"),
+    1024: (1.0, 2.5, "split"),
+    2048: (0.5, 0.8, "tie"),
+    4096: (0.3, 0.45, "tie"),
+    8192: (0.0, 0.0, "neither"),
+}
+
+
+def test_breakeven_facts_say_where_each_configuration_leads():
+    facts = pd_report.breakeven_facts(be_table(TIGHT), reps=5)
+    assert facts["lengths"] == "512, 1,024, 2,048, 4,096, 8,192"
+    assert facts["breakeven_table"].split("\n") == [
+        "| SLO | 512 tokens | 1,024 tokens | 2,048 tokens | 4,096 tokens | 8,192 tokens |",
+        "|---|---|---|---|---|---|",
+        "| default | colocated (0.80) | colocated (0.80) | tie (1.05) | tie (1.00) | neither (—) |",
+        "| tight TPOT | tie (1.10) | split (2.50) | tie (1.60) | tie (1.50) | neither (—) |",
+    ]
+    assert facts["default_colocated_ahead"] == "512 and 1,024" and facts["default_split_ahead"] == "never does."
+    # ahead by more than 20 % at three lengths, apart at one of them
+    assert facts["tight_split_ahead"] == "1,024, 2,048 and 4,096" and facts["split_prompts"] == "1,024 to 4,096"
+    assert (facts["most"], facts["most_at"]) == (2.5, 1024)
+    assert facts["separation"] == "The intervals separate at 1,024 tokens; at 2,048 and 4,096 they overlap."
+    assert facts["confirm"] == ". Confirm with" and facts["ten_replications_times"] == 2.0
+    assert facts["far_capacity"] == 0.45  # the most either carries from 4,096 tokens on
+
+
+def test_breakeven_facts_of_a_lead_without_a_verdict():
+    tight = TIGHT | {1024: (1.0, 2.5, "tie")}  # a lead, the intervals overlapping
+    table = be_table(tight)
+    table.loc[(table["slo"] == "default") & (table[PROMPT] == 2048), "verdict"] = "split"
+    facts = pd_report.breakeven_facts(table, reps=4)
+    assert facts["default_split_ahead"] == "does at 2,048 tokens."
+    assert facts["tight_split_ahead"] == "1,024, 2,048 and 4,096" and facts["split_prompts"] == "1,024 to 4,096"
+    assert facts["separation"] == (
+        "But with 4 replications the intervals overlap at every length: a lead, not a verdict."
+    )
+    assert facts["confirm"] == ", though with 4 replications the intervals overlap. Run the study with"
+    level = {length: (1.0, 1.1, "tie") for length in (512, 1024, 2048, 4096, 8192)}
+    nothing = pd_report.breakeven_facts(be_table(level), reps=4)
+    assert nothing["tight_split_ahead"] == "no prompt length" and nothing["split_prompts"] == "a few thousand"
+    assert math.isnan(nothing["most"]) and nothing["most_at"] is None and nothing["far_capacity"] == 1.1
+
+
+#: Four GPUs, per config: (capacity, low, high) for chat and long under the default SLO.
+FOUR = {
+    "continuous-x4": ((8.0, 7.5, 8.4), (2.0, 1.8, 2.2)),
+    "1P+3D": ((5.0, 4.8, 5.5), (0.4, 0.3, 0.5)),
+    "2P+2D": ((8.5, 8.0, 9.0), (1.0, 0.8, 1.2)),
+    "3P+1D": ((4.0, 3.5, 4.5), (1.5, 1.3, 1.7)),
+}
+
+
+def test_four_gpu_facts_name_the_best_and_worst_split():
+    rows = []
+    for config, per_workload in FOUR.items():
+        for w, values in zip(("chat", "long"), per_workload, strict=True):
+            rows.append(cap(w, config, "default", *values))
+            rows.append(cap(w, config, "tight TPOT", *NONE, lowest_rate=0.25))
+    facts = pd_report.four_gpu_facts(pd.DataFrame(rows))
+    assert facts["four_text"].split("\n") == [
+        "- **Chat**: 2P+2D is the best split, 8.50 per GPU, level with continuous ×4 (8.00) within the intervals;"
+        " 3P+1D the worst, 50% below it.",
+        "- **Long**: 3P+1D is the best split, 1.50 per GPU, behind continuous ×4 (2.00), the intervals apart;"
+        " 1P+3D the worst, 80% below it.",
+    ]
+    table = facts["four_table"].split("\n")
+    assert len(table) == 4
+    assert table[0] == (
+        "| continuous ×4 | 8.00 [7.50, 8.40] | none (fails from 0.25) | 2.00 [1.80, 2.20] | none (fails from 0.25) |"
+    )
+
+
+def test_interference_facts_count_the_stalls_and_what_caused_them():
+    long_prompts = pd.DataFrame({"arrival_time": [-1.0, 0.03, 0.25, 0.3, 5.0], "instance": [0, 0, 0, 1, 0]})
+    colocated = pd_interference.Trace(
+        "colocated",
+        "continuous",
+        np.array([0.0, 0.02, 0.04, 0.24, 0.26, 0.46, 0.48]),  # two gaps of 0.2 s
+        0,
+        long_prompts,
+        np.array([[0.04, 0.24], [1.0, 1.2]]),  # a prefill-heavy step ends the first stall, none the second
+    )
+    times = np.array([0.0, 0.05, 0.07, 0.09])
+    split = pd_interference.Trace("split", "disaggregated", times, 1, long_prompts, np.empty((0, 2)))
+    facts = pd_report.interference_facts(colocated, split)
+    # three long prompts arrive while it decodes, two of them on its instance
+    assert (facts["tokens"], facts["long_prompts"], facts["long_prompts_on_its_instance"]) == (7, 3, 2)
+    assert facts["stalls"] == 2 and facts["stall_each"] == pytest.approx(0.2)
+    assert facts["stall_min_ms"] == pytest.approx(200) and facts["stall_max_ms"] == pytest.approx(200)
+    assert facts["stalls_in_prefill"] == "1 of them"
+    assert facts["colocated_tpot_ms"] == pytest.approx(80) and facts["split_tpot_ms"] == pytest.approx(30)
+    assert facts["split_longest_gap_ms"] == pytest.approx(50)
+
+
+LINK = pd_report.Link(bandwidth=12e9, latency=0.002, kv_token=57_344, fast=[240e9, 360e9])
+
+
+def test_link_facts():
+    facts = pd_report.link_facts(LINK)
+    assert (facts["link_gbps"], facts["link_ms"]) == (12, 2)
+    # 4,096 tokens of 56 KiB: 235 MB, 19.6 ms at 12 GB/s, plus 2 ms
+    assert facts["kv_4k_mb"] == pytest.approx(234.881024)
+    assert facts["transfer_4k_ms"] == pytest.approx(4096 * 57_344 / 12e6 + 2)
+    assert (facts["nvlink_low"], facts["nvlink_high"]) == (20, 30)
+
+
+def test_study_facts():
+    variants = {"chat": {"horizon": {"duration": 150}}, "long": {}}
+    study = {"replications": 4, "load": {"fractions": [0.1, 0.5, 0.95]}, "variants": variants}
+    facts = pd_report.study_facts(study, pd.DataFrame({"num_requests": [10, 20, 30]}))
+    horizons = {"chat": 150, "long": None}
+    assert facts == {
+        "reps": 4,
+        "fractions": "0.1, 0.5, 0.95",
+        "top": 0.95,
+        "horizons": horizons,
+        "runs": 3,
+        "requests": 60,
+    }
+
+
+def test_the_section_template_is_filled_from_the_facts():
+    variants = {"chat": {"horizon": {"duration": 150}}, "long": {"horizon": {"duration": 450}}}
+    study = pd_report.study_facts(
+        {"replications": 5, "load": {"fractions": [0.5, 0.9, 1.1]}, "variants": variants},
+        pd.DataFrame({"num_requests": [1_000, 2_345]}),
+    )
+    four = pd.DataFrame(
+        [
+            cap(w, c, s, *v)
+            for c, per in FOUR.items()
+            for w, v in zip(("chat", "long"), per, strict=True)
+            for s in pd_capacity.SLOS
+        ]
+    )
+    arrival = pd.DataFrame({"arrival_time": [0.1], "instance": [0]})
+    trace = pd_interference.Trace("x", "continuous", np.array([0.0, 0.2, 0.4]), 0, arrival, np.array([[0.0, 0.2]]))
+    results = pd_report.Results(
+        compare=latency_points(),
+        caps=side_caps(),
+        split=latency_points(),
+        split_caps=four,
+        breakeven=be_table(TIGHT),
+        studies={"compare": study, "split": study, "breakeven": study},
+        link=LINK,
+        colocated=trace,
+        disaggregated=trace,
+    )
+    text = render("pd", pd_report.facts(results))
+    assert text.startswith("## Disaggregated prefill/decode serving, at equal GPU count\n")
+    assert "(`scheduler: {kind: disaggregated}`)" in text  # a literal brace of the template
+    assert "through host memory at 12 GB/s plus 2 ms per transfer, 22 ms for a\n4,096-token prompt (235 MB)" in text
+    assert "5 replications per point of\n150 s (chat) and 450 s (long), common random numbers: 2 runs,\n3,345 " in text
+    assert "- **Chat.** Default SLO: split 8.80 against colocated 9.00 per GPU; the intervals overlap.\n" in text
+    assert "(up to 2.5 times, at 1,024 tokens)" in text
+    assert "  ties with colocated replicas on chat and loses clearly on long prompts" in text
+    assert "NVLink servers move the same KV 20–30 times faster" in text
+    assert "{" not in text.replace("{kind: disaggregated}", "") and text.endswith("is flagged too.)\n")

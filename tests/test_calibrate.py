@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ import des
 from des import catalog
 from des.catalog.calibration import read_calibration
 from des.cost.base import BatchShape
-from des.cost.report import decode_shape, prefill_shape
+from des.cost.report import CostReport, decode_shape, prefill_shape
 from des.cost.roofline import Engine, build_roofline
 from des.tools.calibrate import GROUPS, Fit, fit_profile, read_profile
 from tests.helpers import ROOT
@@ -185,7 +186,7 @@ def test_the_report_is_current_and_fails_when_the_catalog_drifts(tmp_path, monke
     from analysis import calibration as report
 
     out = report.main(["--out", str(tmp_path)])
-    assert out.read_text() == (ROOT / "reports" / "calibration.md").read_text(), "run python analysis/calibration.py"
+    assert out.read_text() == (ROOT / "reports" / "calibration.md").read_text(), "run python -m analysis.calibration"
     for png in ("calibration_fit.png", "calibration_residuals.png", "calibration_roofline.png", "calibration_gpus.png"):
         assert (tmp_path / png).stat().st_size > 30_000, png
     real = catalog.gpu("rtx4090")
@@ -205,3 +206,82 @@ def test_the_report_is_current_and_fails_when_the_catalog_drifts(tmp_path, monke
     monkeypatch.setattr(report.catalog, "gpu", drifted)
     with pytest.raises(SystemExit, match="gemm_knee"):
         report.main(["--out", str(tmp_path / "again")])
+
+
+# --- the report's facts (analysis/calibration.py) -----------------------------------------
+
+
+class FlatRoofline:
+    """Every step takes 20 ms, whatever it computes."""
+
+    def step_time(self, shape) -> float:
+        return 0.02
+
+
+def test_single_request_rate_is_its_prefill_then_a_decode_step_per_further_token():
+    from analysis.calibration import single_request_tok_s
+
+    r: Any = FlatRoofline()
+    # 11 tokens: the prefill's, then 10 decode steps: 11 steps of 20 ms
+    assert single_request_tok_s(r, 0, 11, count_prompt=False) == pytest.approx(11 / 0.22)
+    assert single_request_tok_s(r, 1, 11, count_prompt=True) == pytest.approx(12 / 0.22)
+
+
+def test_public_facts_set_des_against_each_measurement():
+    from analysis.calibration import public_facts, single_request_tok_s
+
+    def des_rate(gpu: str, prompt: int, count_prompt: bool) -> float:
+        r = build_roofline(catalog.gpu(gpu), catalog.model("qwen2.5-7b"))
+        return single_request_tok_s(r, prompt, 100, count_prompt)
+
+    own = des_rate("rtx4090", 0, False)
+    h20 = des_rate("h20", 1, True)
+    checks = [
+        ("mine", "rtx4090", "qwen2.5-7b", 0, 100, own * 0.98, "generated tokens / wall time", "src"),
+        ("x", "h20", "qwen2.5-7b", 1, 100, h20 / 2, "(prompt + generated) tokens / time", "a"),
+        ("y", "h20", "qwen2.5-7b", 1, 100, h20 / 4, "(prompt + generated) tokens / time", "b"),
+    ]
+    facts = public_facts(checks)
+    assert facts["own_off_pct"] == pytest.approx(100 * (1 / 0.98 - 1))
+    assert (facts["h20_low"], facts["h20_high"]) == pytest.approx((2, 4))
+    assert facts["h20_reach_pct"] == pytest.approx(100 / 3)  # the measurements reach 1/3 of des's rate on average
+    assert facts["h20_weight_bandwidth"] == catalog.gpu("h20").efficiency.weight_bandwidth
+    rows = facts["public_table"].split("\n")
+    assert (
+        rows[0]
+        == f"| mine; generated tokens / wall time | rtx4090 | qwen2.5-7b | {own * 0.98:g} | {own:.1f} | 1.02 | src |"
+    )
+    assert rows[2].endswith(f"| {h20 / 4:g} | {h20:.1f} | 4.00 | b |")
+
+
+def test_fit_facts_and_the_composition_of_the_profile(fit):
+    from analysis.calibration import README_DECODE, README_PREFILL, composition_facts, fit_facts
+
+    facts = fit_facts(fit)
+    # the measured GEMMs of the layer, read from the profile itself: 128 tokens against 1
+    dense = pd.read_csv(PROFILE / "dense.csv")
+    gemms = dense[dense["layer"].isin(["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])]
+    per_step = gemms.groupby("tokens")["time_us"].sum()
+    assert facts["gemm_rise"] == pytest.approx(per_step[128] / per_step[1] - 1)
+    assert facts["gemm_knee"] == fit.efficiency.gemm_knee
+    assert facts["mixed_slower"] > 1  # a decode riding with a prefill chunk reads its KV slower
+    assert 0.5 < facts["decode_within"] < 1
+    assert [r.split(" | ")[0] for r in facts["factor_table"].split("\n")] == [f"| {g}" for g in GROUPS]
+    comp = composition_facts(fit)
+    decode = [r.split(" | ") for r in comp["decode_table"].split("\n")]
+    assert [(int(r[0][2:]), int(r[1].replace(",", ""))) for r in decode] == list(README_DECODE)
+    assert [float(r[2]) for r in decode] == list(README_DECODE.values())
+    # the sentence's worst error up to batch 128 is the table's
+    errors = [abs(float(r[4].split()[0])) for r in decode if int(r[0][2:]) <= 128]
+    assert comp["worst_pct"] == pytest.approx(max(errors), abs=0.05) and comp["worst_pct"] < 5
+    assert len(comp["prefill_table"].split("\n")) == len(README_PREFILL)
+
+
+def test_prediction_facts_are_the_parts_of_a_decode_step():
+    from analysis.calibration import prediction_facts
+
+    facts = prediction_facts(CostReport.build(catalog.gpu("rtx4090"), catalog.model("qwen2.5-7b")))
+    parts = ("gemm_ms", "lm_head_ms", "attention_ms", "elementwise_ms", "sampler_ms")
+    assert sum(facts[p] for p in parts) == pytest.approx(facts["decode_ms"])  # GPU-bound: no CPU time shows
+    assert facts["params_b"] == pytest.approx(7.62, abs=0.01)  # Qwen2.5-7B
+    assert facts["weights_gib"] == pytest.approx(facts["params_b"] * 1e9 * 2 / 2**30)  # bf16

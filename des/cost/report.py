@@ -10,7 +10,6 @@ draws them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from des.catalog.memory import Precision, plan_memory, weight_bytes
 from des.catalog.specs import GPUSpec, ModelSpec
@@ -95,10 +94,3 @@ class CostReport:
             "kv_tokens_0.90": self.kv_capacity(0.90),
             "kv_tokens_0.92": self.kv_capacity(0.92),
         }
-
-    def plot(self, path: Path, context: int = 1024) -> None:
-        """Step time against batch size: :func:`des.figures.plot_roofline`, which draws it
-        (this method stays while ``analysis/calibration.py`` calls it)."""
-        from des.figures import plot_roofline
-
-        plot_roofline(self, path, context)
