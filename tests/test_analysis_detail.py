@@ -9,7 +9,6 @@ and the slot grid must reproduce the lesson's numbers from the simulated tables.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from analysis import cdf, slot_grid, timeline  # noqa: E402
-from tests.helpers import des_cli  # noqa: E402
+from analysis import cdf, slot_grid, timeline
+from tests.helpers import ROOT, des_cli
 
 MIN_PNG_BYTES = 10_000
 SMALL_STUDY = {

@@ -5,7 +5,6 @@ worked out here, then every script on small sweeps built here."""
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import numpy as np
@@ -14,15 +13,12 @@ import pytest
 import yaml
 
 import des
+from analysis import pd_breakeven, pd_capacity, pd_interference, pd_latency, pd_report
+from analysis.common import Sweep, config_style, num_gpus
+from analysis.markdown import render
 from des import catalog
 from des.study import load_study
-from tests.helpers import ROOT, SCENARIOS, des_cli
-
-sys.path.insert(0, str(ROOT))
-
-from analysis import pd_breakeven, pd_capacity, pd_interference, pd_latency, pd_report  # noqa: E402
-from analysis.common import Sweep, config_style, num_gpus  # noqa: E402
-from analysis.markdown import render  # noqa: E402
+from tests.helpers import SCENARIOS, des_cli
 
 RATE = "workload.arrival.rate"
 PROMPT = "workload.prompt_tokens.mean"
