@@ -190,25 +190,8 @@ class ContinuousScheduler:
         budget = self.max_num_batched_tokens
         batch = Batch()
         preempted = 0
-        need = self.decoding.size
-        for seq in self.prefilling:
-            req = seq.req
-            need += req.prompt_tokens + req.generated - req.computed
-        if need <= budget:  # everyone gets what it needs
-            blocks = self.decoding.new_blocks
-            for seq in self.prefilling:
-                req = seq.req
-                c = req.computed
-                k = req.prompt_tokens + req.generated - c
-                blocks += kv.growth(c, k)
-                batch.prefill.append((seq, k))
-            if blocks <= kv.free:
-                kv.take(blocks)
-                budget -= need
-            else:
-                budget, preempted = self._ordered(batch, budget)
-        elif self.running:
-            budget, preempted = self._ordered(batch, budget)
+        if self.running:
+            budget, preempted = self._schedule_running(batch, budget)
         if not preempted:
             if self.ready:
                 budget = self._admit(self.ready, now, budget, batch)
@@ -233,6 +216,29 @@ class ContinuousScheduler:
         step = Step(shape, batch, shape.num_seqs, shape.num_seqs, preempted, shape.num_emitting)
         step.cached_tokens = self.step_cached
         return step
+
+    def _schedule_running(self, batch: Batch, budget: int) -> tuple[int, int]:
+        """The running set's tokens this step: what each needs, when the budget and the
+        blocks reach everyone (the common case: a handful of operations plus the
+        prefilling sequences), else as the ordered walk decides. Fills ``batch``; returns
+        the budget left and the preemptions."""
+        kv = self.kv
+        need = self.decoding.size
+        for seq in self.prefilling:
+            req = seq.req
+            need += req.prompt_tokens + req.generated - req.computed
+        if need <= budget:
+            blocks = self.decoding.new_blocks
+            for seq in self.prefilling:
+                req = seq.req
+                c = req.computed
+                k = req.prompt_tokens + req.generated - c
+                blocks += kv.growth(c, k)
+                batch.prefill.append((seq, k))
+            if blocks <= kv.free:
+                kv.take(blocks)
+                return budget - need, 0
+        return self._ordered(batch, budget)
 
     def _ordered(self, batch: Batch, budget: int) -> tuple[int, int]:
         """The running set walked in admission order, as vLLM does when the budget or the
@@ -354,21 +360,7 @@ class ContinuousScheduler:
         if self.sharing and kv.caching:
             self._commit(batch)
         done = dec.finished()
-        for seq, k in batch.prefill:
-            req = seq.req
-            c = req.computed = req.computed + k
-            g = req.generated
-            if c != req.prompt_tokens + g:  # a chunk short of the prompt's end: nothing emitted
-                if g and c == req.prompt_tokens + g - 1:  # a recomputation one token short: a decode now
-                    del self.prefilling[seq]
-                    dec.start(seq)
-                continue
-            g = req.emit(now)
-            if g == req.output_tokens or self.leaves_after_prefill:
-                done.append(seq)
-            else:  # emitted; one token a step from now on
-                del self.prefilling[seq]
-                dec.start(seq)
+        self._finish_prefills(batch, now, done)
         if not done:
             return []
         if len(done) > 1:
@@ -384,6 +376,27 @@ class ContinuousScheduler:
             kv.hold(req.id, kv.blocks_for(req.computed))
             released.append(req)
         return released
+
+    def _finish_prefills(self, batch: Batch, now: float, done: list[Seq]) -> None:
+        """Apply the step's prefill chunks at its end ``now``: a prompt completed emits a
+        token, then its sequence decodes, or joins ``done`` (finished, or leaving a prefill
+        instance)."""
+        dec = self.decoding
+        for seq, k in batch.prefill:
+            req = seq.req
+            c = req.computed = req.computed + k
+            g = req.generated
+            if c != req.prompt_tokens + g:  # a chunk short of the prompt's end: nothing emitted
+                if g and c == req.prompt_tokens + g - 1:  # a recomputation one token short: a decode now
+                    del self.prefilling[seq]
+                    dec.start(seq)
+                continue
+            g = req.emit(now)
+            if g == req.output_tokens or self.leaves_after_prefill:
+                done.append(seq)
+            else:  # emitted; one token a step from now on
+                del self.prefilling[seq]
+                dec.start(seq)
 
     def _commit(self, batch: Batch) -> None:
         """Key the blocks this step filled, of requests whose content others may share, in
