@@ -81,79 +81,21 @@ def read_vllm_bench(path: Path, seed: int = 0) -> pd.DataFrame:
     """The per-request rows of a ``vllm bench serve --save-detailed`` result file."""
     import pandas as pd
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _fail(path, "no such file") from None
-    except IsADirectoryError:
-        raise _fail(path, "is a folder, not a result file") from None
-    except OSError as exc:
-        raise _fail(path, f"cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise _fail(path, "is not UTF-8 text") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _fail(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(data, dict):
-        raise _fail(path, "does not hold a JSON object (is it a vllm bench serve result?)")
-    missing = [k for k in ("input_lens", "output_lens", "ttfts") if k not in data]
-    if missing:
-        hint = " (save it with --save-result --save-detailed)" if "duration" in data else ""
-        raise _fail(path, f"lacks the per-request lists {', '.join(missing)}{hint}")
-    lists = {k: data[k] for k in PER_REQUEST if k in data and data[k] is not None}
-    for key, value in lists.items():
-        if not isinstance(value, list):
-            raise _fail(path, f"{key} is not a list")
-    n = len(lists["input_lens"])
-    if n == 0:
-        raise _fail(path, "has no requests")
-    for key, value in lists.items():
-        if len(value) != n:
-            raise _fail(path, f"{key} has {len(value)} entries, input_lens {n}")
+    data = _load(path)
+    lists, n = _lists(path, data)
     prompt = _numbers(path, lists, "input_lens", n, integer=True)
     output = _numbers(path, lists, "output_lens", n, integer=True)
     ttft = _numbers(path, lists, "ttfts", n)
-    if "errors" in lists:
-        success = np.array([not e for e in lists["errors"]])
-    else:
-        success = output > 0
-    itls: list[list[float]] | None = None
-    if "itls" in lists:
-        itls = []
-        for i, gaps in enumerate(lists["itls"]):
-            if not isinstance(gaps, list):
-                raise _fail(path, f"itls[{i}] is not a list")
-            row = [_number(g) for g in gaps]
-            if any(g is None or not math.isfinite(g) or g < 0 for g in row):
-                raise _fail(path, f"itls[{i}] holds something other than finite numbers >= 0")
-            itls.append([float(g) for g in row if g is not None])
-    if "latencies" in lists:
-        e2e = _numbers(path, lists, "latencies", n)
-    elif itls is not None:
-        e2e = ttft + np.array([sum(g) for g in itls])
-    else:
-        raise _fail(path, "has neither latencies nor itls, so when each request ended is unknown")
+    success = np.array([not e for e in lists["errors"]]) if "errors" in lists else output > 0
+    itls = _itls(path, lists["itls"]) if "itls" in lists else None
+    e2e = _ends(path, lists, n, ttft, itls)
     for i in np.flatnonzero(success).tolist():
         if prompt[i] < 1 or output[i] < 1:
             raise _fail(path, f"request {i} succeeded with {int(prompt[i])} prompt and {int(output[i])} output tokens")
         if e2e[i] < ttft[i] * (1 - 1e-12):
             raise _fail(path, f"request {i} ended ({e2e[i]!r} s) before its first token ({ttft[i]!r} s)")
     meta = {k: data[k] for k in META_KEYS if k in data}
-    if "start_times" in lists:
-        starts = np.empty(n)
-        for i, v in enumerate(lists["start_times"]):
-            x = _number(v)
-            if x is None or not math.isfinite(x):
-                raise _fail(path, f"start_times[{i}] is {v!r}, not a finite number")
-            starts[i] = x
-        arrival = starts - starts.min()
-        meta["arrivals"] = "start_times"
-    else:
-        arrival = _drawn_arrivals(path, data, n, seed)
-        meta["arrivals"] = f"drawn from request_rate {data.get('request_rate')!r}, burstiness " + (
-            f"{data.get('burstiness', 1.0)!r} (seed {seed}): the file has no start_times"
-        )
+    arrival = _arrivals(path, data, lists, n, seed, meta)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(output > 1, (e2e - ttft) / (output - 1), np.nan)
     frame = pd.DataFrame(
@@ -171,6 +113,91 @@ def read_vllm_bench(path: Path, seed: int = 0) -> pd.DataFrame:
     frame.attrs["meta"] = meta
     frame.attrs["has_itl"] = itls is not None
     return frame
+
+
+def _load(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _fail(path, "no such file") from None
+    except IsADirectoryError:
+        raise _fail(path, "is a folder, not a result file") from None
+    except OSError as exc:
+        raise _fail(path, f"cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise _fail(path, "is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _fail(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise _fail(path, "does not hold a JSON object (is it a vllm bench serve result?)")
+    return data
+
+
+def _lists(path: Path, data: dict[str, Any]) -> tuple[dict[str, list[Any]], int]:
+    """The per-request lists the file has (:data:`PER_REQUEST`), each of one entry per
+    request, and how many requests there are."""
+    missing = [k for k in ("input_lens", "output_lens", "ttfts") if k not in data]
+    if missing:
+        hint = " (save it with --save-result --save-detailed)" if "duration" in data else ""
+        raise _fail(path, f"lacks the per-request lists {', '.join(missing)}{hint}")
+    lists = {k: data[k] for k in PER_REQUEST if k in data and data[k] is not None}
+    for key, value in lists.items():
+        if not isinstance(value, list):
+            raise _fail(path, f"{key} is not a list")
+    n = len(lists["input_lens"])
+    if n == 0:
+        raise _fail(path, "has no requests")
+    for key, value in lists.items():
+        if len(value) != n:
+            raise _fail(path, f"{key} has {len(value)} entries, input_lens {n}")
+    return lists, n
+
+
+def _itls(path: Path, itls: list[Any]) -> list[list[float]]:
+    """Each request's inter-token latencies (seconds)."""
+    out = []
+    for i, gaps in enumerate(itls):
+        if not isinstance(gaps, list):
+            raise _fail(path, f"itls[{i}] is not a list")
+        row = [_number(g) for g in gaps]
+        if any(g is None or not math.isfinite(g) or g < 0 for g in row):
+            raise _fail(path, f"itls[{i}] holds something other than finite numbers >= 0")
+        out.append([float(g) for g in row if g is not None])
+    return out
+
+
+def _ends(
+    path: Path, lists: dict[str, list[Any]], n: int, ttft: np.ndarray, itls: list[list[float]] | None
+) -> np.ndarray:
+    """Each request's end-to-end latency (seconds): as recorded, else its first token plus its gaps."""
+    if "latencies" in lists:
+        return _numbers(path, lists, "latencies", n)
+    if itls is not None:
+        return ttft + np.array([sum(g) for g in itls])
+    raise _fail(path, "has neither latencies nor itls, so when each request ended is unknown")
+
+
+def _arrivals(
+    path: Path, data: dict[str, Any], lists: dict[str, list[Any]], n: int, seed: int, meta: dict[str, Any]
+) -> np.ndarray:
+    """When each request was sent (seconds from the first): its recorded ``start_times``, else
+    drawn as the benchmark drew them; ``meta["arrivals"]`` says which."""
+    if "start_times" not in lists:
+        meta["arrivals"] = f"drawn from request_rate {data.get('request_rate')!r}, burstiness " + (
+            f"{data.get('burstiness', 1.0)!r} (seed {seed}): the file has no start_times"
+        )
+        return _drawn_arrivals(path, data, n, seed)
+    starts = np.empty(n)
+    for i, v in enumerate(lists["start_times"]):
+        x = _number(v)
+        if x is None or not math.isfinite(x):
+            raise _fail(path, f"start_times[{i}] is {v!r}, not a finite number")
+        starts[i] = x
+    meta["arrivals"] = "start_times"
+    return starts - starts.min()
 
 
 def _drawn_arrivals(path: Path, data: dict[str, Any], n: int, seed: int) -> np.ndarray:
