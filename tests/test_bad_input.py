@@ -786,6 +786,8 @@ FORMAT_TRACES = [
      ["not from a JSON array", ".jsonl"]),
     ("bench-no-input-lens", "r.json", {}, bench(input_lens=None), PATH, ["input_lens"]),
     ("bench-lens-not-a-list", "r.json", {}, bench(input_lens=5), PATH, ["input_lens is not a list"]),
+    ("bench-null-ttfts", "r.json", {}, bench(input_lens=[10, 20]).replace('"ttfts": [0.1, 0.1]', '"ttfts": null'), PATH,
+     ["lacks the per-request lists ttfts"]),
     ("bench-lengths-differ", "r.json", {}, bench(output_lens=[3]), PATH, ["output_lens has 1 entries"]),
     ("bench-negative-length", "r.json", {}, bench(input_lens=[-1, 20]), PATH, ["input_lens[0]", "-1"]),
     ("bench-no-requests", "r.json", {}, bench(input_lens=[], output_lens=[], ttfts=[], itls=[], latencies=[],

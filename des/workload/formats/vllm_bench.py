@@ -139,7 +139,7 @@ def _load(path: Path) -> dict[str, Any]:
 def _lists(path: Path, data: dict[str, Any]) -> tuple[dict[str, list[Any]], int]:
     """The per-request lists the file has (:data:`PER_REQUEST`), each of one entry per
     request, and how many requests there are."""
-    missing = [k for k in ("input_lens", "output_lens", "ttfts") if k not in data]
+    missing = [k for k in ("input_lens", "output_lens", "ttfts") if data.get(k) is None]
     if missing:
         hint = " (save it with --save-result --save-detailed)" if "duration" in data else ""
         raise _fail(path, f"lacks the per-request lists {', '.join(missing)}{hint}")
