@@ -229,12 +229,13 @@ class ContinuousScheduler:
             need += req.prompt_tokens + req.generated - req.computed
         if need <= budget:
             blocks = self.decoding.new_blocks
+            growth, prefill = kv.growth, batch.prefill
             for seq in self.prefilling:
                 req = seq.req
                 c = req.computed
                 k = req.prompt_tokens + req.generated - c
-                blocks += kv.growth(c, k)
-                batch.prefill.append((seq, k))
+                blocks += growth(c, k)
+                prefill.append((seq, k))
             if blocks <= kv.free:
                 kv.take(blocks)
                 return budget - need, 0
@@ -356,11 +357,11 @@ class ContinuousScheduler:
 
     def finish_step(self, step: Step[Batch], now: float) -> list[Request]:
         batch, kv, dec = step.items, self.kv, self.decoding
-        dec.advance(batch.starved)
+        done = dec.advance(batch.starved)
         if self.sharing and kv.caching:
             self._commit(batch)
-        done = dec.finished()
-        self._finish_prefills(batch, now, done)
+        if batch.prefill:
+            self._finish_prefills(batch, now, done)
         if not done:
             return []
         if len(done) > 1:

@@ -113,17 +113,14 @@ class DecodingSet:
         """Sum of the members' contexts (tokens of KV each attends over)."""
         return self.context + self.size * self.tau
 
-    def advance(self, starved: list[Seq]) -> None:
-        """Count a step, in which the members ``starved`` (of budget or blocks) got no token:
-        from now on they are a step behind the others."""
-        self.tau += 1
+    def advance(self, starved: list[Seq]) -> list[Seq]:
+        """Count a step, in which the members ``starved`` (of budget or blocks) got no token
+        (from now on they are a step behind the others); the members whose last token it
+        emitted, progress written."""
+        tau = self.tau = self.tau + 1
         for seq in starved:
             self.stop(seq)
             self.start(seq)
-
-    def finished(self) -> list[Seq]:
-        """The members whose last token the step just counted emitted, progress written."""
-        tau = self.tau
         bucket = self.finishing.pop(tau, None)
         done = []
         if bucket:
