@@ -11,7 +11,7 @@ the engine's ``submit``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import simpy
@@ -76,19 +76,14 @@ def arrival_processes(
     conversation's length and pauses), ``arrivals`` and ``think`` (the arrival kind's
     own). No conversation goes on past ``context_limit`` tokens (prompt plus output).
     """
-    budget = Budget(num_requests)
-    src = Sources(env, submit, duration, budget, streams, ContentIds(), shared_prefix=workload.shared_prefix)
     w = workload
+    src = Sources(env, submit, duration, Budget(num_requests), streams, ContentIds(), shared_prefix=w.shared_prefix)
     if w.prompt_tokens is not None and w.output_tokens is not None:
         prompt = LengthStream(w.prompt_tokens, streams["prompt_tokens"])
         output = LengthStream(w.output_tokens, streams["output_tokens"])
         src.make = _new_requests(w, prompt, output, streams, src.ids)
         if w.conversations is not None:
-
-            def still_open() -> bool:
-                return env.now < duration and budget.take()
-
-            src.start = _conversations(src, w.conversations, prompt, output, context_limit, still_open)
+            src.start = _conversations(src, w.conversations, prompt, output, context_limit)
     return [env.process(p) for p in w.arrival.processes(src)]
 
 
@@ -124,7 +119,6 @@ def _conversations(
     prompt: LengthStream,
     output: LengthStream,
     limit: int,
-    still_open: Callable[[], bool],
 ) -> Start:
     """What starts each conversation from its first request (numbered in order); its next
     turns draw their new tokens and outputs from ``prompt`` and ``output``."""
@@ -135,6 +129,6 @@ def _conversations(
 
     def start(first: RequestSpec) -> Session:
         first.conversation_id, first.turn = next(count), 1
-        return conversation(env, first, turns(), think, prompt, output, submit, ids, limit, still_open)
+        return conversation(env, first, turns(), think, prompt, output, submit, ids, limit, src.one_more)
 
     return start

@@ -75,6 +75,10 @@ class Sources:
     start: Start | None = None
     shared_prefix: SharedPrefix | None = None
 
+    def one_more(self) -> bool:
+        """Whether the horizon allows one more request now (taking it from the budget)."""
+        return self.env.now < self.duration and self.budget.take()
+
     def new(self) -> Make:
         """The maker of new requests (validation requires lengths of every workload but a replay)."""
         assert self.make is not None, "new requests need prompt_tokens and output_tokens"
