@@ -1,23 +1,94 @@
-"""Base class for validated configuration data.
+"""Base class for validated configuration data, and the YAML it is read from.
 
 Configuration objects are frozen pydantic models that reject unknown keys. They hold
 data only: no file I/O happens in their validators except reading a file the user
 named (traces, empirical length tables), and only to check it once at load time.
+
+A number field takes a number: not a boolean (``true`` would be 1) and not a string
+(``'64'``), which pydantic would otherwise convert. YAML is read as YAML 1.2 reads
+numbers (``1e9`` and ``1.2e10`` are floats; PyYAML's YAML 1.1 makes them strings), and
+a mapping that repeats a key is an error, not its last value.
 """
 
 from __future__ import annotations
 
+import re
+import types
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, model_validator
+
+#: The latest time (seconds) a run may reach. A double's spacing at 1e10 s is 1.9 µs and
+#: doubles beyond it: a step of a few milliseconds would be timed wrongly and latencies
+#: would lose their digits (at 1e15 s the spacing is 0.125 s).
+MAX_TIME = 1e10
+
+
+def _numbers_in(annotation: Any) -> str | None:
+    """``"number"`` when ``annotation`` is an int or float (optional or constrained), ``"list"``
+    when it is a list (of lists) of them, else None."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _numbers_in(args[0])
+    if origin in (Union, types.UnionType):
+        kinds = {_numbers_in(a) for a in args if a is not type(None)}
+        return kinds.pop() if len(kinds) == 1 else None
+    if origin is list and args:
+        return "list" if _numbers_in(args[0]) else None
+    return "number" if annotation in (int, float) else None
+
+
+def _not_a_number(value: Any) -> str | None:
+    """Why ``value`` is not a number a user wrote as one (a boolean or a string), or None."""
+    if isinstance(value, bool):
+        return f"must be a number, not a boolean (got {str(value).lower()})"
+    if isinstance(value, str):
+        return f"must be a number, not the string {value!r}"
+    return None
 
 
 class Strict(BaseModel):
-    """A frozen pydantic model that forbids unknown keys and non-finite numbers."""
+    """A frozen pydantic model that forbids unknown keys, non-finite numbers, and
+    booleans or strings where numbers belong."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+    _number_fields: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        fields = {name: _numbers_in(f.annotation) for name, f in cls.model_fields.items()}
+        cls._number_fields = {name: kind for name, kind in fields.items() if kind is not None}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            problems = []
+            for name, kind in cls._number_fields.items():
+                if name in data:
+                    value = data[name]
+                    problem = _not_a_number(value) if kind == "number" else _not_numbers(value)
+                    if problem is not None:
+                        problems.append((name, problem))
+            if problems:
+                from des.errors import ScenarioError  # the scenario names each field's path
+
+                raise ScenarioError(problems)
+        return data
+
+
+def _not_numbers(value: Any) -> str | None:
+    """Why a list (of lists) of numbers holds something that is not one, or None."""
+    if not isinstance(value, list):
+        return None
+    for item in value:
+        problem = _not_numbers(item) if isinstance(item, list) else _not_a_number(item)
+        if problem is not None:
+            return problem
+    return None
 
 
 def resolve_path(path: Path, info: ValidationInfo) -> Path:
@@ -33,9 +104,40 @@ def resolve_path(path: Path, info: ValidationInfo) -> Path:
 FilePath = Annotated[Path, AfterValidator(resolve_path)]
 
 
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, ~10x faster, when built
+_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, ~10x faster, when built
+
+
+class DuplicateKey(yaml.constructor.ConstructorError):
+    """A YAML mapping names the same key twice."""
+
+
+class _Loader(_SAFE_LOADER):
+    """The safe loader, with YAML 1.2's floats and without duplicate keys."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden here
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                if key in seen:
+                    raise DuplicateKey(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+            except TypeError:  # an unhashable key: the constructor reports it
+                pass
+        return super().construct_mapping(node, deep)
+
+
+#: Floats as YAML 1.2 (and JSON) write them: ``1e9``, ``-2.5E-3``, ``1.2e10``; YAML 1.1 needs ``1.0e+9``.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def load_yaml(text: str) -> Any:
-    """``yaml.safe_load`` through libyaml when PyYAML has it (errors are the same ``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 (a safe loader)
+    """A YAML document through libyaml when PyYAML has it, floats as YAML 1.2 writes them, a
+    repeated key an error (:class:`DuplicateKey`; every error is a ``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a safe loader)

@@ -7,6 +7,8 @@ and exit with status 2 instead of a traceback.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ScenarioError(ValueError):
     """One or more problems in user input, each a ``(dotted_path, message)`` pair."""
@@ -42,3 +44,19 @@ def reword(msg: str) -> str:
         if msg.startswith(old):
             return new + msg[len(old) :]
     return msg[0].lower() + msg[1:] if msg else msg
+
+
+def validation_errors(exc: Any) -> list[dict[str, Any]]:
+    """The errors of a pydantic ``ValidationError``, where a :class:`ScenarioError` raised
+    inside validation (naming fields below the model that raised it) becomes one error of
+    type ``scenario_error`` per problem, at its own location and with no input."""
+    out: list[dict[str, Any]] = []
+    for err in exc.errors(include_url=False):
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, ScenarioError):
+            for path, message in cause.problems:
+                loc = (*err["loc"], *path.split("."))
+                out.append({"type": "scenario_error", "loc": loc, "msg": message, "input": None, "ctx": {}})
+        else:
+            out.append(err)
+    return out

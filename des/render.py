@@ -455,16 +455,42 @@ def bench_table(measures: Sequence[Measure]) -> None:
 Callback = Callable[..., None]
 
 
+#: Wall seconds between two progress lines of a run whose stderr is not a terminal.
+HEARTBEAT = 10.0
+
+
+def _heartbeat() -> Callback:
+    """A run's progress as a line on stderr every :data:`HEARTBEAT` wall seconds (the first after as many)."""
+    import time
+
+    due = time.monotonic() + HEARTBEAT
+
+    def beat(p: Any) -> None:
+        nonlocal due
+        now = time.monotonic()
+        if now < due:
+            return
+        due = now + HEARTBEAT
+        of = f" of {p.horizon:,.0f}" if p.horizon else ""
+        state = f"draining, {p.in_system:,} left" if p.draining else f"{p.in_system:,} in system"
+        ERR.print(f"simulating: {p.now:,.1f}{of} s simulated, {p.arrived:,} requests, {state}", highlight=False)
+
+    return beat
+
+
 def progress(kind: str, quiet: bool = False) -> tuple[Callback | None, AbstractContextManager[Any]]:
     """A transient progress bar on stderr when it is a terminal: ``(callback, context)``.
 
     ``kind`` ``"run"``: the callback takes a :class:`des.simulation.RunProgress` (share of
     the arrival horizon simulated, then the requests left while the run drains).
-    ``"sweep"``: it takes ``(runs done, runs in all, runs reused)``. Without a terminal,
-    or ``quiet``, there is no bar and the callback is None.
+    ``"sweep"``: it takes ``(runs done, runs in all, runs reused)``. Without a terminal
+    there is no bar; a run then prints a line every :data:`HEARTBEAT` seconds once it
+    has taken that long (a short run prints none). ``quiet``: nothing, and no callback.
     """
-    if quiet or not ERR.is_terminal:
+    if quiet:
         return None, nullcontext()
+    if not ERR.is_terminal:
+        return (_heartbeat() if kind == "run" else None), nullcontext()
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,

@@ -30,13 +30,13 @@ from pydantic import (
 from des import catalog
 from des.catalog.memory import MemoryPlan, Precision
 from des.catalog.specs import GPUSpec, ModelSpec
-from des.config import Strict, load_yaml
+from des.config import MAX_TIME, DuplicateKey, Strict, load_yaml
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.dotted import deep_copy, set_dotted
-from des.engine.plan import Plan, PlanContext
+from des.engine.plan import MAX_INSTANCES, Plan, PlanContext
 from des.engine.router import RouterName
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, DisaggregatedConfig, SchedulerConfig
-from des.errors import ScenarioError, reword
+from des.errors import ScenarioError, reword, validation_errors
 from des.workload.arrivals import ARRIVALS, Trace
 from des.workload.build import Workload
 from des.workload.lengths import LENGTHS
@@ -54,6 +54,13 @@ class Horizon(Strict):
     num_requests: PositiveInt | None = None
     drain: bool = True
 
+    @field_validator("duration")
+    @classmethod
+    def _timeable(cls, v: float | None) -> float | None:
+        if v is not None and v > MAX_TIME:
+            raise ValueError(f"{v:g} s is beyond {MAX_TIME:g} s (317 years), where a double no longer times a step")
+        return v
+
 
 class SLO(Strict):
     """Per-request latency objectives in seconds; a request meets them all or not."""
@@ -69,7 +76,7 @@ class SLO(Strict):
 class ClusterConfig(Strict):
     """``replicas`` identical instances of ``tp`` GPUs each, behind ``router``."""
 
-    replicas: PositiveInt = 1
+    replicas: PositiveInt = Field(1, le=MAX_INSTANCES)
     router: RouterName = "round_robin"
     tp: PositiveInt = 1
 
@@ -95,10 +102,13 @@ class Scenario(Strict):
     def _default_kind(cls, v: Any, info: ValidationInfo) -> Any:
         """A section that names no kind but only keys of the default kind is of that kind
         (so ``--set scheduler.max_num_seqs=64`` works on a scenario that leaves the
-        scheduler out); with keys of another kind, its kind stays required."""
+        scheduler out), and so is one whose other keys no kind has (they are then
+        reported as unknown keys); with keys of another kind, its kind stays required."""
         if isinstance(v, dict) and "kind" not in v:
-            default = ContinuousConfig if info.field_name == "scheduler" else RooflineConfig
-            if set(v) <= set(default.model_fields):
+            default: Any = ContinuousConfig if info.field_name == "scheduler" else RooflineConfig
+            kinds: Any = SCHEDULERS if info.field_name == "scheduler" else COST_MODELS
+            known = {k for name in kinds for k in kinds.get(name).model_fields} & set(v)
+            if known <= set(default.model_fields):
                 return {"kind": default.model_fields["kind"].default, **v}
         return v
 
@@ -155,6 +165,55 @@ class Scenario(Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _hardware_can_serve(self) -> Scenario:
+        """What vLLM refuses to start, des refuses to simulate: a tensor-parallel degree that
+        does not divide the attention heads, a context beyond the model's, a model that does
+        not fit, and more KV blocks than the memory left holds."""
+        problems: list[tuple[str, str]] = []
+        model = self.model
+        for pool in self.plan().pools:
+
+            def path(name: str, default: str, role: str = pool.role) -> str:
+                where = self.scheduler.setting_path(role, name)
+                return f"scheduler.{where}" if where is not None else default
+
+            heads = model.num_attention_heads
+            if heads % pool.tp:
+                problems.append((path("tp", "cluster.tp"), (
+                    f"{pool.tp} GPUs cannot share the {heads} attention heads of {model.name} evenly (vLLM: "
+                    f"'Total number of attention heads ({heads}) must be divisible by tensor parallel size "
+                    f"({pool.tp})')"
+                )))  # fmt: skip
+                continue
+            kv = model.num_key_value_heads
+            if (pool.tp % kv if pool.tp >= kv else kv % pool.tp) != 0:
+                problems.append((path("tp", "cluster.tp"), (
+                    f"{pool.tp} GPUs cannot share the {kv} KV heads of {model.name}: each GPU holds a share of "
+                    f"them, or copies of one when there are fewer heads than GPUs (vLLM asserts that {pool.tp} "
+                    f"and {kv} divide)"
+                )))  # fmt: skip
+                continue
+            limit = pool.policy.max_model_len
+            if limit is not None and limit > model.max_model_len:
+                problems.append((path("max_model_len", "scheduler.max_model_len"), (
+                    f"{limit} tokens is longer than the {model.max_model_len}-token context of {model.name} "
+                    "(vLLM refuses a max_model_len above the model's; its outputs beyond are not to be trusted)"
+                )))  # fmt: skip
+            memory = pool.memory(model, self.precision)  # a ScenarioError at `model` if it does not fit
+            if memory.num_blocks > memory.fitting_blocks:
+                gib = 1 << 30
+                need = memory.num_blocks * memory.block_size * memory.kv_bytes_per_token / gib
+                room = memory.fitting_blocks * memory.block_size * memory.kv_bytes_per_token / gib
+                problems.append((path("num_gpu_blocks_override", "scheduler.num_gpu_blocks_override"), (
+                    f"{memory.num_blocks} blocks hold {need:.4g} GiB of KV, more than the {room:.4g} GiB "
+                    f"({memory.fitting_blocks} blocks) left on {pool.tp} x {pool.gpu.name} "
+                    "(vLLM would run out of memory allocating them)"
+                )))  # fmt: skip
+        if problems:
+            raise ScenarioError(list(dict.fromkeys(problems)))
+        return self
+
     def plan(self) -> Plan:
         """The pools of instances the scheduler kind asks for (:mod:`des.engine.plan`)."""
         c = self.cluster
@@ -186,7 +245,12 @@ _FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
 def problems_of(exc: ValidationError) -> list[tuple[str, str]]:
     """pydantic errors as (dotted path, message) pairs, worded for a user."""
     out: list[tuple[str, str]] = []
-    for err in exc.errors(include_url=False):
+    errors = validation_errors(exc)
+    # a mapping with a key it does not know: that is the mistake, not the keys it then lacks
+    unknown_in = {tuple(e["loc"][:-1]) for e in errors if e["type"] == "extra_forbidden"}
+    for err in errors:
+        if err["type"] == "missing" and tuple(err["loc"][:-1]) in unknown_in:
+            continue
         loc = [str(x) for x in err["loc"] if not (isinstance(x, str) and (x in _TAGS or "[" in x))]
         typ, msg, ctx = err["type"], err["msg"], err.get("ctx") or {}
         value = err.get("input")
@@ -204,9 +268,8 @@ def problems_of(exc: ValidationError) -> list[tuple[str, str]]:
             loc.append(ctx.get("discriminator", "kind").strip("'"))
             msg = "required"
             value = None
-        elif isinstance(ctx.get("error"), ScenarioError):  # a validator naming paths below its model
-            out += [(".".join([*loc, path]), message) for path, message in ctx["error"].problems]
-            continue
+        elif typ == "scenario_error":  # a validator naming the field itself
+            value = None
         elif typ in ("value_error", "assertion_error"):
             msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
             m = _FIELD_PREFIX.match(msg)
@@ -235,6 +298,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError(("--set", f"expected dotted.key=value, got {text!r}"))
     try:
         value = load_yaml(raw) if raw.strip() else ""
+    except DuplicateKey as exc:
+        raise ScenarioError(("--set", f"{text!r}: {exc.problem}")) from None
     except yaml.YAMLError:
         value = raw
     return key, _from_cwd(key.rsplit(".", 1)[-1], value)
@@ -249,6 +314,17 @@ def _from_cwd(name: str, value: Any) -> Any:
     return value
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and why a YAML document could not be read, on one line: `` line N: not valid YAML (...)``."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" line {mark.line + 1}" if mark is not None else ""
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow (a NUL byte, ...)
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return f" character {exc.position + 1}: not valid YAML (character U+{char:04X} is not allowed)"
+    problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
+    return f"{where}: not valid YAML ({problem})"
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """A YAML mapping from ``path``; problems as ScenarioError naming the file."""
     try:
@@ -260,11 +336,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = load_yaml(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(
-            ("scenario", f"{str(path)!r}{where}: not valid YAML ({getattr(exc, 'problem', exc)})")
-        ) from None
+        raise ScenarioError(("scenario", f"{str(path)!r}{yaml_problem(exc)}")) from None
     if not isinstance(data, dict):
         raise ScenarioError(("scenario", f"{str(path)!r} does not hold a mapping of keys"))
     return data
@@ -302,7 +374,6 @@ def load_scenario(
         raise ScenarioError(problems_of(exc)) from None
     except ScenarioError:
         raise
-    scenario.memory_plans()  # fail now, not mid-run, if the model does not fit
     return scenario
 
 

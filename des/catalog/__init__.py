@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from des.catalog.specs import Efficiency, GPUSpec, ModelSpec
 from des.config import Strict, load_yaml
 from des.dotted import merge
-from des.errors import ScenarioError
+from des.errors import ScenarioError, validation_errors
 
 Spec = TypeVar("Spec", bound=Strict)
 
@@ -65,7 +65,8 @@ def _load(kind: str, cls: type[Spec], name: str) -> Spec:
         return cls.model_validate(resolve(kind, name))
     except ValueError as exc:
         if isinstance(exc, ValidationError):
-            raise ScenarioError([(f"{name}." + ".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()]) from None
+            errors = validation_errors(exc)
+            raise ScenarioError([(f"{name}." + ".".join(map(str, e["loc"])), e["msg"]) for e in errors]) from None
         raise ScenarioError((kind[:-1], str(exc))) from None
 
 

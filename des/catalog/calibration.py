@@ -17,7 +17,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt, ValidationError
 
 from des.catalog.efficiency import Efficiency
 from des.config import Strict, load_yaml
-from des.errors import reword
+from des.errors import reword, validation_errors
 
 
 class GroupFit(Strict):
@@ -72,14 +72,12 @@ def read_calibration(path: Path) -> CalibrationFile:
     try:
         return CalibrationFile.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
+        errors = validation_errors(exc)
+        err = errors[0]
         loc = ".".join(str(x) for x in err["loc"]) or "file"
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         value = err.get("input")
-        got = (
-            f" (got {value!r})"
-            if err["type"] not in ("extra_forbidden", "missing") and not isinstance(value, dict | list)
-            else ""
-        )
-        more = f" and {len(exc.errors()) - 1} more" if len(exc.errors()) > 1 else ""
+        shown = err["type"] not in ("extra_forbidden", "missing", "scenario_error")
+        got = f" (got {value!r})" if shown and not isinstance(value, dict | list) else ""
+        more = f" and {len(errors) - 1} more" if len(errors) > 1 else ""
         raise ValueError(f"{where}: {loc}: {reword(msg)}{got}{more}") from None

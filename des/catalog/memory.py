@@ -100,6 +100,7 @@ class MemoryPlan:
     kv_bytes_per_token: int
     block_size: int
     num_blocks: int
+    fitting_blocks: int  # the blocks the memory left holds (num_blocks differs when overridden)
 
     @property
     def kv_bytes(self) -> int:
@@ -125,7 +126,7 @@ def plan_memory(
     """KV-cache capacity of one instance of ``tp`` GPUs; raises if nothing is left for KV.
 
     ``num_blocks_override`` fixes the number of blocks (vLLM's ``num_gpu_blocks_override``)
-    once the model is known to fit.
+    once the model is known to fit; ``fitting_blocks`` says how many the memory holds.
     """
     precision = precision or Precision()
     budget = int(gpu.memory_bytes * gpu_memory_utilization) * tp
@@ -146,9 +147,10 @@ def plan_memory(
                 f"(gpu_memory_utilization {gpu_memory_utilization})",
             )
         )
+    fitting = int(blocks)
     if num_blocks_override is not None:
         blocks = num_blocks_override
-    return MemoryPlan(tp, budget, weights, acts, reserve, kv_per_token, block_size, int(blocks))
+    return MemoryPlan(tp, budget, weights, acts, reserve, kv_per_token, block_size, int(blocks), fitting)
 
 
 __all__ = [

@@ -16,6 +16,10 @@ from des.catalog.memory import MemoryPlan, Precision, plan_memory
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.engine.policy import PolicyConfig, Role
 
+#: The most instances a pool may have: each is a SimPy process with its own KV cache and
+#: scheduler (10,000 build in about 2 s and 100 MB; 1e29 would never be built).
+MAX_INSTANCES = 10_000
+
 
 @dataclass(frozen=True)
 class PlanContext:
@@ -92,6 +96,11 @@ class SchedulerKind(Protocol):
     def kind(self) -> str: ...
 
     def plan(self, ctx: PlanContext) -> Plan: ...
+
+    def setting_path(self, role: str, name: str) -> str | None:
+        """Where, below the scheduler section, the setting ``name`` of the pool playing
+        ``role`` is written (None: outside the section), for errors to name it."""
+        ...
 
 
 def colocated(policy: PolicyConfig, ctx: PlanContext) -> Plan:

@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 from pydantic import model_validator
 
-from des.config import Strict
+from des.config import MAX_TIME, Strict
 from des.workload.arrivals import ArrivalConfig, Closed, Trace
 from des.workload.conversations import Conversations, conversation
 from des.workload.lengths import LengthConfig, LengthStream
@@ -50,6 +50,13 @@ class Workload(Strict):
                 raise ValueError(
                     "shared_prefix: required, the trace's prefix_group rows have no prefix_tokens "
                     "(give {tokens: N} for their prefix length)"
+                )
+        if isinstance(self.arrival, Trace):
+            last = float(self.arrival.table["arrival_time"].max())
+            if last > MAX_TIME:
+                raise ValueError(
+                    f"arrival: the replay's last request arrives at {last:g} s, beyond {MAX_TIME:g} s (317 years), "
+                    "where a double no longer times a step (check its times, time_scale and rate_scale)"
                 )
         if self.conversations is not None and isinstance(self.arrival, Closed | Trace):
             raise ValueError(

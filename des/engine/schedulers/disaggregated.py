@@ -38,14 +38,14 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
-from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt, create_model, field_validator, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from des import catalog
 from des.catalog.specs import GPUSpec
 from des.config import Strict
 from des.engine.kvcache import CacheConfig
-from des.engine.plan import LinkPlan, Plan, PlanContext, PoolPlan
+from des.engine.plan import MAX_INSTANCES, LinkPlan, Plan, PlanContext, PoolPlan
 from des.engine.policy import Role
 from des.engine.router import RouterName
 from des.engine.schedulers.continuous import ContinuousSettings
@@ -54,7 +54,7 @@ from des.engine.schedulers.continuous import ContinuousSettings
 class _Pool(Strict):
     """Where a pool runs: ``instances`` instances of ``tp`` x ``gpu``."""
 
-    instances: PositiveInt = 1
+    instances: PositiveInt = Field(1, le=MAX_INSTANCES)
     gpu: GPUSpec | None = None
     tp: PositiveInt | None = None
 
@@ -126,6 +126,13 @@ class DisaggregatedConfig(ContinuousSettings):
                         "(give {bandwidth: bytes/s, latency: s})"
                     )
         return self
+
+    def setting_path(self, role: str, name: str) -> str | None:
+        """``role.name`` where that pool sets it, else as at the top level."""
+        pool = getattr(self, role, None)
+        if isinstance(pool, PoolConfig) and getattr(pool, name, None) is not None:
+            return f"{role}.{name}"
+        return super().setting_path(role, name)
 
     def unlinked_gpu(self, default: GPUSpec) -> str | None:
         """Without ``kv_transfer``, the name of a GPU at an end of the link (a pool's, else
