@@ -124,7 +124,24 @@ def stability_line(s: dict[str, Any]) -> str:
         parts.append(f"warm-up short: MSER-5 would drop {s['mser_truncation']:,} more requests")
     else:
         parts.append("latencies settled")
+    if s["stable"] is None:
+        return "unknown (no request arrived inside the arrival window to judge by)"
     return f"{fmt(s['stable'])} ({'; '.join(parts)})"
+
+
+def load_line(s: dict[str, Any]) -> str:
+    """Offered load and throughput over the arrival window (named), and what was served over the whole run."""
+    start, end = s.get("arrival_window_start"), s.get("arrival_window_end")
+    window = f"the arrival window [{start:,.4g}, {end:,.4g}] s" if start is not None and end is not None else ""
+    if start is not None and end is not None and not end > start:
+        window += " (empty: the warm-up lasts past the last arrival)"
+    makespan = s.get("makespan")
+    run = f"the whole run, to its last completion at {makespan:,.4g} s" if makespan else "the whole run"
+    return (
+        f"offered {fmt(s['offered_rps'])} req/s, throughput {fmt(s['throughput_rps'])} req/s, "
+        f"{fmt(s['output_tokens_per_s'])} output tok/s over {window}; served {fmt(s.get('served_rps'))} req/s, "
+        f"{fmt(s.get('served_tokens_per_s'))} output tok/s over {run}"
+    )
 
 
 def requests_line(s: dict[str, Any], rejected: dict[str, int]) -> str:
@@ -155,11 +172,7 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
     head.add_row("hardware", hardware_line(sc))
     head.add_row("workload", workload_line(sc))
     head.add_row("requests", requests_line(s, rejections(result.requests)))
-    head.add_row(
-        "load",
-        f"offered {fmt(s['offered_rps'])} req/s, throughput {fmt(s['throughput_rps'])} req/s, "
-        f"{fmt(s['output_tokens_per_s'])} output tok/s (over the arrival window)",
-    )
+    head.add_row("load", load_line(s))
     head.add_row(
         "engine",
         f"GPU busy {fmt(s['gpu_busy_fraction'])}, mean batch {fmt(s['mean_batch_size'])}, "

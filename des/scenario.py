@@ -397,7 +397,31 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
             )
     if isinstance(w.arrival, Trace):
         notes += [f"workload.arrival: {note}" for note in w.arrival.notes]
+    notes += _warmup_past_arrivals(scenario)
     return notes
+
+
+def _warmup_past_arrivals(scenario: Scenario) -> list[str]:
+    """A warning when the warm-up outlasts the arrivals (a replay's, or ``num_requests`` at
+    the arrival rate): the arrival window is then empty, and nothing is measured."""
+    warmup, h, arrival = scenario.warmup, scenario.horizon, scenario.workload.arrival
+    if warmup == 0 or h.duration is not None:
+        return []  # a duration longer than the warm-up bounds the window (validated)
+    if isinstance(arrival, Trace):
+        last = float(arrival.table["arrival_time"].max())
+        if warmup >= last:
+            return [
+                f"warmup: {warmup:g} s is not shorter than the replay, whose last request arrives at {last:.4g} s: "
+                "no request is measured (set warmup below it, e.g. 0)"
+            ]
+    elif h.num_requests is not None and hasattr(arrival, "rate"):
+        expected = h.num_requests / arrival.rate
+        if warmup >= expected:
+            return [
+                f"warmup: {warmup:g} s is not shorter than the {expected:.4g} s its {h.num_requests:,} requests take "
+                f"to arrive at {arrival.rate:g} req/s: few or none are measured (set warmup below it)"
+            ]
+    return []
 
 
 __all__ = [

@@ -14,6 +14,7 @@ import des
 from des import render
 from des.config import MAX_TIME, load_yaml
 from des.engine.plan import MAX_INSTANCES
+from des.scenario import scenario_warnings
 from des.simulation import RunProgress
 from tests.helpers import des_cli
 
@@ -219,3 +220,51 @@ def test_the_cli_refuses_each_with_one_error_line_and_writes_nothing(tmp_path, a
 def test_a_piped_run_of_the_default_scenario_prints_no_progress_line(tmp_path):
     res = des_cli("run", "--out", str(tmp_path / "run"))
     assert res.returncode == 0 and "simulating:" not in res.stderr
+
+
+# -- which window each figure uses (item 11) ---------------------------------------------------
+
+
+def steady_trace(tmp_path: Path, warmup: float) -> des.Scenario:
+    """Three requests at t = 0, 1, 2 s, prompts of 4 tokens and 2-token answers, on a GPU whose
+    every step takes 1 s: prefills [0, 1], [1, 2], [2, 3], each with the previous one's last
+    decode; the last decode [3, 4]. Finishes at 2, 3 and 4 s."""
+    path = tmp_path / "steady.csv"
+    path.write_text("arrival_time,prompt_tokens,output_tokens\n0,4,2\n1,4,2\n2,4,2\n")
+    return des.load_scenario(
+        {
+            "workload": {"arrival": {"process": "trace", "path": str(path)}},
+            "cost_model": {"kind": "constant", "step_time": 1.0},
+            "warmup": warmup,
+        }
+    )
+
+
+def test_the_window_rates_name_their_window_and_the_served_rate_covers_the_run(tmp_path):
+    s = des.simulate(steady_trace(tmp_path, 0.0)).summary
+    assert (s["arrival_window_start"], s["arrival_window_end"], s["makespan"]) == (0.0, 2.0, 4.0)
+    assert s["offered_rps"] == pytest.approx(3 / 2)  # 3 arrivals in [0, 2]
+    assert s["throughput_rps"] == pytest.approx(1 / 2)  # only the first finishes inside it
+    assert s["served_rps"] == pytest.approx(3 / 4)  # all three over the 4 s the run lasts
+    assert s["served_tokens_per_s"] == pytest.approx(6 / 4)
+    line = render.load_line(s)
+    assert "over the arrival window [0, 2] s" in line and "served 0.75 req/s" in line and "at 4 s" in line
+
+
+def test_a_warm_up_past_the_last_arrival_measures_nothing_and_says_so(tmp_path):
+    sc = steady_trace(tmp_path, 5.0)
+    [warning] = [w for w in scenario_warnings(sc) if w.startswith("warmup:")]
+    assert "last request arrives at 2 s" in warning
+    s = des.simulate(sc).summary
+    assert s["num_measured"] == 0 and s["throughput_rps"] is None and s["ttft_mean"] is None
+    assert s["stable"] is None  # nothing arrived in the window: no verdict, not "stable"
+    assert s["served_rps"] == pytest.approx(3 / 4)
+    assert "empty" in render.load_line(s) and render.stability_line(s).startswith("unknown")
+
+
+def test_one_request_reports_what_it_was_served_at():
+    s = des.simulate(loads("horizon={num_requests: 1}", "warmup=0")).summary
+    assert s["num_completed"] == 1 and s["throughput_rps"] == 0
+    assert s["served_rps"] == pytest.approx(1 / s["makespan"])
+    [warning] = [w for w in scenario_warnings(loads("horizon={num_requests: 10}")) if w.startswith("warmup:")]
+    assert "2.5 s its 10 requests take to arrive at 4 req/s" in warning

@@ -1,6 +1,7 @@
 """The run's summary: a flat dict of counts, rates, latency percentiles, levels and stability.
 
-Two windows:
+Two windows, whose bounds the summary carries (``arrival_window_start``,
+``arrival_window_end``, ``measure_window_end``, seconds):
 
 - the *arrival window* ``[warmup, arrivals_end]``, where ``arrivals_end`` is
   ``horizon.duration`` when set, otherwise the last arrival (a trace's end, or the
@@ -12,6 +13,14 @@ Two windows:
   ``mean_batch_size`` (time-weighted over busy time) use the part of each step inside
   it; ``mean_in_system`` and ``mean_queue_length`` are time averages over it of the
   requests present (arrived, not finished) and waiting (arrived, not yet scheduled).
+
+Beside the window rates, ``served_rps`` and ``served_tokens_per_s`` say what the GPUs
+achieved over the whole run: completed requests (and their output tokens) over the
+makespan, from t = 0 to the last completion. A short replay that the GPUs drain long
+after its last arrival completes few requests inside its arrival window, however
+fast they serve; the served rate says how fast. When no request arrives inside the
+arrival window (a warm-up as long as the arrivals), ``stable`` is None: there is
+nothing to judge by.
 
 Latency statistics cover the *measured requests* (:func:`measured_mask`): completed
 requests that arrived inside ``[warmup, end]``. Counts (``num_*``, ``preemptions``)
@@ -107,6 +116,16 @@ def rates(
     }
 
 
+def served(finish: np.ndarray, completed: np.ndarray, output_tokens: np.ndarray) -> dict[str, Any]:
+    """What the GPUs achieved over the whole run: completed requests and their output
+    tokens per second of the makespan (t = 0 to the last completion), whatever the windows."""
+    span = float(np.nanmax(finish)) if completed.any() else 0.0
+    return {
+        "served_rps": _per_second(int(completed.sum()), 0.0, span),
+        "served_tokens_per_s": _per_second(int(output_tokens[completed].sum()), 0.0, span),
+    }
+
+
 def latencies(measured: pd.DataFrame) -> dict[str, Any]:
     """Mean and percentiles (seconds) of each latency of the measured requests."""
     out: dict[str, Any] = {}
@@ -178,9 +197,10 @@ def stability(
     latencies (in arrival order) settle?"""
     growth, of_level, growing = backlog_trend(arrival, finish, serving, start, end)
     dropped, drifting = drift(e2e_in_order)
+    watched = end > start and bool(((arrival >= start) & (arrival <= end)).any())
     return {
         "backlog_growth": growth,
-        "stable": not growing,
+        "stable": not growing if watched else None,  # None: no arrival in the window to judge by
         "mser_truncation": int(dropped),
         "drifting": bool(drifting),
         "backlog_growth_of_level": of_level,
@@ -213,7 +233,10 @@ def summarize(
     sel = requests.loc[measured]
     step_end = (steps["start"] + steps["duration"]).to_numpy()
     out = counts(status, measured, requests["preemptions"].to_numpy())
+    out |= {"arrival_window_start": float(warmup), "arrival_window_end": float(arrivals_end)}
+    out["measure_window_end"] = float(end)
     out |= rates(arrival, finish, completed, step_end, steps["tokens_emitted"].to_numpy(), warmup, arrivals_end)
+    out |= served(finish, completed, requests["output_tokens"].to_numpy())
     out |= latencies(sel)
     out |= slo_metrics(sel, slo, warmup, arrivals_end)
     scheduled = requests["scheduled_time"].to_numpy()
