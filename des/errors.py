@@ -7,6 +7,7 @@ and exit with status 2 instead of a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -60,3 +61,20 @@ def validation_errors(exc: Any) -> list[dict[str, Any]]:
         else:
             out.append(err)
     return out
+
+
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the valid name closest to ``name`` (case and ``-``/``_``
+    aside), or ``""`` when none is close."""
+    import difflib
+
+    def plain(text: str) -> str:
+        return text.lower().replace("-", "").replace("_", "").replace(".", "")
+
+    by_plain = {plain(v): v for v in valid}
+    if plain(name) in by_plain:
+        return f" (did you mean {by_plain[plain(name)]!r}?)"
+    prefixed = [v for p, v in by_plain.items() if p.startswith(plain(name))] if len(plain(name)) >= 2 else []
+    close = difflib.get_close_matches(plain(name), list(by_plain), n=1, cutoff=0.7)
+    best = prefixed[0] if len(prefixed) == 1 else (by_plain[close[0]] if close else None)
+    return f" (did you mean {best!r}?)" if best is not None else ""

@@ -10,13 +10,16 @@ problem. See DESIGN.md for the contract; unknown keys are errors.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import types
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
+    BaseModel,
     Field,
     NonNegativeFloat,
     PositiveFloat,
@@ -33,10 +36,11 @@ from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import MAX_TIME, DuplicateKey, Strict, load_yaml
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.dotted import deep_copy, set_dotted
-from des.engine.plan import MAX_INSTANCES, Plan, PlanContext
+from des.engine.plan import MAX_INSTANCES, Plan, PlanContext, PoolPlan
 from des.engine.router import RouterName
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, DisaggregatedConfig, SchedulerConfig
-from des.errors import ScenarioError, reword, validation_errors
+from des.errors import ScenarioError, did_you_mean, reword, validation_errors
+from des.registry import kind_of
 from des.workload.arrivals import ARRIVALS, Trace
 from des.workload.build import Workload
 from des.workload.lengths import LENGTHS
@@ -200,7 +204,11 @@ class Scenario(Strict):
                     f"{limit} tokens is longer than the {model.max_model_len}-token context of {model.name} "
                     "(vLLM refuses a max_model_len above the model's; its outputs beyond are not to be trusted)"
                 )))  # fmt: skip
-            memory = pool.memory(model, self.precision)  # a ScenarioError at `model` if it does not fit
+            try:
+                memory = pool.memory(model, self.precision)
+            except ScenarioError as exc:  # at `model`: say what would fit
+                (where, message), *_ = exc.problems
+                raise ScenarioError((where, message + _what_fits(pool, model, self.precision, path))) from None
             if memory.num_blocks > memory.fitting_blocks:
                 gib = 1 << 30
                 need = memory.num_blocks * memory.block_size * memory.kv_bytes_per_token / gib
@@ -242,6 +250,48 @@ _TAGS = {*SCHEDULERS, *COST_MODELS, *ARRIVALS, *LENGTHS, *TIMES}
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
 
 
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the configuration at ``loc`` (a pydantic error's location in a Scenario)
+    takes, for a "did you mean"; none where the walk cannot tell."""
+    ann: Any = Scenario
+    parts = list(loc)
+    while True:
+        origin, args = get_origin(ann), get_args(ann)
+        if origin is Annotated:
+            ann = args[0]
+        elif origin in (Union, types.UnionType):
+            members = [a for a in args if a is not type(None)]
+            if len(members) == 1:
+                ann = members[0]
+            elif parts and isinstance(parts[0], str):  # a tagged union: the location names the member
+                tag = parts.pop(0)
+                found = [m for m in members if isinstance(m, type) and _kind_or_none(m) == tag]
+                if not found:
+                    return []
+                ann = found[0]
+            else:
+                return []
+        elif origin in (list, tuple) and parts and isinstance(parts[0], int):
+            parts.pop(0)
+            ann = args[0]
+        elif isinstance(ann, type) and issubclass(ann, BaseModel):
+            if not parts:
+                return list(ann.model_fields)
+            field = ann.model_fields.get(str(parts.pop(0)))
+            if field is None:
+                return []
+            ann = field.annotation
+        else:
+            return []
+
+
+def _kind_or_none(cls: type) -> str | None:
+    try:
+        return kind_of(cls)
+    except TypeError:
+        return None
+
+
 def problems_of(exc: ValidationError) -> list[tuple[str, str]]:
     """pydantic errors as (dotted path, message) pairs, worded for a user."""
     out: list[tuple[str, str]] = []
@@ -255,7 +305,7 @@ def problems_of(exc: ValidationError) -> list[tuple[str, str]]:
         typ, msg, ctx = err["type"], err["msg"], err.get("ctx") or {}
         value = err.get("input")
         if typ == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + did_you_mean(str(err["loc"][-1]), _fields_at(err["loc"][:-1]))
             value = None
         elif typ == "missing":
             msg = "required"
@@ -399,6 +449,33 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
         notes += [f"workload.arrival: {note}" for note in w.arrival.notes]
     notes += _warmup_past_arrivals(scenario)
     return notes
+
+
+def _what_fits(pool: PoolPlan, model: ModelSpec, precision: Precision, path: Callable[[str, str], str]) -> str:
+    """``; it fits with ...``: the smallest tensor-parallel degree vLLM accepts that makes
+    ``model`` fit the pool's GPUs, and the lightest weight format that does on as many."""
+    hints = []
+    heads, kv = model.num_attention_heads, model.num_key_value_heads
+    for tp in (2, 4, 8, 16, 32):
+        if tp <= pool.tp or heads % tp or (tp % kv if tp >= kv else kv % tp):
+            continue
+        try:
+            replace(pool, tp=tp).memory(model, precision)
+        except ScenarioError:
+            continue
+        hints.append(f"{path('tp', 'cluster.tp')}: {tp} ({tp} x {pool.gpu.name})")
+        break
+    for weights in ("fp8", "int4-awq"):
+        lighter = precision.model_copy(update={"weights": weights})
+        if lighter.weight_bytes_per_param >= precision.weight_bytes_per_param:
+            continue
+        try:
+            pool.memory(model, lighter)
+        except ScenarioError:
+            continue
+        hints.append(f"precision.weights: {weights}")
+        break
+    return f"; it fits with {' or with '.join(hints)}" if hints else ""
 
 
 def _warmup_past_arrivals(scenario: Scenario) -> list[str]:

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from des.catalog.specs import Efficiency, GPUSpec, ModelSpec
 from des.config import Strict, load_yaml
 from des.dotted import merge
-from des.errors import ScenarioError, validation_errors
+from des.errors import ScenarioError, did_you_mean, validation_errors
 
 Spec = TypeVar("Spec", bound=Strict)
 
@@ -48,7 +48,8 @@ def resolve(kind: str, value: Any) -> dict[str, Any]:
     table = _table(kind)
     if isinstance(value, str):
         if value not in table:
-            raise ValueError(f"unknown {kind[:-1]} {value!r}; valid: {', '.join(sorted(table))}")
+            hint = did_you_mean(value, table)
+            raise ValueError(f"unknown {kind[:-1]} {value!r}{hint}; valid: {', '.join(sorted(table))}")
         return {"name": value, **table[value]}
     if isinstance(value, dict) and "base" in value:
         if not isinstance(value["base"], str):
