@@ -31,6 +31,7 @@ deliberately (failed requests) are in ``table.attrs["notes"]``, one sentence eac
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from des.workload.formats.checks import existing_file, first_line, numbers, show
+from des.workload.formats.files import FileProblem, read_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,12 +119,15 @@ def fail(path: Path, msg: str) -> ValueError:
 
 
 def load_csv(path: Path) -> pd.DataFrame:
-    """A CSV file (``#`` starts a comment) as read by pandas; ValueError if it cannot be parsed."""
+    """A CSV file (``#`` starts a comment; compressed as its name says, see
+    :mod:`~des.workload.formats.files`) as read by pandas; ValueError if it cannot be parsed."""
     import pandas as pd
 
     existing_file(path)
     try:
-        return pd.read_csv(path, comment="#")
+        return pd.read_csv(io.BytesIO(read_bytes(path)), comment="#")
+    except FileProblem as exc:
+        raise ValueError(f"cannot parse {str(path)!r}: {exc}") from None
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"cannot parse {str(path)!r}: {first_line(exc)}") from None
 

@@ -16,6 +16,7 @@ file, the row and the value.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from des.workload.formats.checks import MAX_TOKENS, first_line, show
+from des.workload.formats.files import FileProblem, read_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,7 +60,9 @@ def _load(path: Path, jsonl: bool | None) -> pd.DataFrame:
                     rows.append(row)
             return pd.DataFrame(rows)
         # as text: Python's float() parses decimals correctly rounded, so written numbers come back exact
-        return pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+        return pd.read_csv(io.BytesIO(read_bytes(path)), comment="#", dtype=str, keep_default_na=False)
+    except FileProblem as exc:
+        raise _fail(path, str(exc)) from None
     except json.JSONDecodeError as exc:
         raise _fail(path, f"not valid JSON lines (line {exc.lineno}: {exc.msg})") from None
     except UnicodeDecodeError:
