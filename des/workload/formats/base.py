@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from des.workload.formats.checks import existing_file, first_line, numbers, show
-from des.workload.formats.files import FileProblem, read_bytes
+from des.workload.formats.files import FileProblem, ragged_row, utf8_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,14 +120,23 @@ def fail(path: Path, msg: str) -> ValueError:
 
 def load_csv(path: Path) -> pd.DataFrame:
     """A CSV file (``#`` starts a comment; compressed as its name says, see
-    :mod:`~des.workload.formats.files`) as read by pandas; ValueError if it cannot be parsed."""
+    :mod:`~des.workload.formats.files`) as read by pandas; ValueError if it cannot be parsed,
+    or if a row's field count differs from the header's (naming the row and its line)."""
     import pandas as pd
 
     existing_file(path)
     try:
-        return pd.read_csv(io.BytesIO(read_bytes(path)), comment="#")
+        data = utf8_bytes(path)
     except FileProblem as exc:
         raise ValueError(f"cannot parse {str(path)!r}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot parse {str(path)!r}: {first_line(exc)}") from None
+    ragged = ragged_row(data)
+    if ragged:
+        raise fail(path, ragged.describe())
+    try:
+        # every row has the header's width: no column is taken for the index (index_col=False holds to that)
+        return pd.read_csv(io.BytesIO(data), comment="#", index_col=False)
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"cannot parse {str(path)!r}: {first_line(exc)}") from None
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from des.workload.formats.checks import MAX_TOKENS, first_line, show
-from des.workload.formats.files import FileProblem, read_bytes
+from des.workload.formats.files import FileProblem, ragged_row, utf8_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,8 +59,12 @@ def _load(path: Path, jsonl: bool | None) -> pd.DataFrame:
                         raise _fail(path, f"line {i + 1} is not a JSON object")
                     rows.append(row)
             return pd.DataFrame(rows)
+        data = utf8_bytes(path)
+        ragged = ragged_row(data)
+        if ragged:
+            raise _fail(path, ragged.describe())
         # as text: Python's float() parses decimals correctly rounded, so written numbers come back exact
-        return pd.read_csv(io.BytesIO(read_bytes(path)), comment="#", dtype=str, keep_default_na=False)
+        return pd.read_csv(io.BytesIO(data), comment="#", dtype=str, keep_default_na=False, index_col=False)
     except FileProblem as exc:
         raise _fail(path, str(exc)) from None
     except json.JSONDecodeError as exc:

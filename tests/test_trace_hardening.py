@@ -1,0 +1,276 @@
+"""Trace readers against malformed files (reliability review 3, D1, D4 and D11; issue #16).
+
+- A CSV row whose field count differs from its header's is an error naming the file, the
+  row and its line, in every CSV-based format (csv, azure, burstgpt, ``des compare``'s
+  request logs). pandas would take extra leading fields as the index and shift every
+  column (the replay ran on wrong numbers, exit 0), or fill a short row with blanks.
+
+Each problem is checked through ``des.load_scenario`` (a ``des.ScenarioError`` whose
+problem names ``workload.arrival.path``), and once through ``des run``: exit status 2,
+one ``error:`` line, no traceback. Files are built in ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import des
+from des.workload.formats import read_trace
+from des.workload.formats.request_log import read_request_log
+from tests.helpers import des_cli
+
+PATH = "workload.arrival.path"
+TRACE_HEADER = "arrival_time,prompt_tokens,output_tokens\n"
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+LOG_HEADER = "arrival_time,prompt_tokens,output_tokens,ttft,e2e\n"
+
+
+def write(path: Path, content: str | bytes) -> Path:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+def trace_scenario(path: Path, **arrival) -> dict:
+    """A scenario replaying the trace at ``path`` with unit step cost."""
+    return {
+        "name": "hardening",
+        "workload": {"arrival": {"process": "trace", "path": str(path), **arrival}},
+        "cost_model": {"kind": "constant", "step_time": 1.0},
+    }
+
+
+def trace_problem(path: Path, **arrival) -> str:
+    """The one problem loading a replay of ``path`` reports: at workload.arrival.path, one line."""
+    with pytest.raises(des.ScenarioError) as info:
+        des.load_scenario(trace_scenario(path, **arrival))
+    problems = info.value.problems
+    assert len(problems) == 1, problems
+    field, message = problems[0]
+    assert field == PATH, problems
+    assert "\n" not in message and "Traceback" not in message, message
+    assert str(path) in message, message
+    return message
+
+
+def run_fails_with_one_error(tmp_path: Path, trace: Path, fmt: str | None = None) -> str:
+    """``des run`` replaying ``trace``: exit 2, exactly one ``error: workload.arrival.path:`` line,
+    no traceback, nothing on stdout; returns that line."""
+    extra = f", format: {fmt}" if fmt else ""
+    scenario = write(
+        tmp_path / "s.yaml",
+        f"workload:\n  arrival: {{process: trace, path: {trace}{extra}}}\n"
+        "cost_model: {kind: constant, step_time: 1.0}\n",
+    )
+    done = des_cli("run", str(scenario), "--out", str(tmp_path / "out"), "--quiet", cwd=tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {PATH}: "), done.stderr
+    assert done.stdout.strip() == "", done.stdout
+    assert not (tmp_path / "out").exists()
+    return lines[0]
+
+
+# -- D1: CSV rows of another width than the header -------------------------------------------
+
+
+WIDTH_CASES = [
+    # (id, format, content, the message's words)
+    ("one-extra-field", None, TRACE_HEADER + "0,100,20,7\n1,200,30,7\n2,300,40,7\n",
+     "row 1 (line 2) has 4 fields, but the header has 3"),
+    ("two-extra-fields", None, TRACE_HEADER + "0,100,20,7,x\n1,200,30,7,y\n",
+     "row 1 (line 2) has 5 fields, but the header has 3"),
+    ("extra-field-later", None, TRACE_HEADER + "0,100,20\n1,200,30\n2,300,40,7\n",
+     "row 3 (line 4) has 4 fields, but the header has 3"),
+    ("trailing-comma", None, TRACE_HEADER + "0,100,20,\n", "row 1 (line 2) has 4 fields"),
+    ("short-row", None, TRACE_HEADER + "0,100,20\n1,200\n", "row 2 (line 3) has 2 fields, but the header has 3"),
+    ("ragged", None, TRACE_HEADER + "0,1,5,6,7\n1,2\n", "row 1 (line 2) has 5 fields, but the header has 3"),
+    ("one-field", None, TRACE_HEADER + "0,1,5\nnonsense\n", "row 2 (line 3) has 1 field, but the header has 3"),
+    ("after-comments-and-blank-lines", None, "# a comment\n\n" + TRACE_HEADER + "0,1,5\n\n# more\n   \n1,2,3,4\n",
+     "row 2 (line 8) has 4 fields"),
+    ("crlf", None, TRACE_HEADER.replace("\n", "\r\n") + "0,1,5\r\n1,2,3,4\r\n", "row 2 (line 3) has 4 fields"),
+    ("after-a-quoted-line-break", None, TRACE_HEADER.strip() + ",note\n0,1,5,\"two\nlines, one field\"\n1,2,3\n",
+     "row 2 (line 4) has 3 fields, but the header has 4"),
+    ("optional-columns-short", None,
+     "arrival_time,prompt_tokens,output_tokens,conversation_id,prefix_group,prefix_tokens\n0,10,2,,,\n1,10,2\n",
+     "row 2 (line 3) has 3 fields, but the header has 6"),
+    ("azure-extra-field", "azure", AZURE_HEADER + "2023-11-16 18:15:46.6805900,374,44,7\n",
+     "row 1 (line 2) has 4 fields, but the header has 3"),
+    ("azure-short-row", "azure", AZURE_HEADER + "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:47,374\n",
+     "row 2 (line 3) has 2 fields"),
+    ("burstgpt-extra-field", "burstgpt", BURSTGPT_HEADER + "5,ChatGPT,472,18,490,Conversation log,7\n",
+     "row 1 (line 2) has 7 fields, but the header has 6"),
+    ("burstgpt-short-row", "burstgpt", BURSTGPT_HEADER + "5,ChatGPT,472,18,490,Conversation log\n6,ChatGPT,10,3\n",
+     "row 2 (line 3) has 4 fields"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "fmt", "content", "words"), WIDTH_CASES, ids=[c[0] for c in WIDTH_CASES])
+def test_a_row_of_another_width_than_the_header_is_an_error(tmp_path, name, fmt, content, words):
+    path = write(tmp_path / "t.csv", content)
+    message = trace_problem(path, **({"format": fmt} if fmt else {}))
+    assert words in message, message
+    assert "each row needs one field per column" in message, message
+
+
+def test_the_message_says_what_to_do(tmp_path):
+    more = trace_problem(write(tmp_path / "more.csv", TRACE_HEADER + "0,100,20,7\n"))
+    assert more.endswith("(name the extra column in the header)"), more
+    fewer = trace_problem(write(tmp_path / "fewer.csv", TRACE_HEADER + "0,100\n"))
+    assert fewer.endswith("(a blank value still needs its comma)"), fewer
+
+
+def test_the_review_file_is_an_error_not_a_shifted_replay(tmp_path):
+    """D1's file: was replayed as arrivals 0/100/200 s, prompts 20/30/40 and outputs 7, exit 0."""
+    trace = write(tmp_path / "extra.csv", TRACE_HEADER + "0,100,20,7\n1,200,30,7\n2,300,40,7\n")
+    line = run_fails_with_one_error(tmp_path, trace)
+    assert line == (
+        f"error: {PATH}: {str(trace)!r} row 1 (line 2) has 4 fields, but the header has 3: "
+        "each row needs one field per column (name the extra column in the header)"
+    )
+
+
+def test_a_request_log_row_of_another_width_is_an_error(tmp_path):
+    """``des compare``'s CSV request logs are checked the same way."""
+    path = write(tmp_path / "log.csv", LOG_HEADER + "0,10,2,0.1,0.5\n1,10,2,0.1,0.5,1\n")
+    with pytest.raises(ValueError, match=r"row 2 \(line 3\) has 6 fields, but the header has 5") as info:
+        read_request_log(path)
+    assert str(info.value).startswith(repr(str(path)))
+    short = write(tmp_path / "short.csv", LOG_HEADER + "0,10,2,0.1\n")
+    with pytest.raises(ValueError, match=r"row 1 \(line 2\) has 4 fields, but the header has 5"):
+        read_request_log(short)
+
+
+@pytest.mark.parametrize(
+    ("content", "arrivals", "note"),
+    [
+        # a quoted field holds commas, "#" and line breaks; a comment after the fields ends them
+        (TRACE_HEADER.strip() + ',note\n0,1,5,"a, b # c"\n1,2,3,"x\ny"\n', [0.0, 1.0], ["a, b # c", "x\ny"]),
+        (TRACE_HEADER.strip() + ",note\n0,1,5,a # a comment, with a comma\n1,2,3,b\n", [0.0, 1.0], ["a ", "b"]),
+        (TRACE_HEADER.strip() + ',note\n0,1,5,"say ""hi"", then"\n', [0.0], ['say "hi", then']),
+        # blank optional values keep their commas; CR line ends; a file without a final line end
+        ("# c\r\n" + TRACE_HEADER.strip() + ",note\r\n0,1,5,\r\n\r\n1,2,3,x", [0.0, 1.0], [None, "x"]),
+    ],
+    ids=["quoted", "comment", "doubled-quotes", "crlf-blank"],
+)
+def test_rows_of_the_header_width_read_as_before(tmp_path, content, arrivals, note):
+    """Regular files are not flagged: fields are counted as pandas splits them."""
+    path = write(tmp_path / "t.csv", content)
+    table = read_trace(path)
+    assert table["arrival_time"].tolist() == arrivals
+    frame = pd.read_csv(path, comment="#")
+    assert [None if pd.isna(v) else v for v in frame["note"]] == note
+
+
+# A port of pandas' C tokenizer (sep ",", quotechar '"', comment "#", skip_blank_lines), one
+# character at a time: the reference the vectorised field count is checked against.
+def reference_rows(text: str) -> list[tuple[int, int]] | None:
+    """Each row's (first line, field count), header first; None if a quoted field never closes."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    rows: list[tuple[int, int]] = []
+    state, fields, line, row_line = "record", 0, 1, 1
+    for c in text:
+        if state == "record":  # a row's first character
+            if c == "\n":
+                line += 1
+                continue
+            if c == "#":
+                state = "line_comment"
+                continue
+            if c in " \t":
+                state = "blank"
+                continue
+            row_line, fields, state = line, 0, "field"
+        elif state == "blank":  # spaces and tabs so far: a blank line unless more follows
+            if c == "\n":
+                line, state = line + 1, "record"
+                continue
+            if c in " \t":
+                continue
+            row_line, fields, state = line, 0, "in_field"
+        if state == "field":  # a field's first character
+            if c == "\n":
+                rows.append((row_line, fields + 1))
+                line, state = line + 1, "record"
+            elif c == '"':
+                state = "quoted"
+            elif c == ",":
+                fields += 1
+            elif c == "#":
+                fields, state = fields + 1, "comment"
+            else:
+                state = "in_field"
+        elif state == "in_field":
+            if c == "\n":
+                rows.append((row_line, fields + 1))
+                line, state = line + 1, "record"
+            elif c == ",":
+                fields, state = fields + 1, "field"
+            elif c == "#":
+                fields, state = fields + 1, "comment"
+        elif state == "quoted":
+            if c == '"':
+                state = "quote_in_quoted"
+            elif c == "\n":
+                line += 1
+        elif state == "quote_in_quoted":  # "" is a quote; anything else ends the quoted part
+            if c == '"':
+                state = "quoted"
+            elif c == ",":
+                fields, state = fields + 1, "field"
+            elif c == "\n":
+                rows.append((row_line, fields + 1))
+                line, state = line + 1, "record"
+            else:
+                state = "in_field"
+        elif state in ("comment", "line_comment") and c == "\n":
+            if state == "comment":
+                rows.append((row_line, fields))
+            line, state = line + 1, "record"
+    if state == "quoted":
+        return None
+    if state in ("field", "in_field", "quote_in_quoted"):
+        rows.append((row_line, fields + 1))
+    elif state == "comment":
+        rows.append((row_line, fields))
+    return rows
+
+
+CSV_TEXT = st.text(alphabet=[",", '"', "#", "\n", "\r", " ", "\t", "a", "1"], max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=CSV_TEXT, with_header=st.booleans())
+def test_rows_are_counted_as_pandas_splits_them(body, with_header):
+    """The vectorised count (:func:`ragged_row`) finds the first row the reference tokenizer gives
+    another width than the header, at the same row and line; and where the reference finds every
+    row as wide as the header, pandas reads that many rows and columns without a warning."""
+    from des.workload.formats.files import ragged_row
+
+    text = (TRACE_HEADER if with_header else "") + body
+    rows = reference_rows(text)
+    if rows is None:
+        return  # pandas: "EOF inside string"
+    expected = next(
+        ((k, line, n, rows[0][1]) for k, (line, n) in enumerate(rows[1:], 1) if n != rows[0][1]),
+        None,
+    )
+    got = ragged_row(text.encode())
+    assert (None if got is None else (got.row, got.line, got.fields, got.header)) == expected
+    # pandas swallows a comma right after a lone CR that ends a skipped line: not modelled
+    if rows and expected is None and "\r," not in text:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            frame = pd.read_csv(io.StringIO(text), comment="#", index_col=False, dtype=str, keep_default_na=False)
+        assert frame.shape == (len(rows) - 1, rows[0][1])
