@@ -4,6 +4,9 @@
   row and its line, in every CSV-based format (csv, azure, burstgpt, ``des compare``'s
   request logs). pandas would take extra leading fields as the index and shift every
   column (the replay ran on wrong numbers, exit 0), or fill a short row with blanks.
+- JSON nested too deeply for Python's parser (``'[' * 100000``) is one error line naming
+  the file (and the line, in JSONL) in every JSON-based reader (jsonl, mooncake,
+  vllm-bench, request logs), not a ``RecursionError`` traceback.
 
 Each problem is checked through ``des.load_scenario`` (a ``des.ScenarioError`` whose
 problem names ``workload.arrival.path``), and once through ``des run``: exit status 2,
@@ -24,6 +27,7 @@ from hypothesis import strategies as st
 import des
 from des.workload.formats import read_trace
 from des.workload.formats.request_log import read_request_log
+from des.workload.formats.vllm_bench import read_vllm_bench
 from tests.helpers import des_cli
 
 PATH = "workload.arrival.path"
@@ -274,3 +278,60 @@ def test_rows_are_counted_as_pandas_splits_them(body, with_header):
             warnings.simplefilter("error")
             frame = pd.read_csv(io.StringIO(text), comment="#", index_col=False, dtype=str, keep_default_na=False)
         assert frame.shape == (len(rows) - 1, rows[0][1])
+
+
+# -- D4: JSON nested too deeply to parse ---------------------------------------------------
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+ROW = '{"arrival_time": 0, "prompt_tokens": 1, "output_tokens": 2}\n'
+TOO_DEEP = "nested too deeply to parse (arrays or objects inside one another beyond Python's recursion limit)"
+DEEP_CASES = [
+    # (id, file name, format, content, the message's words)
+    ("json", "deep.json", None, DEEP, f"JSON {TOO_DEEP}"),
+    ("json-in-a-key", "deep.json", "vllm-bench", '{"input_lens": ' + DEEP + "}", f"JSON {TOO_DEEP}"),
+    ("jsonl-line", "deep.jsonl", None, ROW + DEEP + "\n", f"line 2 is {TOO_DEEP}"),
+    ("jsonl-value", "deep.jsonl", None, '{"arrival_time": ' + DEEP + "}\n", f"line 1 is {TOO_DEEP}"),
+    ("mooncake", "m.jsonl", "mooncake", '{"timestamp": 0}\n{"hash_ids": ' + DEEP + "}\n", f"line 2 is {TOO_DEEP}"),
+]
+
+
+@pytest.mark.parametrize(("name", "filename", "fmt", "content", "words"), DEEP_CASES, ids=[c[0] for c in DEEP_CASES])
+def test_json_nested_too_deeply_is_an_error(tmp_path, name, filename, fmt, content, words):
+    path = write(tmp_path / filename, content)
+    message = trace_problem(path, **({"format": fmt} if fmt else {}))
+    assert message.endswith(words), message
+    assert "not from a JSON array" not in message  # no hint that would not help
+
+
+def test_the_review_deep_json_is_one_error_line(tmp_path):
+    """D4: ``des run`` on deep.json exited 1 with a RecursionError traceback."""
+    trace = write(tmp_path / "deep.json", DEEP)
+    assert run_fails_with_one_error(tmp_path, trace) == f"error: {PATH}: {str(trace)!r}: JSON {TOO_DEEP}"
+
+
+def test_request_logs_nested_too_deeply_are_an_error(tmp_path):
+    """``des compare`` reads vllm bench results and JSONL logs with the same parser."""
+    log = write(tmp_path / "log.jsonl", '{"arrival_time": 0}\n\n' + DEEP + "\n")
+    with pytest.raises(ValueError) as info:
+        read_request_log(log)
+    assert str(info.value) == f"{str(log)!r}: line 3 is {TOO_DEEP}"
+    result = write(tmp_path / "r.json", DEEP)
+    with pytest.raises(ValueError) as info:
+        read_vllm_bench(result)
+    assert str(info.value) == f"{str(result)!r}: JSON {TOO_DEEP}"
+
+
+def test_des_compare_on_deep_json_is_one_error_line(tmp_path):
+    result = write(tmp_path / "r.json", DEEP)
+    done = des_cli("compare", str(result), cwd=tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"error: RESULT: {str(result)!r}: JSON {TOO_DEEP}"]
+
+
+def test_a_request_log_names_the_line_of_bad_json(tmp_path):
+    """A malformed line of a JSONL request log is named by its line in the file (was always line 1)."""
+    log = write(tmp_path / "log.jsonl", '{"arrival_time": 0}\n\n{"arrival_time": \n')
+    with pytest.raises(ValueError, match=r"not valid JSON lines \(line 3: Expecting value\)"):
+        read_request_log(log)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from des.workload.formats.checks import existing_file, first_line, numbers, show
-from des.workload.formats.files import FileProblem, ragged_row, utf8_bytes
+from des.workload.formats.files import FileProblem, NestedTooDeep, json_value, ragged_row, utf8_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,9 +158,11 @@ def load_jsonl(path: Path) -> pd.DataFrame:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json_value(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"cannot parse {str(path)!r}: line {i + 1} is not valid JSON ({exc.msg})") from None
+        except NestedTooDeep as exc:
+            raise ValueError(f"cannot parse {str(path)!r}: line {i + 1} is {exc}") from None
         if not isinstance(row, dict):
             raise ValueError(
                 f"cannot parse {str(path)!r}: line {i + 1} holds {type(row).__name__} {_short(row)}, "

@@ -5,6 +5,8 @@
   differs from the header's (pandas would take extra leading fields as the index and
   shift every column, or fill a short row with blanks), counting fields the way pandas'
   C parser splits them.
+- **JSON** nested too deeply for Python's parser (it raises ``RecursionError``) is a
+  :class:`NestedTooDeep` error (:func:`json_value`).
 - **Compression** by the name's last suffix, as pandas infers it for CSV: ``.gz``,
   ``.bz2``, ``.xz``, ``.zip`` (one file inside), ``.zst`` (with the ``zstandard``
   package), ``.tar`` and ``.tar.gz``/``.tar.bz2``/``.tar.xz`` (one file inside). The
@@ -20,6 +22,7 @@ import bz2
 import gzip
 import importlib
 import io
+import json
 import lzma
 import re
 import tarfile
@@ -27,6 +30,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +56,23 @@ BOM = b"\xef\xbb\xbf"
 
 class FileProblem(ValueError):
     """What is wrong with a file's bytes, as a phrase without the path (``not valid gzip data (...)``)."""
+
+
+class NestedTooDeep(ValueError):
+    """JSON of arrays or objects nested beyond Python's recursion limit (valid, but not parseable)."""
+
+
+#: What :class:`NestedTooDeep` says (after "line 3 is" or "JSON").
+TOO_DEEP = "nested too deeply to parse (arrays or objects inside one another beyond Python's recursion limit)"
+
+
+def json_value(text: str | bytes) -> Any:
+    """``json.loads(text)``: ``json.JSONDecodeError`` as it raises it, and :class:`NestedTooDeep`
+    for nesting deeper than its recursion can follow (a ``RecursionError`` traceback otherwise)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise NestedTooDeep(TOO_DEEP) from None
 
 
 def compression(path: Path) -> str | None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from des.workload.formats.checks import MAX_TOKENS, first_line, show
-from des.workload.formats.files import FileProblem, ragged_row, utf8_bytes
+from des.workload.formats.files import FileProblem, NestedTooDeep, json_value, ragged_row, utf8_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +54,7 @@ def _load(path: Path, jsonl: bool | None) -> pd.DataFrame:
             rows = []
             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
                 if line.strip():
-                    row = json.loads(line)
+                    row = _json_line(path, line, i + 1)
                     if not isinstance(row, dict):
                         raise _fail(path, f"line {i + 1} is not a JSON object")
                     rows.append(row)
@@ -67,14 +67,22 @@ def _load(path: Path, jsonl: bool | None) -> pd.DataFrame:
         return pd.read_csv(io.BytesIO(data), comment="#", dtype=str, keep_default_na=False, index_col=False)
     except FileProblem as exc:
         raise _fail(path, str(exc)) from None
-    except json.JSONDecodeError as exc:
-        raise _fail(path, f"not valid JSON lines (line {exc.lineno}: {exc.msg})") from None
     except UnicodeDecodeError:
         raise _fail(path, "is not UTF-8 text") from None
     except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         if isinstance(exc, ValueError) and str(exc).startswith(repr(str(path))):
             raise
         raise _fail(path, f"cannot parse it ({first_line(exc)})") from None
+
+
+def _json_line(path: Path, line: str, number: int) -> object:
+    """Line ``number`` of a JSONL file, parsed."""
+    try:
+        return json_value(line)
+    except json.JSONDecodeError as exc:
+        raise _fail(path, f"not valid JSON lines (line {number}: {exc.msg})") from None
+    except NestedTooDeep as exc:
+        raise _fail(path, f"line {number} is {exc}") from None
 
 
 def _float(value: object) -> float:

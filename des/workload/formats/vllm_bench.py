@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from des.workload.formats.files import NestedTooDeep, json_value
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -128,9 +130,11 @@ def _load(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise _fail(path, "is not UTF-8 text") from None
     try:
-        data = json.loads(text)
+        data = json_value(text)
     except json.JSONDecodeError as exc:
         raise _fail(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except NestedTooDeep as exc:
+        raise NestedTooDeep(f"{str(path)!r}: JSON {exc}") from None
     if not isinstance(data, dict):
         raise _fail(path, "does not hold a JSON object (is it a vllm bench serve result?)")
     return data

@@ -24,6 +24,7 @@ import numpy as np
 
 from des.workload.formats.base import ReadOptions, TraceFormat, fail, skipped, table
 from des.workload.formats.checks import existing_file, positive_ints
+from des.workload.formats.files import NestedTooDeep
 from des.workload.formats.vllm_bench import read_vllm_bench
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ def read_vllm_bench_trace(path: Path, options: ReadOptions) -> pd.DataFrame:
     existing_file(path)
     try:
         frame = read_vllm_bench(path, seed=DRAW_SEED)
+    except NestedTooDeep:
+        raise
     except ValueError as exc:
         if _holds_a_list(path):
             raise ValueError(
