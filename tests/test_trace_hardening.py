@@ -7,6 +7,10 @@
 - JSON nested too deeply for Python's parser (``'[' * 100000``) is one error line naming
   the file (and the line, in JSONL) in every JSON-based reader (jsonl, mooncake,
   vllm-bench, request logs), not a ``RecursionError`` traceback.
+- Every format reads a compressed file (by its name, as pandas does for CSV: ``.gz``,
+  ``.bz2``, ``.xz``, ``.zip``, ...) and a UTF-8 byte order mark alike: jsonl and mooncake
+  rejected a BOM ("Unexpected UTF-8 BOM"), and ``.jsonl.gz`` / ``.json.gz`` ("not UTF-8
+  text") while ``.csv.gz`` was read.
 
 Each problem is checked through ``des.load_scenario`` (a ``des.ScenarioError`` whose
 problem names ``workload.arrival.path``), and once through ``des run``: exit status 2,
@@ -15,8 +19,14 @@ one ``error:`` line, no traceback. Files are built in ``tmp_path``.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import importlib.util
 import io
+import lzma
+import tarfile
 import warnings
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -25,10 +35,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import des
-from des.workload.formats import read_trace
-from des.workload.formats.request_log import read_request_log
-from des.workload.formats.vllm_bench import read_vllm_bench
-from tests.helpers import des_cli
+from des.tools.compare import read_measured
+from des.workload.arrivals import Trace
+from des.workload.formats import infer_format, read_trace
+from des.workload.formats.request_log import read_request_log, write_request_log
+from des.workload.formats.vllm_bench import read_vllm_bench, write_vllm_bench
+from tests.helpers import ROOT, des_cli
+
+TRACES = ROOT / "scenarios" / "traces"
 
 PATH = "workload.arrival.path"
 TRACE_HEADER = "arrival_time,prompt_tokens,output_tokens\n"
@@ -335,3 +349,147 @@ def test_a_request_log_names_the_line_of_bad_json(tmp_path):
     log = write(tmp_path / "log.jsonl", '{"arrival_time": 0}\n\n{"arrival_time": \n')
     with pytest.raises(ValueError, match=r"not valid JSON lines \(line 3: Expecting value\)"):
         read_request_log(log)
+
+
+# -- D11: compression and a byte order mark, the same in every format ------------------------
+
+
+BOM = b"\xef\xbb\xbf"
+SAMPLES = [
+    ("azure-sample.csv", "azure"),
+    ("burstgpt-sample.csv", "burstgpt"),
+    ("chat-sample.csv", "csv"),
+    ("mooncake-sample.jsonl", "mooncake"),
+    ("vllm-bench-sample.json", "vllm-bench"),
+]
+
+
+def tar(name: str, data: bytes) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as archive:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def zipped(name: str, data: bytes) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr(name, data)
+    return out.getvalue()
+
+
+PACKINGS = [
+    # (id, suffix added to the name, the bytes from the plain file's)
+    ("bom", "", lambda name, raw: BOM + raw),
+    ("gzip", ".gz", lambda name, raw: gzip.compress(raw)),
+    ("bom-gzip", ".gz", lambda name, raw: gzip.compress(BOM + raw)),
+    ("bz2", ".bz2", lambda name, raw: bz2.compress(raw)),
+    ("xz", ".xz", lambda name, raw: lzma.compress(raw)),
+    ("zip", ".zip", zipped),
+    ("tar-gz", ".tar.gz", tar),
+]
+
+
+@pytest.mark.parametrize("packing", PACKINGS, ids=[p[0] for p in PACKINGS])
+@pytest.mark.parametrize(("name", "fmt"), SAMPLES, ids=[s[0] for s in SAMPLES])
+def test_every_format_reads_compressed_files_and_a_bom_alike(tmp_path, name, fmt, packing):
+    _, suffix, pack = packing
+    path = write(tmp_path / (name + suffix), pack(name, (TRACES / name).read_bytes()))
+    assert infer_format(path) == infer_format(TRACES / name)
+    got = read_trace(path, fmt)
+    expected = read_trace(TRACES / name, fmt)
+    pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    assert got.attrs["notes"] == [n.replace(name, path.name) for n in expected.attrs["notes"]]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("t.jsonl.gz", "jsonl"), ("t.NDJSON.bz2", "jsonl"), ("r.json.gz", "vllm-bench"), ("t.csv.xz", "csv"),
+     ("t.csv.tar.gz", "csv"), ("r.json.zip", "vllm-bench"), ("t.gz", "csv")],
+)  # fmt: skip
+def test_the_format_is_inferred_from_the_name_before_its_compression(name, expected):
+    assert infer_format(Path(name)) == expected
+
+
+def test_the_review_jsonl_gz_and_bom_files_replay(tmp_path):
+    """D11: a BOM was "Unexpected UTF-8 BOM" in jsonl and mooncake, and .jsonl.gz "not UTF-8 text"."""
+    rows = TRACE_HEADER + "0,10,2\n1.5,20,3\n"
+    plain = read_trace(write(tmp_path / "t.csv", rows))
+    jsonl = "".join(
+        f'{{"arrival_time": {a}, "prompt_tokens": {p}, "output_tokens": {o}}}\n'
+        for a, p, o in ((0, 10, 2), (1.5, 20, 3))
+    ).encode()
+    for path in (write(tmp_path / "bom.jsonl", BOM + jsonl), write(tmp_path / "t.jsonl.gz", gzip.compress(jsonl))):
+        arrival = des.load_scenario(trace_scenario(path)).workload.arrival
+        assert isinstance(arrival, Trace)
+        pd.testing.assert_frame_equal(arrival.table, plain)
+
+
+def test_request_logs_and_results_read_compressed_and_with_a_bom(tmp_path):
+    """``des compare``: the same files, by the same rules (the format from the name before ``.gz``)."""
+    result = read_vllm_bench(TRACES / "vllm-bench-sample.json")
+    rows = result[result["success"]].reset_index(drop=True)
+    for kind in ("csv", "jsonl"):
+        log = tmp_path / f"log.{kind}"
+        write_request_log(rows, log)
+        expected = read_request_log(log)
+        for path in (
+            write(tmp_path / f"log.{kind}.gz", gzip.compress(log.read_bytes())),
+            write(tmp_path / f"bom.{kind}", BOM + log.read_bytes()),
+            write(tmp_path / f"bom.{kind}.xz", lzma.compress(BOM + log.read_bytes())),
+        ):
+            pd.testing.assert_frame_equal(read_request_log(path), expected)
+            measured = read_measured(path)
+            assert measured.format == kind
+            pd.testing.assert_frame_equal(measured.rows, expected)
+    bench = tmp_path / "r.json"
+    write_vllm_bench(result, bench)
+    for path in (
+        write(tmp_path / "r.json.gz", gzip.compress(bench.read_bytes())),
+        write(tmp_path / "bom.json", BOM + bench.read_bytes()),
+    ):
+        measured = read_measured(path)
+        assert measured.format == "vllm-bench"
+        pd.testing.assert_frame_equal(measured.rows, read_vllm_bench(bench))
+
+
+def two_file_zip() -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("a.csv", TRACE_HEADER)
+        archive.writestr("b.csv", TRACE_HEADER)
+    return out.getvalue()
+
+
+PACKING_PROBLEMS = [
+    # (id, file name, content, the message's words)
+    ("not-gzip", "t.jsonl.gz", b'{"arrival_time": 0}\n', "not valid gzip data (Not a gzipped file"),
+    ("cut-gzip", "t.csv.gz", gzip.compress(TRACE_HEADER.encode() * 50)[:-9],
+     "not valid gzip data (Compressed file ended"),
+    ("not-xz", "r.json.xz", b"{}", "not valid xz data"),
+    ("two-in-a-zip", "t.csv.zip", two_file_zip(), "a zip archive must hold one file, this one holds 2 (a.csv, b.csv)"),
+    ("not-utf8", "t.jsonl", b'{"arrival_time": "\xff"}\n', "not UTF-8 text (byte 0xff at offset 18)"),
+    ("not-utf8-csv", "t.csv", TRACE_HEADER.encode() + b"0,1,\xe9\n", "not UTF-8 text (byte 0xe9 at offset 45)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "filename", "content", "words"), PACKING_PROBLEMS, ids=[c[0] for c in PACKING_PROBLEMS]
+)
+def test_a_file_that_cannot_be_unpacked_says_why(tmp_path, name, filename, content, words):
+    message = trace_problem(write(tmp_path / filename, content))
+    assert words in message, message
+
+
+@pytest.mark.skipif(importlib.util.find_spec("zstandard") is not None, reason="zstandard is installed")
+def test_zstd_without_its_package_says_so(tmp_path):
+    message = trace_problem(write(tmp_path / "t.csv.zst", b"(\xb5/\xfd not really"))
+    assert message.endswith("zstd data needs the zstandard package to read (pip install zstandard)"), message
+
+
+def test_a_corrupt_gzip_trace_is_one_error_line(tmp_path):
+    trace = write(tmp_path / "t.jsonl.gz", b"not gzip at all\n")
+    line = run_fails_with_one_error(tmp_path, trace)
+    assert line == f"error: {PATH}: cannot parse {str(trace)!r}: not valid gzip data (Not a gzipped file (b'no'))"

@@ -142,15 +142,16 @@ def load_csv(path: Path) -> pd.DataFrame:
 
 
 def load_jsonl(path: Path) -> pd.DataFrame:
-    """A file of one JSON object per line (blank lines skipped), the keys as columns; a key
-    missing from a line is NaN there. Values stay as JSON has them (lists stay lists)."""
+    """A file of one JSON object per line (blank lines skipped; compressed as its name says, a
+    leading byte order mark dropped, see :mod:`~des.workload.formats.files`), the keys as
+    columns; a key missing from a line is NaN there. Values stay as JSON has them (lists stay lists)."""
     import pandas as pd
 
     existing_file(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"cannot parse {str(path)!r}: not UTF-8 text") from None
+        text = utf8_bytes(path).decode("utf-8")
+    except FileProblem as exc:
+        raise ValueError(f"cannot parse {str(path)!r}: {exc}") from None
     except OSError as exc:
         raise ValueError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
     rows: list[dict[str, Any]] = []

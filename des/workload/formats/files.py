@@ -137,7 +137,7 @@ def _decompress(kind: str, raw: bytes) -> bytes:
     try:
         zstandard = importlib.import_module("zstandard")
     except ImportError:
-        raise FileProblem("zstd data, which needs the zstandard package (pip install zstandard)") from None
+        raise FileProblem("zstd data needs the zstandard package to read (pip install zstandard)") from None
     with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
         return bytes(reader.read())
 

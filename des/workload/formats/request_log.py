@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from des.workload.formats.checks import MAX_TOKENS, first_line, show
-from des.workload.formats.files import FileProblem, NestedTooDeep, json_value, ragged_row, utf8_bytes
+from des.workload.formats.files import FileProblem, NestedTooDeep, data_suffix, json_value, ragged_row, utf8_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,11 +48,11 @@ def _load(path: Path, jsonl: bool | None) -> pd.DataFrame:
     if not path.is_file():
         raise _fail(path, "not a file")
     if jsonl is None:
-        jsonl = path.suffix.lower() in (".jsonl", ".ndjson")
+        jsonl = data_suffix(path) in (".jsonl", ".ndjson")
     try:
         if jsonl:
             rows = []
-            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+            for i, line in enumerate(utf8_bytes(path).decode("utf-8").splitlines()):
                 if line.strip():
                     row = _json_line(path, line, i + 1)
                     if not isinstance(row, dict):
@@ -110,7 +110,8 @@ def _column(path: Path, frame: pd.DataFrame, col: str, what: str, integer: bool 
 
 def read_request_log(path: Path, jsonl: bool | None = None) -> pd.DataFrame:
     """The per-request rows of a measured CSV or JSONL log (see the module docstring);
-    ``jsonl`` None decides by the suffix (``.jsonl``, ``.ndjson``: JSON lines)."""
+    ``jsonl`` None decides by the suffix (``.jsonl``, ``.ndjson``: JSON lines; also compressed,
+    as ``.jsonl.gz``: see :mod:`~des.workload.formats.files`)."""
     import pandas as pd
 
     frame = _load(path, jsonl)
