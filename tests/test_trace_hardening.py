@@ -11,6 +11,8 @@
   ``.bz2``, ``.xz``, ``.zip``, ...) and a UTF-8 byte order mark alike: jsonl and mooncake
   rejected a BOM ("Unexpected UTF-8 BOM"), and ``.jsonl.gz`` / ``.json.gz`` ("not UTF-8
   text") while ``.csv.gz`` was read.
+- An Azure ``TIMESTAMP`` outside the nanosecond range (``9999-12-31 23:59:59``) says so,
+  rather than "is not a date and time" (or, in a file of such times only, wrong arrivals).
 
 Each problem is checked through ``des.load_scenario`` (a ``des.ScenarioError`` whose
 problem names ``workload.arrival.path``), and once through ``des run``: exit status 2,
@@ -493,3 +495,44 @@ def test_a_corrupt_gzip_trace_is_one_error_line(tmp_path):
     trace = write(tmp_path / "t.jsonl.gz", b"not gzip at all\n")
     line = run_fails_with_one_error(tmp_path, trace)
     assert line == f"error: {PATH}: cannot parse {str(trace)!r}: not valid gzip data (Not a gzipped file (b'no'))"
+
+
+# -- D11: Azure times beyond the nanosecond range --------------------------------------------
+
+
+OUTSIDE = "is outside the times that can be held to the nanosecond, 1677-09-21 00:12:43 to 2262-04-11 23:47:16 UTC"
+NOT_A_DATE = "is not a date and time such as '2023-11-16 18:15:46.6805900'"
+AZURE_TIMES = [
+    # (id, the rows' times, the message's words; None: read)
+    ("after-2262-among-nanoseconds", ["2023-11-16 18:15:46.6805900", "9999-12-31 23:59:59"],
+     f"row 2: TIMESTAMP '9999-12-31 23:59:59' {OUTSIDE}"),
+    ("after-2262-alone", ["9999-12-31 23:59:59", "9999-12-31 23:59:59.5"],
+     f"row 1: TIMESTAMP '9999-12-31 23:59:59' {OUTSIDE}"),
+    ("before-1677", ["1000-01-01 00:00:00", "1000-01-01 00:00:01"],
+     f"row 1: TIMESTAMP '1000-01-01 00:00:00' {OUTSIDE}"),
+    ("past-by-an-offset", ["2262-04-11 20:00:00-05:00"], f"row 1: TIMESTAMP '2262-04-11 20:00:00-05:00' {OUTSIDE}"),
+    ("past-by-a-nanosecond", ["2262-04-11 23:47:16.854775807", "2262-04-11 23:47:16.854775808"],
+     f"row 2: TIMESTAMP '2262-04-11 23:47:16.854775808' {OUTSIDE}"),
+    ("no-such-day", ["2023-11-16 18:15:46", "2023-02-30 00:00:00"],
+     f"row 2: TIMESTAMP '2023-02-30 00:00:00' {NOT_A_DATE}"),
+    ("not-a-date", ["2023-11-16 18:15:46", "yesterday"], f"row 2: TIMESTAMP 'yesterday' {NOT_A_DATE}"),
+    ("blank", ["2023-11-16 18:15:46", ""], f"row 2: TIMESTAMP (blank) {NOT_A_DATE}"),
+    ("nat", ["2023-11-16 18:15:46", "NaT"], f"row 2: TIMESTAMP 'NaT' {NOT_A_DATE}"),
+    ("the-last-nanosecond", ["2262-04-11 23:47:16.854775806", "2262-04-11 23:47:16.854775807"], None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "times", "words"), AZURE_TIMES, ids=[c[0] for c in AZURE_TIMES])
+def test_azure_times_outside_the_nanosecond_range_say_so(tmp_path, name, times, words):
+    path = write(tmp_path / "a.csv", AZURE_HEADER + "".join(f"{t},374,44\n" for t in times))
+    if words is None:
+        assert read_trace(path, "azure")["arrival_time"].tolist() == [85636.854775806, 85636.854775807]
+        return
+    message = trace_problem(path, format="azure")
+    assert words in message, message
+
+
+def test_the_review_azure_time_is_one_error_line(tmp_path):
+    trace = write(tmp_path / "a.csv", AZURE_HEADER + "2023-11-16 18:15:46.6805900,374,44\n9999-12-31 23:59:59,10,5\n")
+    line = run_fails_with_one_error(tmp_path, trace, "azure")
+    assert line == f"error: {PATH}: {str(trace)!r} row 2: TIMESTAMP '9999-12-31 23:59:59' {OUTSIDE}"
