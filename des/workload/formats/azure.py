@@ -47,11 +47,14 @@ def day_seconds(path: Path, raw: pd.Series) -> np.ndarray:
     text = raw.astype(str).where(raw.notna(), "")
     stamps = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
     # pandas reads a column at one resolution: a date beyond the nanosecond range is NaT
-    # among dates that need nanoseconds, and read (in microseconds) among dates that do not
-    first, last = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
-    bad = (stamps.isna() | (stamps < first) | (stamps > last)).to_numpy()
-    if bad.any():
-        i = int(np.argmax(bad))
+    # among dates that need nanoseconds, and read (e.g. in microseconds) among dates that do not
+    try:
+        in_ns = None if stamps.isna().any() else stamps.dt.as_unit("ns")
+    except pd.errors.OutOfBoundsDatetime:
+        in_ns = None
+    if in_ns is None:
+        first, last = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
+        i = int(np.argmax((stamps.isna() | (stamps < first) | (stamps > last)).to_numpy()))
         what = (
             f"is outside the times that can be held to the nanosecond, {first:%Y-%m-%d %H:%M:%S} "
             f"to {last:%Y-%m-%d %H:%M:%S} UTC"
@@ -59,7 +62,7 @@ def day_seconds(path: Path, raw: pd.Series) -> np.ndarray:
             else "is not a date and time such as '2023-11-16 18:15:46.6805900' (ISO 8601; UTC unless it has an offset)"
         )
         raise fail(path, f"row {i + 1}: TIMESTAMP {show(raw.iloc[i])} {what}")
-    nanos = (stamps - pd.Timestamp("1970-01-01", tz="UTC")) // pd.Timedelta(nanoseconds=1)
+    nanos = (in_ns - pd.Timestamp("1970-01-01", tz="UTC")) // pd.Timedelta(nanoseconds=1)
     ns = np.asarray(nanos, dtype=np.int64)
     day = ns.min() - ns.min() % NS_PER_DAY
     return (ns - day) / 1e9
