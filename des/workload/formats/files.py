@@ -255,8 +255,10 @@ def ragged_row(data: bytes) -> RaggedRow | None:
     bad = next((i for i in odd.tolist() if is_row(i)), None)
     if bad is None:
         return None
-    between = np.flatnonzero(maybe[header + 1 : bad + 1]) + header + 1
-    row = sum(1 for i in between.tolist() if fields[i] > 1 or is_row(i))
+    # its row number: the rows after the header up to it
+    span = slice(header + 1, bad + 1)
+    blank_or_one_field = np.flatnonzero(maybe[span] & (fields[span] == 1)) + header + 1
+    row = int(np.count_nonzero(maybe[span] & (fields[span] > 1))) + sum(map(is_row, blank_or_one_field.tolist()))
     before = b[: starts[bad]]
     line = 1 + int(np.count_nonzero(before == NEWLINE)) + (int(np.count_nonzero(before == MARK)) if collapsed else 0)
     return RaggedRow(row=row, line=line, fields=int(fields[bad]), header=width)
