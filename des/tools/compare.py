@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from des.errors import ScenarioError
+from des.workload.formats.files import data_suffix
 from des.workload.formats.request_log import read_request_log
 from des.workload.formats.vllm_bench import read_vllm_bench
 
@@ -72,7 +73,7 @@ class Measured:
 def read_measured(path: Path, fmt: str = "auto", seed: int = 0) -> Measured:
     """The measured run at ``path``; problems as ScenarioError naming ``RESULT``."""
     if fmt == "auto":
-        suffix = path.suffix.lower()
+        suffix = data_suffix(path)
         fmt = {".json": "vllm-bench", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(suffix, "")
         if not fmt:
             raise ScenarioError(

@@ -14,6 +14,10 @@ registered in :data:`TRACE_FORMATS` under its name:
 Without a ``format``, :func:`infer_format` picks one from the file name: ``.csv`` ->
 csv, ``.jsonl``/``.ndjson`` -> jsonl, ``.json`` -> vllm-bench, anything else -> csv.
 
+Every reader reads its file the same way (:mod:`des.workload.formats.files`): compressed
+as its name says (``.gz``, ``.bz2``, ``.xz``, ``.zip``, ...; ``t.jsonl.gz`` is JSON lines),
+UTF-8 with or without a byte order mark.
+
 **Request logs** (``des compare``), one row per request with its measured latencies:
 
 - :mod:`des.workload.formats.vllm_bench`: the JSON of ``vllm bench serve --save-result
@@ -37,6 +41,7 @@ from des.registry import Registry
 from des.workload.formats.azure import AZURE
 from des.workload.formats.base import MissingColumns, ReadOptions, TraceFormat
 from des.workload.formats.burstgpt import BURSTGPT
+from des.workload.formats.files import data_suffix
 from des.workload.formats.mooncake import MOONCAKE
 from des.workload.formats.table import CSV, JSONL
 from des.workload.formats.vllm_bench_trace import VLLM_BENCH
@@ -55,8 +60,9 @@ FALLBACK = "csv"
 
 
 def infer_format(path: Path) -> str:
-    """The format a trace file's name implies (see the module)."""
-    suffix = path.suffix.lower()
+    """The format a trace file's name implies (see the module); a compression suffix is set
+    aside (``t.jsonl.gz``: jsonl)."""
+    suffix = data_suffix(path)
     for name in TRACE_FORMATS:
         if suffix in TRACE_FORMATS.get(name).suffixes:
             return name

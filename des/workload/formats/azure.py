@@ -12,7 +12,8 @@ released ``data/AzureLLMInferenceTrace_{code,conv}.csv`` (2023) and the 2024 not
   day of the trace's first request (as BurstGPT counts): a replay moves the first
   request to t = 0, and ``absolute_times: true`` keeps the time of day. (Seconds since
   the Unix epoch would blur the sub-microsecond digits: a float near 1.7e9 resolves
-  0.24 µs; near 1e5 it resolves 1.5e-11 s.)
+  0.24 µs; near 1e5 it resolves 1.5e-11 s.) Nanoseconds in 64 bits span 1677-09-21
+  00:12:43 to 2262-04-11 23:47:16 UTC: a time outside is an error that says so.
 - ``ContextTokens`` and ``GeneratedTokens``: prompt and output tokens (integers >= 1; the
   2023 release has no zeros: shortest prompt 2, shortest output 6 tokens). A row with 0
   of either is an error naming the row, not a skipped failure: the dataset does not
@@ -45,18 +46,39 @@ def day_seconds(path: Path, raw: pd.Series) -> np.ndarray:
 
     text = raw.astype(str).where(raw.notna(), "")
     stamps = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
-    bad = stamps.isna().to_numpy()
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise fail(
-            path,
-            f"row {i + 1}: TIMESTAMP {show(raw.iloc[i])} is not a date and time such as "
-            "'2023-11-16 18:15:46.6805900' (ISO 8601; UTC unless it has an offset)",
+    # pandas reads a column at one resolution: a date beyond the nanosecond range is NaT
+    # among dates that need nanoseconds, and read (e.g. in microseconds) among dates that do not
+    try:
+        in_ns = None if stamps.isna().any() else stamps.dt.as_unit("ns")
+    except pd.errors.OutOfBoundsDatetime:
+        in_ns = None
+    if in_ns is None:
+        first, last = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
+        i = int(np.argmax((stamps.isna() | (stamps < first) | (stamps > last)).to_numpy()))
+        what = (
+            f"is outside the times that can be held to the nanosecond, {first:%Y-%m-%d %H:%M:%S} "
+            f"to {last:%Y-%m-%d %H:%M:%S} UTC"
+            if _is_a_date(text.iloc[i])
+            else "is not a date and time such as '2023-11-16 18:15:46.6805900' (ISO 8601; UTC unless it has an offset)"
         )
-    nanos = (stamps - pd.Timestamp("1970-01-01", tz="UTC")) // pd.Timedelta(nanoseconds=1)
+        raise fail(path, f"row {i + 1}: TIMESTAMP {show(raw.iloc[i])} {what}")
+    nanos = (in_ns - pd.Timestamp("1970-01-01", tz="UTC")) // pd.Timedelta(nanoseconds=1)
     ns = np.asarray(nanos, dtype=np.int64)
     day = ns.min() - ns.min() % NS_PER_DAY
     return (ns - day) / 1e9
+
+
+def _is_a_date(text: str) -> bool:
+    """Whether ``text`` alone reads as an ISO 8601 date and time, in any range."""
+    import pandas as pd
+
+    try:
+        stamp = pd.to_datetime(text, format="ISO8601", utc=True)
+    except pd.errors.OutOfBoundsDatetime:
+        return True  # a valid date that pandas cannot hold at any resolution it tried
+    except ValueError:
+        return False
+    return not pd.isna(stamp)  # a blank (or "NaT") reads as NaT
 
 
 def read_azure(path: Path, options: ReadOptions) -> pd.DataFrame:

@@ -31,6 +31,7 @@ deliberately (failed requests) are in ``table.attrs["notes"]``, one sentence eac
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from des.workload.formats.checks import existing_file, first_line, numbers, show
+from des.workload.formats.files import FileProblem, NestedTooDeep, json_value, ragged_row, utf8_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,26 +119,39 @@ def fail(path: Path, msg: str) -> ValueError:
 
 
 def load_csv(path: Path) -> pd.DataFrame:
-    """A CSV file (``#`` starts a comment) as read by pandas; ValueError if it cannot be parsed."""
+    """A CSV file (``#`` starts a comment; compressed as its name says, see
+    :mod:`~des.workload.formats.files`) as read by pandas; ValueError if it cannot be parsed,
+    or if a row's field count differs from the header's (naming the row and its line)."""
     import pandas as pd
 
     existing_file(path)
     try:
-        return pd.read_csv(path, comment="#")
+        data = utf8_bytes(path)
+    except FileProblem as exc:
+        raise ValueError(f"cannot parse {str(path)!r}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot parse {str(path)!r}: {first_line(exc)}") from None
+    ragged = ragged_row(data)
+    if ragged:
+        raise fail(path, ragged.describe())
+    try:
+        # every row has the header's width: no column is taken for the index (index_col=False holds to that)
+        return pd.read_csv(io.BytesIO(data), comment="#", index_col=False)
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"cannot parse {str(path)!r}: {first_line(exc)}") from None
 
 
 def load_jsonl(path: Path) -> pd.DataFrame:
-    """A file of one JSON object per line (blank lines skipped), the keys as columns; a key
-    missing from a line is NaN there. Values stay as JSON has them (lists stay lists)."""
+    """A file of one JSON object per line (blank lines skipped; compressed as its name says, a
+    leading byte order mark dropped, see :mod:`~des.workload.formats.files`), the keys as
+    columns; a key missing from a line is NaN there. Values stay as JSON has them (lists stay lists)."""
     import pandas as pd
 
     existing_file(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"cannot parse {str(path)!r}: not UTF-8 text") from None
+        text = utf8_bytes(path).decode("utf-8")
+    except FileProblem as exc:
+        raise ValueError(f"cannot parse {str(path)!r}: {exc}") from None
     except OSError as exc:
         raise ValueError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
     rows: list[dict[str, Any]] = []
@@ -144,9 +159,11 @@ def load_jsonl(path: Path) -> pd.DataFrame:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json_value(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"cannot parse {str(path)!r}: line {i + 1} is not valid JSON ({exc.msg})") from None
+        except NestedTooDeep as exc:
+            raise ValueError(f"cannot parse {str(path)!r}: line {i + 1} is {exc}") from None
         if not isinstance(row, dict):
             raise ValueError(
                 f"cannot parse {str(path)!r}: line {i + 1} holds {type(row).__name__} {_short(row)}, "

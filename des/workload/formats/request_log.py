@@ -16,6 +16,7 @@ file, the row and the value.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from des.workload.formats.checks import MAX_TOKENS, first_line, show
+from des.workload.formats.files import FileProblem, NestedTooDeep, data_suffix, json_value, ragged_row, utf8_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,27 +48,41 @@ def _load(path: Path, jsonl: bool | None) -> pd.DataFrame:
     if not path.is_file():
         raise _fail(path, "not a file")
     if jsonl is None:
-        jsonl = path.suffix.lower() in (".jsonl", ".ndjson")
+        jsonl = data_suffix(path) in (".jsonl", ".ndjson")
     try:
         if jsonl:
             rows = []
-            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+            for i, line in enumerate(utf8_bytes(path).decode("utf-8").splitlines()):
                 if line.strip():
-                    row = json.loads(line)
+                    row = _json_line(path, line, i + 1)
                     if not isinstance(row, dict):
                         raise _fail(path, f"line {i + 1} is not a JSON object")
                     rows.append(row)
             return pd.DataFrame(rows)
+        data = utf8_bytes(path)
+        ragged = ragged_row(data)
+        if ragged:
+            raise _fail(path, ragged.describe())
         # as text: Python's float() parses decimals correctly rounded, so written numbers come back exact
-        return pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
-    except json.JSONDecodeError as exc:
-        raise _fail(path, f"not valid JSON lines (line {exc.lineno}: {exc.msg})") from None
+        return pd.read_csv(io.BytesIO(data), comment="#", dtype=str, keep_default_na=False, index_col=False)
+    except FileProblem as exc:
+        raise _fail(path, str(exc)) from None
     except UnicodeDecodeError:
         raise _fail(path, "is not UTF-8 text") from None
     except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         if isinstance(exc, ValueError) and str(exc).startswith(repr(str(path))):
             raise
         raise _fail(path, f"cannot parse it ({first_line(exc)})") from None
+
+
+def _json_line(path: Path, line: str, number: int) -> object:
+    """Line ``number`` of a JSONL file, parsed."""
+    try:
+        return json_value(line)
+    except json.JSONDecodeError as exc:
+        raise _fail(path, f"not valid JSON lines (line {number}: {exc.msg})") from None
+    except NestedTooDeep as exc:
+        raise _fail(path, f"line {number} is {exc}") from None
 
 
 def _float(value: object) -> float:
@@ -94,7 +110,8 @@ def _column(path: Path, frame: pd.DataFrame, col: str, what: str, integer: bool 
 
 def read_request_log(path: Path, jsonl: bool | None = None) -> pd.DataFrame:
     """The per-request rows of a measured CSV or JSONL log (see the module docstring);
-    ``jsonl`` None decides by the suffix (``.jsonl``, ``.ndjson``: JSON lines)."""
+    ``jsonl`` None decides by the suffix (``.jsonl``, ``.ndjson``: JSON lines; also compressed,
+    as ``.jsonl.gz``: see :mod:`~des.workload.formats.files`)."""
     import pandas as pd
 
     frame = _load(path, jsonl)

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from des.workload.formats.files import FileProblem, NestedTooDeep, json_value, utf8_bytes
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -116,21 +118,24 @@ def read_vllm_bench(path: Path, seed: int = 0) -> pd.DataFrame:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path``."""
+    """The JSON object in ``path`` (compressed as its name says, a leading byte order mark
+    dropped: see :mod:`~des.workload.formats.files`)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = utf8_bytes(path).decode("utf-8")
     except FileNotFoundError:
         raise _fail(path, "no such file") from None
     except IsADirectoryError:
         raise _fail(path, "is a folder, not a result file") from None
     except OSError as exc:
         raise _fail(path, f"cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise _fail(path, "is not UTF-8 text") from None
+    except FileProblem as exc:
+        raise _fail(path, str(exc)) from None
     try:
-        data = json.loads(text)
+        data = json_value(text)
     except json.JSONDecodeError as exc:
         raise _fail(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except NestedTooDeep as exc:
+        raise NestedTooDeep(f"{str(path)!r}: JSON {exc}") from None
     if not isinstance(data, dict):
         raise _fail(path, "does not hold a JSON object (is it a vllm bench serve result?)")
     return data

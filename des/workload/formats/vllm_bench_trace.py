@@ -24,6 +24,7 @@ import numpy as np
 
 from des.workload.formats.base import ReadOptions, TraceFormat, fail, skipped, table
 from des.workload.formats.checks import existing_file, positive_ints
+from des.workload.formats.files import NestedTooDeep, utf8_bytes
 from des.workload.formats.vllm_bench import read_vllm_bench
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ def read_vllm_bench_trace(path: Path, options: ReadOptions) -> pd.DataFrame:
     existing_file(path)
     try:
         frame = read_vllm_bench(path, seed=DRAW_SEED)
+    except NestedTooDeep:
+        raise
     except ValueError as exc:
         if _holds_a_list(path):
             raise ValueError(
@@ -61,9 +64,8 @@ def read_vllm_bench_trace(path: Path, options: ReadOptions) -> pd.DataFrame:
 def _holds_a_list(path: Path) -> bool:
     """Whether the file's JSON opens with ``[``: an array of rows, not a benchmark result."""
     try:
-        with path.open("rb") as f:
-            return f.read(4096).lstrip().startswith(b"[")
-    except OSError:
+        return utf8_bytes(path).lstrip().startswith(b"[")
+    except (OSError, ValueError):
         return False
 
 
