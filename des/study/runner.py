@@ -32,6 +32,8 @@ from des.study.spec import RunSpec
 
 #: The folder of a sweep's runs, and of a capacity search's, under its results folder.
 RUNS, CAPACITY = "runs", "capacity"
+#: The files :func:`execute` writes in a run's folder.
+RUN_FILES = ("scenario.yaml", "summary.json", "latencies.parquet", "requests.parquet", "steps.parquet", "run.json")
 LATENCY_COLUMNS = ["arrival_time", "prompt_tokens", "output_tokens", "ttft", "tpot", "e2e", "queue_delay"]
 
 
@@ -95,18 +97,18 @@ def execute(spec: RunSpec, root: str, keep_tables: bool) -> dict[str, Any]:
     req = result.requests
     duration = result.scenario.horizon.duration
     measured = req[measured_mask(req, result.scenario.warmup, math.inf if duration is None else duration)]
-    staged = Staged(folder)
-    staged.write("scenario.yaml", lambda p: p.write_text(yaml.safe_dump(spec.scenario, sort_keys=False)))
-    staged.write("summary.json", lambda p: p.write_text(json_text(result.summary)))
-    staged.write("latencies.parquet", parquet_writer(measured[LATENCY_COLUMNS].reset_index(drop=True)))
-    if keep_tables:
-        staged.write("requests.parquet", parquet_writer(req))
-        staged.write("steps.parquet", parquet_writer(result.steps))
-    staged.commit()
+    with Staged(folder) as staged:  # a failed write (a full disk) leaves no staging file behind
+        staged.write("scenario.yaml", lambda p: p.write_text(yaml.safe_dump(spec.scenario, sort_keys=False)))
+        staged.write("summary.json", lambda p: p.write_text(json_text(result.summary)))
+        staged.write("latencies.parquet", parquet_writer(measured[LATENCY_COLUMNS].reset_index(drop=True)))
+        if keep_tables:
+            staged.write("requests.parquet", parquet_writer(req))
+            staged.write("steps.parquet", parquet_writer(result.steps))
+        staged.commit()
     meta = {"run_id": spec.run_id, "seed": spec.seed, "wall_time": wall, "digest": spec.digest}
-    staged = Staged(folder)
-    staged.write("run.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
-    staged.commit()
+    with Staged(folder) as staged:
+        staged.write("run.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
+        staged.commit()
     return row_of(spec, json.loads(json_text(result.summary)), wall)
 
 
@@ -207,9 +209,15 @@ Progress = Callable[[int, int, int], None]
 def run_specs(
     runner: Backend, specs: Sequence[RunSpec], root: Path, keep_tables: bool = False, progress: Progress | None = None
 ) -> list[dict[str, Any]]:
-    """The rows of ``specs`` in their order: reused where finished before, run on ``runner`` otherwise."""
+    """The rows of ``specs`` in their order: reused where finished before, run on ``runner`` otherwise.
+
+    Staging files an interrupted sweep left in the runs' folders are removed first (the
+    caller holds the lock of ``root``, so no other process is writing there)."""
+    from des.output import remove_stale_staging
+
     todo, rows = [], []
     for spec in specs:
+        remove_stale_staging(run_dir(root, spec), RUN_FILES)
         row = finished(root, spec)
         if row is None:
             todo.append(spec)

@@ -1,0 +1,263 @@
+"""Faults around the results folder (issue #16, reliability review 3: D5, D7, D8, D11).
+
+- A failed write (a full disk) leaves no staging file behind, and a resume removes the
+  staging files an earlier process left (``.NAME.XXXXXXXX.tmp`` of the files des
+  writes there), never a user's file.
+
+The signal tests start the CLI in a session of its own, signal the main process only,
+and watch every process it started (workers are grandchildren, under the forkserver)
+through ``/proc``; they poll with generous deadlines instead of sleeping, since the
+machine running the suite may be loaded.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from des.output import Staged
+from des.study import load_study, sweep
+from tests.helpers import ROOT, SCENARIOS, des_cli
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="watches processes through /proc")
+
+POISSON = SCENARIOS / "qwen7b-4090-poisson.yaml"
+#: Twelve runs of about a second each: long enough to signal a sweep in the middle.
+SIGNAL_STUDY: dict[str, Any] = {
+    "name": "signals",
+    "base": str(POISSON),
+    "set": {"horizon.duration": 90, "warmup": 5},
+    "variants": {"cont": {}, "static": {"scheduler": {"kind": "static", "max_batch_size": 16}}},
+    "grid": {"workload.arrival.rate": [2, 4, 8]},
+    "replications": 2,
+}
+RESULT_FILES = {"requests.parquet", "steps.parquet", "summary.json", "scenario.yaml"}
+DEADLINE = 120.0  # seconds; a healthy machine needs a few
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state, start time) of ``pid``, or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def descendants(pid: int) -> dict[int, int]:
+    """Every process below ``pid`` (children, their children, ...): pid -> start time."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := _stat(int(entry))) is not None:
+            children.setdefault(st[0], []).append(int(entry))
+    found: dict[int, int] = {}
+    todo = list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        if (st := _stat(p)) is not None:
+            found[p] = st[2]
+            todo += children.get(p, [])
+    return found
+
+
+def living(procs: dict[int, int]) -> list[int]:
+    """Those of ``procs`` still running (a zombie has ended; a reused pid is another process)."""
+    out = []
+    for pid, started in procs.items():
+        st = _stat(pid)
+        if st is not None and st[1] != "Z" and st[2] == started:
+            out.append(pid)
+    return out
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting until {what}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def des_process(args: list[str], log: Path, cwd: Path = ROOT, **popen: Any) -> Iterator[subprocess.Popen]:
+    """``python -m des.cli ARGS`` in a session of its own, stdout and stderr into ``log``.*;
+    whatever it leaves running is killed at the end (by pid and by its process group)."""
+    with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "des.cli", *args], cwd=cwd, stdout=out, stderr=err, start_new_session=True, **popen
+        )
+    seen: dict[int, int] = {}
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            seen.update(descendants(proc.pid))
+            proc.kill()
+        proc.wait()
+        for pid in living(seen):
+            os.kill(pid, signal.SIGKILL)
+        with suppress(ProcessLookupError, PermissionError):  # the group outlives its reaped leader while it has members
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def stderr_of(log: Path) -> str:
+    return log.with_suffix(".err").read_text()
+
+
+def finished_runs(folder: Path) -> set[Path]:
+    return {p.parent for p in folder.rglob("run.json")}
+
+
+def staging_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.tmp"))
+
+
+def lock_is_held(folder: Path) -> bool:
+    """Whether some process holds ``folder``'s lock (probed without creating anything)."""
+    try:
+        fd = os.open(folder / ".sweep.lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def terminate_main_and_watch(proc: subprocess.Popen, out: Path) -> tuple[int, int, int]:
+    """SIGTERM to the main process only; then require that every process it had started
+    ends, and that no run is finished after it exited. Returns (exit status, runs
+    finished when it exited, runs finished when its last descendant had gone)."""
+    family = descendants(proc.pid)
+    assert family, "the main process had started no workers"
+    os.kill(proc.pid, signal.SIGTERM)
+    status = proc.wait(timeout=DEADLINE)
+    at_exit = len(finished_runs(out))
+    wait_until(lambda: not living(family), f"every process the main process started has ended: {living(family)}")
+    return status, at_exit, len(finished_runs(out))
+
+
+def drop_wall(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=[c for c in frame.columns if c.startswith("wall_time")])
+
+
+# -- D7: a full disk leaves no staging files, and a resume removes old ones --------------------
+
+
+SMALL: dict[str, Any] = {
+    "name": "small",
+    "base": str(POISSON),
+    "set": {"horizon.duration": 30, "warmup": 5},
+    "grid": {"workload.arrival.rate": [2]},
+    "replications": 2,
+}
+#: The files a sweep of SMALL writes, in order: study.yaml, 4 per run, runs and points tables.
+SMALL_WRITES = 1 + 4 * 2 + 2
+
+
+@contextmanager
+def disk_full_at(monkeypatch: pytest.MonkeyPatch, n: int) -> Iterator[list[str]]:
+    """The ``n``-th file written through :class:`des.output.Staged` gets a few bytes and
+    then ENOSPC, as on a full disk. Yields the names written so far."""
+    written: list[str] = []
+    real = Staged.write
+
+    def write(self: Staged, name: str, writer: Callable[[Path], object]) -> None:
+        written.append(name)
+        if len(written) != n:
+            return real(self, name, writer)
+
+        def full(path: Path) -> None:
+            path.write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+        return real(self, name, full)
+
+    with monkeypatch.context() as m:
+        m.setattr(Staged, "write", write)
+        yield written
+
+
+@pytest.mark.parametrize("n", range(1, SMALL_WRITES + 1))
+def test_a_full_disk_during_a_sweep_leaves_no_staging_files(tmp_path, monkeypatch, n):
+    out = tmp_path / "out"
+    with disk_full_at(monkeypatch, n) as written, pytest.raises(OSError, match="No space left on device"):
+        sweep(load_study(SMALL), out, workers=1)
+    assert len(written) == n
+    assert not staging_files(out), f"a failed write of {written[-1]} left staging files"
+    assert not (out / "runs.parquet").exists() or n > SMALL_WRITES - 2
+    runs, _ = sweep(load_study(SMALL), out, workers=1)  # resumes on a roomy disk
+    assert len(runs) == 2 and not staging_files(out)
+
+
+def test_a_file_size_limit_in_a_sweeps_workers_is_a_clean_error_and_leaves_nothing_behind(tmp_path):
+    """A whole ``des sweep --workers 2`` on a "disk" that takes no file above 6 kB
+    (RLIMIT_FSIZE, no root needed): latencies.parquet cannot be written."""
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump({**SMALL, "grid": {"workload.arrival.rate": [2, 4]}}))
+    out = tmp_path / "out"
+
+    def small_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
+
+    args = ["sweep", str(study_file), "--out", str(out), "--workers", "2", "--quiet"]
+    with des_process(args, tmp_path / "sweep", preexec_fn=small_disk) as proc:
+        status = proc.wait(timeout=DEADLINE)
+    err = stderr_of(tmp_path / "sweep")
+    assert status == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("error: --out: cannot write "), err
+    assert "File too large" in err and "Traceback" not in err
+    assert not staging_files(out)
+    assert not finished_runs(out)
+    done = des_cli("sweep", str(study_file), "--out", str(out), "--workers", "2", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert len(finished_runs(out)) == 4 and not staging_files(out)
+
+
+def test_a_resume_removes_stale_staging_files_and_only_those(tmp_path):
+    out = tmp_path / "out"
+    sweep(load_study(SMALL), out, workers=1)
+    run0 = next(iter(sorted(finished_runs(out))))
+    (run0 / "run.json").unlink()  # an unfinished run: it is run again
+    run1 = sorted(finished_runs(out))[0]
+    stale = [
+        run0 / ".scenario.yaml.k3j_9x2a.tmp",
+        run0 / ".summary.json.abcdefgh.tmp",
+        run1 / ".latencies.parquet.0a1b2c3d.tmp",  # in a finished run, too
+        out / ".runs.parquet.zz_zz_zz.tmp",
+        out / ".study.yaml.q1w2e3r4.tmp",
+    ]
+    users = [
+        run0 / ".notes.abcdefgh.tmp",  # not a file des writes
+        run0 / ".scenario.yaml.tmp",  # not the staging pattern
+        run0 / ".scenario.yaml.ABCDEFGH.tmp",
+        run0 / "scenario.yaml.abcdefgh.tmp",
+        out / "mine.tmp",
+        out / ".runs.parquet.abcdefghi.tmp",
+    ]
+    for p in stale + users:
+        p.write_text("x")
+    sweep(load_study(SMALL), out, workers=1)
+    assert [p for p in stale if p.exists()] == []
+    assert [p for p in users if not p.exists()] == []
