@@ -154,7 +154,7 @@ def run(
 ) -> None:
     """Simulate SCENARIO (default: the embedded RTX 4090 + Qwen2.5-7B scenario)."""
     from des import render
-    from des.output import write_result
+    from des.output import RESULT_FILES, folder_lock, remove_stale_staging, write_result
     from des.scenario import scenario_warnings
     from des.simulation import simulate
 
@@ -164,9 +164,13 @@ def run(
     out_dir = _writable(out_dir or Path("results") / sc.name)
     t0 = time.perf_counter()
     tick, bar = render.progress("run", quiet)
-    with bar:
-        result = simulate(sc, progress=tick)
-    written = write_result(result, out_dir, steps=steps)
+    # the folder's lock, as a sweep's: refused while a sweep, a capacity search or another
+    # run writes there; a run that fails or is interrupted leaves no folder it created
+    with folder_lock(out_dir, "run", tidy=True):
+        remove_stale_staging(out_dir, RESULT_FILES)
+        with bar:
+            result = simulate(sc, progress=tick)
+        written = write_result(result, out_dir, steps=steps)
     if not quiet:
         render.run_summary(sc, result, time.perf_counter() - t0, out_dir, [p.name for p in written])
 

@@ -11,12 +11,14 @@ Same scenario and seed give byte-identical files.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 import re
 import secrets
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,6 +143,100 @@ def remove_stale_staging(folder: Path, names: Collection[str]) -> list[Path]:
             Path(entry.path).unlink(missing_ok=True)
             removed.append(Path(entry.path))
     return removed
+
+
+#: The files :func:`write_result` writes (``des run``).
+RESULT_FILES = ("requests.parquet", "steps.parquet", "transfers.parquet", "summary.json", "scenario.yaml")
+#: The lock file of a results folder (named when only sweeps took it).
+LOCK = ".sweep.lock"
+
+
+class FolderLocked(OSError):
+    """Another des command (a sweep, a capacity search, a run) is writing to the folder."""
+
+
+@contextmanager
+def folder_lock(out_dir: Path, holder: str, tidy: bool = False) -> Iterator[None]:
+    """Hold the lock of ``out_dir`` (the file ``.sweep.lock`` in it, created with the
+    folder when missing) for the block: one des command writes a folder at a time.
+
+    ``holder`` (``sweep``, ``capacity search``, ``run``) and the process id are written
+    into the file, for the message of a command refused meanwhile; raises
+    :class:`FolderLocked` when another process, or another ``folder_lock`` of this one,
+    holds it. With ``tidy`` (``des run``), a lock file this call created is removed at
+    the end, and so are the folders it created if the block fails, so that a run that
+    fails or is interrupted writes nothing.
+    """
+    made_dirs = []
+    probe = out_dir
+    while not probe.exists() and probe != probe.parent:
+        made_dirs.append(probe)
+        probe = probe.parent
+    ok = False
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd, made = _take(out_dir / LOCK, holder)
+        try:
+            yield
+            ok = True
+        finally:
+            if tidy and made:  # while it is held: whoever opened it meanwhile sees it gone (_take)
+                (out_dir / LOCK).unlink(missing_ok=True)
+            os.close(fd)
+    finally:
+        if tidy and not ok:
+            for folder in made_dirs:  # the deepest first; one with another's files in it stays
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+
+
+def _take(path: Path, holder: str) -> tuple[int, bool]:
+    """An open descriptor of the lock file ``path``, locked by this call, and whether
+    this call created the file."""
+    while True:
+        try:
+            fd, made = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            try:
+                fd, made = os.open(path, os.O_RDWR), False
+            except FileNotFoundError:  # removed by a run that just ended: create it
+                continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            current = _same_file(fd, path)
+            if current:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{holder} {os.getpid()}\n".encode())
+        except BlockingIOError:
+            who = _holder_of(fd)
+            os.close(fd)
+            raise FolderLocked(f"{who} is writing to {str(path.parent)!r}") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            return fd, made
+        os.close(fd)  # a lock file removed by a run that ended after it was opened: take its successor
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _holder_of(fd: int) -> str:
+    """Who holds a lock file, as its holder wrote it."""
+    try:
+        m = re.fullmatch(r"([a-z ]+) (\d+)\n", os.pread(fd, 200, 0).decode())
+    except (OSError, UnicodeDecodeError):
+        m = None
+    return f"another des {m[1]} (pid {m[2]})" if m else "another des command"
 
 
 def parquet_writer(frame: Any, metadata: dict[str, str] | None = None) -> Any:

@@ -3,6 +3,8 @@
 - A failed write (a full disk) leaves no staging file behind, and a resume removes the
   staging files an earlier process left (``.NAME.XXXXXXXX.tmp`` of the files des
   writes there), never a user's file.
+- ``des run`` takes the folder's lock: it is refused while a sweep, a capacity search
+  or another run writes the folder, and a sweep is refused while a run writes it.
 
 The signal tests start the CLI in a session of its own, signal the main process only,
 and watch every process it started (workers are grandchildren, under the forkserver)
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import resource
 import signal
@@ -31,6 +34,7 @@ import yaml
 
 from des.output import Staged
 from des.study import load_study, sweep
+from des.study.runner import SweepLocked, sweep_lock
 from tests.helpers import ROOT, SCENARIOS, des_cli
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="watches processes through /proc")
@@ -128,6 +132,10 @@ def finished_runs(folder: Path) -> set[Path]:
 
 def staging_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.tmp"))
+
+
+def files_under(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*")}
 
 
 def lock_is_held(folder: Path) -> bool:
@@ -261,3 +269,98 @@ def test_a_resume_removes_stale_staging_files_and_only_those(tmp_path):
     sweep(load_study(SMALL), out, workers=1)
     assert [p for p in stale if p.exists()] == []
     assert [p for p in users if not p.exists()] == []
+
+
+# -- D11: des run takes the folder's lock -----------------------------------------------------------
+
+
+SHORT = ["--set", "horizon.duration=30", "--set", "warmup=5"]
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+
+
+def test_des_run_into_a_folder_a_sweep_holds_is_refused_and_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    with sweep_lock(out):
+        before = files_under(out)
+        done = des_cli("run", *SHORT, "--out", str(out))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == f"error: --out: another des sweep (pid {os.getpid()}) is writing to {str(out)!r}\n"
+        assert files_under(out) == before
+
+
+def test_des_run_into_a_running_capacity_searchs_folder_is_refused(tmp_path):
+    out = tmp_path / "out"
+    with sweep_lock(out / "capacity", "capacity search"):
+        done = des_cli("run", *SHORT, "--out", str(out / "capacity"))
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: --out: another des capacity search (pid ")
+
+
+def test_des_run_is_refused_while_a_real_sweep_writes_the_folder(tmp_path):
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump(SMALL))
+    out = tmp_path / "out"
+    with des_process(["sweep", str(study_file), "--out", str(out), "--workers", "1"], tmp_path / "sweep") as proc:
+        wait_until(lambda: lock_is_held(out) or proc.poll() is not None, "the sweep holds its folder")
+        assert proc.poll() is None, f"the sweep ended without holding its folder: {stderr_of(tmp_path / 'sweep')}"
+        os.kill(proc.pid, signal.SIGSTOP)  # hold it there, whatever the machine's speed
+        try:
+            assert lock_is_held(out)
+            done = des_cli("run", *SHORT, "--out", str(out))
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: --out: another des sweep (pid "), done.stderr
+        assert proc.wait(timeout=DEADLINE) == 0, stderr_of(tmp_path / "sweep")
+    assert not RESULT_FILES & {p.name for p in out.iterdir()}
+
+
+def test_a_run_holds_its_folder_against_a_sweep_and_a_second_run(tmp_path):
+    out, alone = tmp_path / "out", tmp_path / "alone"
+    first = ["run", "--set", "horizon.duration=120", "--set", "warmup=10", "--seed", "1"]
+    with des_process([*first, "--out", str(out), "--quiet"], tmp_path / "run") as proc:
+        wait_until(lambda: lock_is_held(out) or proc.poll() is not None, "the run holds its folder")
+        assert proc.poll() is None, f"the run ended without holding its folder: {stderr_of(tmp_path / 'run')}"
+        os.kill(proc.pid, signal.SIGSTOP)  # hold it there, whatever the machine's speed
+        try:
+            assert lock_is_held(out)
+            second = des_cli("run", *SHORT, "--seed", "2", "--out", str(out))
+            study_file = tmp_path / "study.yaml"
+            study_file.write_text(yaml.safe_dump(SMALL))
+            sweeping = des_cli("sweep", str(study_file), "--out", str(out), "--workers", "1")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=DEADLINE) == 0, stderr_of(tmp_path / "run")
+    for done in (second, sweeping):
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: --out: another des run (pid "), done.stderr
+        assert len(done.stderr.splitlines()) == 1
+    assert des_cli(*first, "--out", str(alone), "--quiet").returncode == 0
+    assert digests(out) == digests(alone), "the folder holds one consistent result: the first run's"
+
+
+def test_the_lock_api_refuses_a_second_holder_in_the_same_process(tmp_path):
+    with sweep_lock(tmp_path), pytest.raises(SweepLocked, match=r"another des sweep \(pid \d+\)"):
+        sweep(load_study(SMALL), tmp_path, workers=1)
+
+
+def test_the_lock_file_names_its_holder(tmp_path):
+    with sweep_lock(tmp_path, "capacity search"):
+        assert (tmp_path / ".sweep.lock").read_text() == f"capacity search {os.getpid()}\n"
+
+
+def test_des_run_on_a_full_disk_writes_nothing(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from des.cli import main
+
+    out = tmp_path / "out"
+    with disk_full_at(monkeypatch, 3):
+        args = ["run", str(POISSON), "--set", "horizon.duration=20", "--set", "warmup=2", "--out", str(out)]
+        result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "No space left on device" in result.output
+    assert not out.exists()

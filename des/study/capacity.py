@@ -383,7 +383,7 @@ class CapacityQuestion:
     ) -> CapacityAnswer:
         """Search, with every run in ``out_dir/capacity/``; the answer is also written there."""
         root = Path(out_dir) / CAPACITY
-        with sweep_lock(root):
+        with sweep_lock(root, "capacity search"):
             remove_stale_staging(root, ("answer.json",))
             search = Search(self.base, self.param, self.slos, self.replications, runner, root, self.integer)
             search.on_eval = on_eval

@@ -7,8 +7,8 @@ Each run writes into its folder under a root (``DIR/runs/<run_id>/`` for a sweep
 percentiles) and, with ``keep_tables``, ``requests.parquet`` and ``steps.parquet``; then
 ``run.json`` (its seed, wall time and scenario digest) last, as the mark of a finished
 run. :func:`run_specs` skips every run whose ``run.json`` matches its scenario, so an
-interrupted sweep or search resumes where it stopped. A lock file keeps a second sweep
-out of a folder in use; sweeps in different folders share nothing.
+interrupted sweep or search resumes where it stopped. The folder's lock keeps a second
+sweep (or a ``des run``) out of a folder in use; sweeps in different folders share nothing.
 
 A backend (:class:`LocalBackend`, :class:`DaskBackend`) keeps its workers for a whole
 ``with`` block, so that a capacity search's many small batches of runs share one pool.
@@ -16,18 +16,17 @@ A backend (:class:`LocalBackend`, :class:`DaskBackend`) keeps its workers for a 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from des.output import FolderLocked, folder_lock
 from des.study.spec import RunSpec
 
 #: The folder of a sweep's runs, and of a capacity search's, under its results folder.
@@ -37,23 +36,14 @@ RUN_FILES = ("scenario.yaml", "summary.json", "latencies.parquet", "requests.par
 LATENCY_COLUMNS = ["arrival_time", "prompt_tokens", "output_tokens", "ttft", "tpot", "e2e", "queue_delay"]
 
 
-class SweepLocked(OSError):
-    """Another process holds the folder's lock."""
+#: Raised when another des command (sweep, capacity search, run) is writing to the folder.
+SweepLocked = FolderLocked
 
 
-@contextmanager
-def sweep_lock(out_dir: Path):
-    """Hold ``out_dir/.sweep.lock`` for the duration; raise if another sweep holds it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out_dir / ".sweep.lock", os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SweepLocked(f"another sweep is writing to {str(out_dir)!r}") from None
-        yield
-    finally:
-        os.close(fd)
+def sweep_lock(out_dir: Path, holder: str = "sweep") -> AbstractContextManager[None]:
+    """Hold the lock of ``out_dir`` for the block, as ``holder``; raise :class:`SweepLocked`
+    if another des command holds it (see :func:`des.output.folder_lock`)."""
+    return folder_lock(out_dir, holder)
 
 
 def run_dir(root: Path, spec: RunSpec) -> Path:
