@@ -6,14 +6,17 @@ results folder; ``des sweep STUDY`` runs a study; ``des capacity`` searches for 
 highest load within SLOs; ``des costmodel`` tabulates the roofline; ``des calibrate``,
 ``des compare`` and ``des bench`` run the tools of :mod:`des.tools`. Invalid input
 prints ``error: <dotted.path or --flag>: <problem>`` lines on stderr and exits with
-status 2, writing nothing (:func:`user_errors`). What is shown lives in
-:mod:`des.render`.
+status 2, writing nothing (:func:`user_errors`). Ctrl-C exits 130 (``aborted``) and
+SIGTERM 143 (``terminated``), a sweep's workers ended first (:class:`_Group`). What is
+shown lives in :mod:`des.render`.
 """
 
 from __future__ import annotations
 
 import functools
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,12 +56,29 @@ def user_errors(writes: str = "--out") -> Callable[[F], F]:
     return decorate
 
 
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread so that a command unwinds as on Ctrl-C: a sweep's
+    or capacity search's workers are ended, staging files removed, locks released."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated(128 + signum)
+
+
 class _Group(click.Group):
-    """Usage errors (unknown option, bad value) print one ``error:`` line and exit 2."""
+    """Usage errors (unknown option, bad value) print one ``error:`` line and exit 2.
+    Ctrl-C (SIGINT) prints ``aborted`` and exits 130; SIGTERM prints ``terminated`` and
+    exits 143 (128 + 15, as a shell reports it), after the same clean-up."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        catch = threading.current_thread() is threading.main_thread()
+        catch = catch and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # not when inherited as ignored
+        previous = signal.signal(signal.SIGTERM, _terminated) if catch else None
         try:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except Terminated as exc:
+            click.echo("terminated", err=True)
+            sys.exit(exc.code)
         except click.exceptions.Abort:
             click.echo("aborted", err=True)
             sys.exit(130)
@@ -69,6 +89,9 @@ class _Group(click.Group):
         except click.ClickException as exc:
             click.echo(f"error: {exc.format_message()}", err=True)
             sys.exit(exc.exit_code)
+        finally:
+            if catch:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 @click.group(cls=_Group)
@@ -383,10 +406,11 @@ def capacity(
         sc, slos, param, target_rate, replications=replications, low=low, high=high, tolerance=tolerance
     )
     out_dir = _writable(out_dir or Path("results") / sc.name)
-    with open_backend(backend, workers or default_workers(), address) as runner:
-        answer = question.answer(
-            runner, out_dir, lambda ev: click.echo(render.probe_line(question.param, ev), err=as_json)
-        )
+    answer = question.answer(
+        open_backend(backend, workers or default_workers(), address),
+        out_dir,
+        lambda ev: click.echo(render.probe_line(question.param, ev), err=as_json),
+    )
     if as_json:
         click.echo(json.dumps(answer.as_dict(), indent=2, default=float))
     elif answer.value is None:

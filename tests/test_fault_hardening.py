@@ -1,5 +1,9 @@
 """Faults around the results folder (issue #16, reliability review 3: D5, D7, D8, D11).
 
+- SIGTERM to the main process of ``des sweep`` or ``des capacity`` ends its workers
+  (and every other process it started) before it exits, so no run is written after it
+  has gone and its lock outlives no writer; it prints ``terminated`` and exits 143. An
+  interrupted sweep resumes to the tables of an uninterrupted one.
 - A failed write (a full disk) leaves no staging file behind, and a resume removes the
   staging files an earlier process left (``.NAME.XXXXXXXX.tmp`` of the files des
   writes there), never a user's file.
@@ -168,6 +172,97 @@ def terminate_main_and_watch(proc: subprocess.Popen, out: Path) -> tuple[int, in
 
 def drop_wall(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=[c for c in frame.columns if c.startswith("wall_time")])
+
+
+# -- D5: SIGTERM ends the workers --------------------------------------------------------------
+
+
+def test_sigterm_to_a_sweeps_main_process_ends_its_workers_and_a_resume_matches(tmp_path):
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump(SIGNAL_STUDY))
+    out = tmp_path / "out"
+    args = ["sweep", str(study_file), "--out", str(out), "--workers", "2", "--quiet"]
+    with des_process(args, tmp_path / "sweep") as proc:
+        wait_until(lambda: len(finished_runs(out)) >= 2 or proc.poll() is not None, "two runs are finished")
+        assert proc.poll() is None, f"the sweep ended before the signal: {stderr_of(tmp_path / 'sweep')}"
+        status, at_exit, after = terminate_main_and_watch(proc, out)
+    assert status == 143, stderr_of(tmp_path / "sweep")
+    assert stderr_of(tmp_path / "sweep").splitlines()[-1] == "terminated"
+    assert "Traceback" not in stderr_of(tmp_path / "sweep")
+    assert after == at_exit < 12, "runs were finished after the main process had gone"
+    assert not staging_files(out)
+    assert not (out / "runs.parquet").exists()
+    assert not lock_is_held(out)
+    # the interrupted sweep resumes, reusing what was finished, to the tables of an uninterrupted one
+    stamps = {p: (p / "run.json").stat().st_mtime_ns for p in finished_runs(out)}
+    done = des_cli("sweep", str(study_file), "--out", str(out), "--workers", "2", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert all((p / "run.json").stat().st_mtime_ns == t for p, t in stamps.items())
+    fresh_runs, fresh_points = sweep(load_study(SIGNAL_STUDY), tmp_path / "fresh", workers=1)
+    runs, points = pd.read_parquet(out / "runs.parquet"), pd.read_parquet(out / "points.parquet")
+    assert drop_wall(runs).equals(drop_wall(fresh_runs))
+    assert drop_wall(points).equals(drop_wall(fresh_points))
+
+
+def test_sigterm_to_a_capacity_searchs_main_process_ends_its_workers(tmp_path):
+    out = tmp_path / "out"
+    args = [
+        "capacity",
+        str(POISSON),
+        "--set",
+        "horizon.duration=90",
+        "--set",
+        "warmup=5",
+        "--slo",
+        "ttft_p99<=2",
+        "--replications",
+        "6",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+    ]
+    with des_process(args, tmp_path / "capacity") as proc:
+        wait_until(lambda: len(finished_runs(out)) >= 2 or proc.poll() is not None, "two runs are finished")
+        assert proc.poll() is None, f"the search ended before the signal: {stderr_of(tmp_path / 'capacity')}"
+        status, at_exit, after = terminate_main_and_watch(proc, out)
+    assert status == 143, stderr_of(tmp_path / "capacity")
+    assert stderr_of(tmp_path / "capacity").splitlines()[-1] == "terminated"
+    assert after == at_exit, "runs were finished after the main process had gone"
+    assert not staging_files(out)
+    assert not (out / "capacity" / "answer.json").exists()
+    assert not lock_is_held(out / "capacity")
+
+
+def test_sigint_to_a_sweeps_main_process_still_aborts_with_130_and_leaves_nothing_running(tmp_path):
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump(SIGNAL_STUDY))
+    out = tmp_path / "out"
+    args = ["sweep", str(study_file), "--out", str(out), "--workers", "2", "--quiet"]
+    with des_process(args, tmp_path / "sweep") as proc:
+        wait_until(lambda: len(finished_runs(out)) >= 2 or proc.poll() is not None, "two runs are finished")
+        assert proc.poll() is None, f"the sweep ended before the signal: {stderr_of(tmp_path / 'sweep')}"
+        family = descendants(proc.pid)
+        os.kill(proc.pid, signal.SIGINT)
+        status = proc.wait(timeout=DEADLINE)
+        at_exit = len(finished_runs(out))
+        wait_until(lambda: not living(family), "every process the main process started has ended")
+    assert status == 130
+    assert stderr_of(tmp_path / "sweep").splitlines()[-1] == "aborted"
+    assert len(finished_runs(out)) == at_exit
+    assert not staging_files(out)
+
+
+def test_sigterm_to_des_run_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    args = ["run", str(POISSON), "--set", "horizon.duration=100000", "--out", str(out), "--quiet"]
+    with des_process(args, tmp_path / "run") as proc:
+        wait_until(lambda: lock_is_held(out) or proc.poll() is not None, "the run holds its folder")
+        os.kill(proc.pid, signal.SIGTERM)
+        status = proc.wait(timeout=DEADLINE)
+    assert status == 143, stderr_of(tmp_path / "run")
+    assert stderr_of(tmp_path / "run") == "terminated\n"
+    assert not out.exists()
 
 
 # -- D7: a full disk leaves no staging files, and a resume removes old ones --------------------

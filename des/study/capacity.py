@@ -381,9 +381,13 @@ class CapacityQuestion:
     def answer(
         self, runner: Backend, out_dir: Path, on_eval: Callable[[Evaluation], None] | None = None
     ) -> CapacityAnswer:
-        """Search, with every run in ``out_dir/capacity/``; the answer is also written there."""
+        """Search, with every run in ``out_dir/capacity/``; the answer is also written there.
+
+        ``runner`` is a backend not yet entered (:func:`des.study.runner.open_backend`):
+        it is opened inside the folder's lock and closed, its workers ended, before the
+        lock is released."""
         root = Path(out_dir) / CAPACITY
-        with sweep_lock(root, "capacity search"):
+        with sweep_lock(root, "capacity search"), runner:
             remove_stale_staging(root, ("answer.json",))
             search = Search(self.base, self.param, self.slos, self.replications, runner, root, self.integer)
             search.on_eval = on_eval

@@ -12,21 +12,29 @@ sweep (or a ``des run``) out of a folder in use; sweeps in different folders sha
 
 A backend (:class:`LocalBackend`, :class:`DaskBackend`) keeps its workers for a whole
 ``with`` block, so that a capacity search's many small batches of runs share one pool.
+Leaving the block by an exception (an error, Ctrl-C, SIGTERM turned into an exception
+by the CLI) ends the local workers at once rather than waiting for their runs: each
+removes the staging files of its run in progress and exits, and the block is left only
+when none is left running, so no run is written after a sweep has stopped and the
+folder's lock, held around the block, outlives every writer.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from des.output import FolderLocked, folder_lock
+from des.output import FolderLocked, discard_pending, folder_lock
 from des.study.spec import RunSpec
 
 #: The folder of a sweep's runs, and of a capacity search's, under its results folder.
@@ -118,13 +126,18 @@ class LocalBackend:
             from concurrent.futures import ProcessPoolExecutor
 
             ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_worker_started)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if exc_type is None:
+            pool.shutdown(cancel_futures=True)
+        else:
+            with _interrupts_ignored():
+                _end_workers(pool)
 
     def run(self, specs: Sequence[RunSpec], root: Path, keep_tables: bool, done: Done) -> None:
         if self._pool is None or len(specs) <= 1:
@@ -134,13 +147,58 @@ class LocalBackend:
         from concurrent.futures import as_completed
 
         futures = [self._pool.submit(execute, spec, str(root), keep_tables) for spec in specs]
-        try:
-            for fut in as_completed(futures):
-                done(fut.result())
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+        for fut in as_completed(futures):  # on an exception, leaving the block cancels the rest
+            done(fut.result())
+
+
+def _worker_started() -> None:
+    """In each pool worker: SIGTERM (the main process ending its workers) ends the worker
+    at once, after removing the staging files of the run in progress."""
+    signal.signal(signal.SIGTERM, _worker_terminated)
+
+
+def _worker_terminated(signum: int, frame: object) -> None:
+    discard_pending()
+    os._exit(128 + signum)
+
+
+#: Seconds a worker gets to remove its staging files and exit before it is killed.
+WORKER_GRACE = 10.0
+
+
+def _end_workers(pool: Any) -> None:
+    """End the processes of a ``ProcessPoolExecutor`` now, instead of letting them finish
+    the runs they have started and those queued to them: SIGTERM, then SIGKILL for any
+    still there after :data:`WORKER_GRACE` seconds; then shut the pool down."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    # The pool's own thread cancels the runs not started (cancelling them from here races
+    # with its clean-up of a pool whose workers died: InvalidStateError in Python 3.11).
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in workers:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + WORKER_GRACE
+    for p in workers:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in workers:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for the block (in the main thread, where handlers run),
+    so that a second Ctrl-C while workers are being ended cannot leave some running."""
+    signals = (signal.SIGINT, signal.SIGTERM)
+    main = threading.current_thread() is threading.main_thread()
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in signals} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 class DaskBackend:
