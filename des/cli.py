@@ -131,6 +131,25 @@ def _writable(out_dir: Path) -> Path:
     return out_dir
 
 
+def _default_folder(name: str) -> Path:
+    """``results/<name>/``, where a command writes without ``--out``. A name that would put
+    that folder anywhere but inside ``results/`` is refused (it is then a path, not a
+    name); a nested name (``study/variant/r0``, as a sweep names its runs) stays nested."""
+    parts = Path(name).parts
+    if "\0" in name:
+        why = "holds a NUL character"
+    elif Path(name).is_absolute():
+        why = "is an absolute path"
+    elif ".." in parts:
+        why = "has a '..' part"
+    elif not parts:
+        why = "names no folder"
+    else:
+        return Path("results") / name
+    where = "the results folder without --out, results/<name>/, must be a folder inside results/"
+    raise ScenarioError(("name", f"{name!r} {why}: {where}; give --out DIR or another name"))
+
+
 OUT = click.option(
     "--out",
     "out_dir",
@@ -184,7 +203,7 @@ def run(
     sc = _scenario(scenario, overrides, seed)
     for note in scenario_warnings(sc):
         render.warning(note)
-    out_dir = _writable(out_dir or Path("results") / sc.name)
+    out_dir = _writable(out_dir or _default_folder(sc.name))
     t0 = time.perf_counter()
     tick, bar = render.progress("run", quiet)
     # the folder's lock, as a sweep's: refused while a sweep, a capacity search or another
@@ -323,7 +342,7 @@ def sweep(
     from des.study import sweep as run_sweep
 
     study = load_study(study_path)
-    out_dir = _writable(out_dir or Path("results") / study.spec.name)
+    out_dir = _writable(out_dir or _default_folder(study.spec.name))
     tick, bar = render.progress("sweep", quiet)
     t0 = time.perf_counter()
     with bar:
@@ -405,7 +424,7 @@ def capacity(
     question = CapacityQuestion.ask(
         sc, slos, param, target_rate, replications=replications, low=low, high=high, tolerance=tolerance
     )
-    out_dir = _writable(out_dir or Path("results") / sc.name)
+    out_dir = _writable(out_dir or _default_folder(sc.name))
     answer = question.answer(
         open_backend(backend, workers or default_workers(), address),
         out_dir,

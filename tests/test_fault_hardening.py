@@ -7,6 +7,9 @@
 - A failed write (a full disk) leaves no staging file behind, and a resume removes the
   staging files an earlier process left (``.NAME.XXXXXXXX.tmp`` of the files des
   writes there), never a user's file.
+- A scenario or study ``name`` decides the default folder ``results/<name>/``; a name
+  that would put it outside ``results/`` is refused with an ``error: name:`` line,
+  while ordinary names (unicode, nested ``a/b``) keep their folder.
 - ``des run`` takes the folder's lock: it is refused while a sweep, a capacity search
   or another run writes the folder, and a sweep is refused while a run writes it.
 
@@ -364,6 +367,56 @@ def test_a_resume_removes_stale_staging_files_and_only_those(tmp_path):
     sweep(load_study(SMALL), out, workers=1)
     assert [p for p in stale if p.exists()] == []
     assert [p for p in users if not p.exists()] == []
+
+
+# -- D8: the default folder stays inside results/ ------------------------------------------------
+
+
+#: Names whose results/<name>/ is no folder inside results/ ("ABS" stands for the test's scratch folder).
+ESCAPING_NAMES = ["../../escaped", "a/../../escaped", "ABS/escaped", "", ".", "a/../..", "nul\0byte"]
+
+
+def _scenario_named(work: Path, name: str) -> Path:
+    path = work / "s.yaml"
+    scenario = {**yaml.safe_load(POISSON.read_text()), "name": name, "horizon": {"duration": 20}, "warmup": 2}
+    path.write_text(yaml.safe_dump(scenario, allow_unicode=True))
+    return path
+
+
+@pytest.mark.parametrize("name", ESCAPING_NAMES)
+def test_a_name_that_would_leave_results_is_refused_for_the_default_folder(tmp_path, name):
+    name = name.replace("ABS", str(tmp_path), 1)
+    work = tmp_path / "a" / "work"
+    work.mkdir(parents=True)
+    scenario = _scenario_named(work, name)
+    study = work / "study.yaml"
+    study.write_text(yaml.safe_dump({"name": name, "base": str(scenario), "grid": {"workload.arrival.rate": [1]}}))
+    before = files_under(tmp_path)
+    for args in (
+        ["run", str(scenario)],
+        ["sweep", str(study), "--workers", "1"],
+        ["capacity", str(scenario), "--slo", "ttft_p99<=2", "--replications", "1", "--workers", "1"],
+    ):
+        done = des_cli(*args, cwd=work)
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("error: name: "), done.stderr
+        assert "results/" in done.stderr and "--out" in done.stderr
+        assert files_under(tmp_path) == before, f"des {args[0]} wrote files"
+
+
+def test_an_escaping_name_runs_where_out_says(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    done = des_cli("run", str(_scenario_named(work, "../../escaped")), "--out", "here", "--quiet", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert {p.name for p in (work / "here").iterdir()} == RESULT_FILES
+
+
+@pytest.mark.parametrize("name", ["模型 ü-test", "lesson/static", "weird..name", "..hidden", "a b/c=1/r0"])
+def test_ordinary_names_keep_their_default_folder(tmp_path, name):
+    done = des_cli("run", str(_scenario_named(tmp_path, name)), "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert {p.name for p in (tmp_path / "results" / name).iterdir()} == RESULT_FILES
 
 
 # -- D11: des run takes the folder's lock -----------------------------------------------------------
