@@ -14,9 +14,7 @@ shown lives in :mod:`des.render`.
 from __future__ import annotations
 
 import functools
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -56,42 +54,33 @@ def user_errors(writes: str = "--out") -> Callable[[F], F]:
     return decorate
 
 
-class Terminated(SystemExit):
-    """SIGTERM, raised in the main thread so that a command unwinds as on Ctrl-C: a sweep's
-    or capacity search's workers are ended, staging files removed, locks released."""
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise Terminated(128 + signum)
-
-
 class _Group(click.Group):
     """Usage errors (unknown option, bad value) print one ``error:`` line and exit 2.
     Ctrl-C (SIGINT) prints ``aborted`` and exits 130; SIGTERM prints ``terminated`` and
-    exits 143 (128 + 15, as a shell reports it), after the same clean-up."""
+    exits 143 (128 + 15, as a shell reports it), after the same clean-up
+    (:mod:`des.interrupt`)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        catch = threading.current_thread() is threading.main_thread()
-        catch = catch and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # not when inherited as ignored
-        previous = signal.signal(signal.SIGTERM, _terminated) if catch else None
-        try:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except Terminated as exc:
-            click.echo("terminated", err=True)
-            sys.exit(exc.code)
-        except click.exceptions.Abort:
-            click.echo("aborted", err=True)
-            sys.exit(130)
-        except click.UsageError as exc:
-            msg = exc.format_message().replace("\n", " ")
-            click.echo(f"error: {msg}", err=True)
-            sys.exit(2)
-        except click.ClickException as exc:
-            click.echo(f"error: {exc.format_message()}", err=True)
-            sys.exit(exc.exit_code)
-        finally:
-            if catch:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        from des.interrupt import Terminated, check, sigterm_raises
+
+        with sigterm_raises():
+            try:
+                value = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+                check()  # a SIGTERM whose exception was lost on the way
+                return value
+            except Terminated as exc:
+                click.echo("terminated", err=True)
+                sys.exit(exc.code)
+            except click.exceptions.Abort:
+                click.echo("aborted", err=True)
+                sys.exit(130)
+            except click.UsageError as exc:
+                msg = exc.format_message().replace("\n", " ")
+                click.echo(f"error: {msg}", err=True)
+                sys.exit(2)
+            except click.ClickException as exc:
+                click.echo(f"error: {exc.format_message()}", err=True)
+                sys.exit(exc.exit_code)
 
 
 @click.group(cls=_Group)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from des.errors import ScenarioError
+from des.interrupt import check
 
 if TYPE_CHECKING:
     from des.metrics import Result
@@ -99,6 +100,11 @@ class Staged:
                 raise OSError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from exc
 
     def commit(self) -> list[Path]:
+        try:
+            check()  # nothing is committed once des has been told to stop (des.interrupt)
+        except BaseException:
+            self.discard()
+            raise
         for i, (tmp, target) in enumerate(self.moves):
             try:
                 os.replace(tmp, target)

@@ -145,8 +145,18 @@ def files_under(folder: Path) -> set[Path]:
     return {p for p in folder.rglob("*")}
 
 
+def holds_lock(folder: Path, proc: subprocess.Popen) -> bool:
+    """Whether ``proc`` has taken ``folder``'s lock, as the lock file says (probing with
+    flock, as :func:`lock_is_held` does, could make the process's own attempt fail)."""
+    try:
+        return (folder / ".sweep.lock").read_text().endswith(f" {proc.pid}\n")
+    except OSError:
+        return False
+
+
 def lock_is_held(folder: Path) -> bool:
-    """Whether some process holds ``folder``'s lock (probed without creating anything)."""
+    """Whether some process holds ``folder``'s lock (probed without creating anything; only
+    where no process may be taking it at the same time)."""
     try:
         fd = os.open(folder / ".sweep.lock", os.O_RDONLY)
     except OSError:
@@ -258,14 +268,54 @@ def test_sigint_to_a_sweeps_main_process_still_aborts_with_130_and_leaves_nothin
 
 def test_sigterm_to_des_run_writes_nothing(tmp_path):
     out = tmp_path / "out"
-    args = ["run", str(POISSON), "--set", "horizon.duration=100000", "--out", str(out), "--quiet"]
+    args = ["run", str(POISSON), "--set", "horizon.duration=20000", "--out", str(out), "--quiet"]
     with des_process(args, tmp_path / "run") as proc:
-        wait_until(lambda: lock_is_held(out) or proc.poll() is not None, "the run holds its folder")
+        wait_until(lambda: holds_lock(out, proc) or proc.poll() is not None, "the run holds its folder")
+        assert proc.poll() is None, stderr_of(tmp_path / "run")
         os.kill(proc.pid, signal.SIGTERM)
         status = proc.wait(timeout=DEADLINE)
     assert status == 143, stderr_of(tmp_path / "run")
     assert stderr_of(tmp_path / "run") == "terminated\n"
     assert not out.exists()
+
+
+def _simulate_losing_a_sigterm(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``simulate``, during which SIGTERM's exception is raised and then lost, as when the
+    handler runs inside C code that clears errors (a lazy ``import scipy`` did that)."""
+
+    def simulate(*args: Any, **kwargs: Any) -> Any:
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler) and handler is not signal.default_int_handler, "des installed no SIGTERM handler"
+        with suppress(SystemExit):
+            handler(signal.SIGTERM, None)
+        return real(*args, **kwargs)
+
+    return simulate
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_sigterm_whose_exception_is_lost_still_stops_des_before_it_commits(tmp_path, monkeypatch, command):
+    from click.testing import CliRunner
+
+    import des.simulation
+    from des.cli import main
+
+    monkeypatch.setattr(des.simulation, "simulate", _simulate_losing_a_sigterm(des.simulation.simulate))
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(SIGNAL_STUDY))
+    out = tmp_path / "out"
+    if command == "run":
+        args = ["run", str(POISSON), "--set", "horizon.duration=20", "--set", "warmup=2", "--out", str(out)]
+    else:
+        args = ["sweep", str(study), "--out", str(out), "--workers", "1", "--quiet"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 143, result.output
+    assert result.output.splitlines()[-1] == "terminated"
+    if command == "run":
+        assert not out.exists()
+    else:
+        assert not finished_runs(out) and not staging_files(out) and not (out / "runs.parquet").exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "des left its SIGTERM handler installed"
 
 
 # -- D7: a full disk leaves no staging files, and a resume removes old ones --------------------
@@ -452,7 +502,7 @@ def test_des_run_is_refused_while_a_real_sweep_writes_the_folder(tmp_path):
     study_file.write_text(yaml.safe_dump(SMALL))
     out = tmp_path / "out"
     with des_process(["sweep", str(study_file), "--out", str(out), "--workers", "1"], tmp_path / "sweep") as proc:
-        wait_until(lambda: lock_is_held(out) or proc.poll() is not None, "the sweep holds its folder")
+        wait_until(lambda: holds_lock(out, proc) or proc.poll() is not None, "the sweep holds its folder")
         assert proc.poll() is None, f"the sweep ended without holding its folder: {stderr_of(tmp_path / 'sweep')}"
         os.kill(proc.pid, signal.SIGSTOP)  # hold it there, whatever the machine's speed
         try:
@@ -470,7 +520,7 @@ def test_a_run_holds_its_folder_against_a_sweep_and_a_second_run(tmp_path):
     out, alone = tmp_path / "out", tmp_path / "alone"
     first = ["run", "--set", "horizon.duration=120", "--set", "warmup=10", "--seed", "1"]
     with des_process([*first, "--out", str(out), "--quiet"], tmp_path / "run") as proc:
-        wait_until(lambda: lock_is_held(out) or proc.poll() is not None, "the run holds its folder")
+        wait_until(lambda: holds_lock(out, proc) or proc.poll() is not None, "the run holds its folder")
         assert proc.poll() is None, f"the run ended without holding its folder: {stderr_of(tmp_path / 'run')}"
         os.kill(proc.pid, signal.SIGSTOP)  # hold it there, whatever the machine's speed
         try:

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from des.interrupt import check
 from des.output import FolderLocked, discard_pending, folder_lock
 from des.study.spec import RunSpec
 
@@ -276,6 +277,7 @@ def run_specs(
         progress(len(rows), total, reused)
 
     def done(row: dict[str, Any]) -> None:
+        check()  # a SIGTERM whose exception was lost on the way stops the sweep here (des.interrupt)
         rows.append(row)
         if progress:
             progress(len(rows), total, reused)
