@@ -499,7 +499,7 @@ def test_des_run_into_a_running_capacity_searchs_folder_is_refused(tmp_path):
 
 def test_des_run_is_refused_while_a_real_sweep_writes_the_folder(tmp_path):
     study_file = tmp_path / "study.yaml"
-    study_file.write_text(yaml.safe_dump(SMALL))
+    study_file.write_text(yaml.safe_dump({**SMALL, "set": {"horizon.duration": 300, "warmup": 5}}))
     out = tmp_path / "out"
     with des_process(["sweep", str(study_file), "--out", str(out), "--workers", "1"], tmp_path / "sweep") as proc:
         wait_until(lambda: holds_lock(out, proc) or proc.poll() is not None, "the sweep holds its folder")
@@ -518,7 +518,7 @@ def test_des_run_is_refused_while_a_real_sweep_writes_the_folder(tmp_path):
 
 def test_a_run_holds_its_folder_against_a_sweep_and_a_second_run(tmp_path):
     out, alone = tmp_path / "out", tmp_path / "alone"
-    first = ["run", "--set", "horizon.duration=120", "--set", "warmup=10", "--seed", "1"]
+    first = ["run", "--set", "horizon.duration=600", "--seed", "1"]  # a few seconds: time to catch it
     with des_process([*first, "--out", str(out), "--quiet"], tmp_path / "run") as proc:
         wait_until(lambda: holds_lock(out, proc) or proc.poll() is not None, "the run holds its folder")
         assert proc.poll() is None, f"the run ended without holding its folder: {stderr_of(tmp_path / 'run')}"
