@@ -6,8 +6,9 @@ results folder; ``des sweep STUDY`` runs a study; ``des capacity`` searches for 
 highest load within SLOs; ``des costmodel`` tabulates the roofline; ``des calibrate``,
 ``des compare`` and ``des bench`` run the tools of :mod:`des.tools`. Invalid input
 prints ``error: <dotted.path or --flag>: <problem>`` lines on stderr and exits with
-status 2, writing nothing (:func:`user_errors`). What is shown lives in
-:mod:`des.render`.
+status 2, writing nothing (:func:`user_errors`). Ctrl-C exits 130 (``aborted``) and
+SIGTERM 143 (``terminated``), a sweep's workers ended first (:class:`_Group`). What is
+shown lives in :mod:`des.render`.
 """
 
 from __future__ import annotations
@@ -54,21 +55,32 @@ def user_errors(writes: str = "--out") -> Callable[[F], F]:
 
 
 class _Group(click.Group):
-    """Usage errors (unknown option, bad value) print one ``error:`` line and exit 2."""
+    """Usage errors (unknown option, bad value) print one ``error:`` line and exit 2.
+    Ctrl-C (SIGINT) prints ``aborted`` and exits 130; SIGTERM prints ``terminated`` and
+    exits 143 (128 + 15, as a shell reports it), after the same clean-up
+    (:mod:`des.interrupt`)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        try:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.Abort:
-            click.echo("aborted", err=True)
-            sys.exit(130)
-        except click.UsageError as exc:
-            msg = exc.format_message().replace("\n", " ")
-            click.echo(f"error: {msg}", err=True)
-            sys.exit(2)
-        except click.ClickException as exc:
-            click.echo(f"error: {exc.format_message()}", err=True)
-            sys.exit(exc.exit_code)
+        from des.interrupt import Terminated, check, sigterm_raises
+
+        with sigterm_raises():
+            try:
+                value = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+                check()  # a SIGTERM whose exception was lost on the way
+                return value
+            except Terminated as exc:
+                click.echo("terminated", err=True)
+                sys.exit(exc.code)
+            except click.exceptions.Abort:
+                click.echo("aborted", err=True)
+                sys.exit(130)
+            except click.UsageError as exc:
+                msg = exc.format_message().replace("\n", " ")
+                click.echo(f"error: {msg}", err=True)
+                sys.exit(2)
+            except click.ClickException as exc:
+                click.echo(f"error: {exc.format_message()}", err=True)
+                sys.exit(exc.exit_code)
 
 
 @click.group(cls=_Group)
@@ -106,6 +118,25 @@ def _writable(out_dir: Path) -> Path:
     except OSError as exc:
         raise ScenarioError(("--out", f"cannot write to {str(out_dir)!r}: {exc}")) from None
     return out_dir
+
+
+def _default_folder(name: str) -> Path:
+    """``results/<name>/``, where a command writes without ``--out``. A name that would put
+    that folder anywhere but inside ``results/`` is refused (it is then a path, not a
+    name); a nested name (``study/variant/r0``, as a sweep names its runs) stays nested."""
+    parts = Path(name).parts
+    if "\0" in name:
+        why = "holds a NUL character"
+    elif Path(name).is_absolute():
+        why = "is an absolute path"
+    elif ".." in parts:
+        why = "has a '..' part"
+    elif not parts:
+        why = "names no folder"
+    else:
+        return Path("results") / name
+    where = "the results folder without --out, results/<name>/, must be a folder inside results/"
+    raise ScenarioError(("name", f"{name!r} {why}: {where}; give --out DIR or another name"))
 
 
 OUT = click.option(
@@ -154,19 +185,23 @@ def run(
 ) -> None:
     """Simulate SCENARIO (default: the embedded RTX 4090 + Qwen2.5-7B scenario)."""
     from des import render
-    from des.output import write_result
+    from des.output import RESULT_FILES, folder_lock, remove_stale_staging, write_result
     from des.scenario import scenario_warnings
     from des.simulation import simulate
 
     sc = _scenario(scenario, overrides, seed)
     for note in scenario_warnings(sc):
         render.warning(note)
-    out_dir = _writable(out_dir or Path("results") / sc.name)
+    out_dir = _writable(out_dir or _default_folder(sc.name))
     t0 = time.perf_counter()
     tick, bar = render.progress("run", quiet)
-    with bar:
-        result = simulate(sc, progress=tick)
-    written = write_result(result, out_dir, steps=steps)
+    # the folder's lock, as a sweep's: refused while a sweep, a capacity search or another
+    # run writes there; a run that fails or is interrupted leaves no folder it created
+    with folder_lock(out_dir, "run", tidy=True):
+        remove_stale_staging(out_dir, RESULT_FILES)
+        with bar:
+            result = simulate(sc, progress=tick)
+        written = write_result(result, out_dir, steps=steps)
     if not quiet:
         render.run_summary(sc, result, time.perf_counter() - t0, out_dir, [p.name for p in written])
 
@@ -296,7 +331,7 @@ def sweep(
     from des.study import sweep as run_sweep
 
     study = load_study(study_path)
-    out_dir = _writable(out_dir or Path("results") / study.spec.name)
+    out_dir = _writable(out_dir or _default_folder(study.spec.name))
     tick, bar = render.progress("sweep", quiet)
     t0 = time.perf_counter()
     with bar:
@@ -378,11 +413,12 @@ def capacity(
     question = CapacityQuestion.ask(
         sc, slos, param, target_rate, replications=replications, low=low, high=high, tolerance=tolerance
     )
-    out_dir = _writable(out_dir or Path("results") / sc.name)
-    with open_backend(backend, workers or default_workers(), address) as runner:
-        answer = question.answer(
-            runner, out_dir, lambda ev: click.echo(render.probe_line(question.param, ev), err=as_json)
-        )
+    out_dir = _writable(out_dir or _default_folder(sc.name))
+    answer = question.answer(
+        open_backend(backend, workers or default_workers(), address),
+        out_dir,
+        lambda ev: click.echo(render.probe_line(question.param, ev), err=as_json),
+    )
     if as_json:
         click.echo(json.dumps(answer.as_dict(), indent=2, default=float))
     elif answer.value is None:

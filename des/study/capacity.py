@@ -33,6 +33,7 @@ import numpy as np
 
 from des.dotted import get_dotted
 from des.errors import ScenarioError
+from des.output import Staged, remove_stale_staging
 from des.scenario import Scenario, load_scenario
 from des.study.aggregate import metric_interval
 from des.study.runner import CAPACITY, Backend, run_specs, sweep_lock
@@ -380,9 +381,14 @@ class CapacityQuestion:
     def answer(
         self, runner: Backend, out_dir: Path, on_eval: Callable[[Evaluation], None] | None = None
     ) -> CapacityAnswer:
-        """Search, with every run in ``out_dir/capacity/``; the answer is also written there."""
+        """Search, with every run in ``out_dir/capacity/``; the answer is also written there.
+
+        ``runner`` is a backend not yet entered (:func:`des.study.runner.open_backend`):
+        it is opened inside the folder's lock and closed, its workers ended, before the
+        lock is released."""
         root = Path(out_dir) / CAPACITY
-        with sweep_lock(root):
+        with sweep_lock(root, "capacity search"), runner:
+            remove_stale_staging(root, ("answer.json",))
             search = Search(self.base, self.param, self.slos, self.replications, runner, root, self.integer)
             search.on_eval = on_eval
             if self.target_rate is not None:
@@ -390,5 +396,8 @@ class CapacityQuestion:
                 answer = find_min_replicas(search, self.target_rate, start=start)
             else:
                 answer = find_capacity(search, self.low, self.high, self.tolerance)
-            (root / "answer.json").write_text(json.dumps(answer.as_dict(), indent=2, default=float) + "\n")
+            text = json.dumps(answer.as_dict(), indent=2, default=float) + "\n"
+            with Staged(root) as staged:
+                staged.write("answer.json", lambda p: p.write_text(text))
+                staged.commit()
         return answer

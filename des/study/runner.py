@@ -7,51 +7,52 @@ Each run writes into its folder under a root (``DIR/runs/<run_id>/`` for a sweep
 percentiles) and, with ``keep_tables``, ``requests.parquet`` and ``steps.parquet``; then
 ``run.json`` (its seed, wall time and scenario digest) last, as the mark of a finished
 run. :func:`run_specs` skips every run whose ``run.json`` matches its scenario, so an
-interrupted sweep or search resumes where it stopped. A lock file keeps a second sweep
-out of a folder in use; sweeps in different folders share nothing.
+interrupted sweep or search resumes where it stopped. The folder's lock keeps a second
+sweep (or a ``des run``) out of a folder in use; sweeps in different folders share nothing.
 
 A backend (:class:`LocalBackend`, :class:`DaskBackend`) keeps its workers for a whole
 ``with`` block, so that a capacity search's many small batches of runs share one pool.
+Leaving the block by an exception (an error, Ctrl-C, SIGTERM turned into an exception
+by the CLI) ends the local workers at once rather than waiting for their runs: each
+removes the staging files of its run in progress and exits, and the block is left only
+when none is left running, so no run is written after a sweep has stopped and the
+folder's lock, held around the block, outlives every writer.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from des.interrupt import check
+from des.output import FolderLocked, discard_pending, folder_lock
 from des.study.spec import RunSpec
 
 #: The folder of a sweep's runs, and of a capacity search's, under its results folder.
 RUNS, CAPACITY = "runs", "capacity"
+#: The files :func:`execute` writes in a run's folder.
+RUN_FILES = ("scenario.yaml", "summary.json", "latencies.parquet", "requests.parquet", "steps.parquet", "run.json")
 LATENCY_COLUMNS = ["arrival_time", "prompt_tokens", "output_tokens", "ttft", "tpot", "e2e", "queue_delay"]
 
 
-class SweepLocked(OSError):
-    """Another process holds the folder's lock."""
+#: Raised when another des command (sweep, capacity search, run) is writing to the folder.
+SweepLocked = FolderLocked
 
 
-@contextmanager
-def sweep_lock(out_dir: Path):
-    """Hold ``out_dir/.sweep.lock`` for the duration; raise if another sweep holds it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out_dir / ".sweep.lock", os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SweepLocked(f"another sweep is writing to {str(out_dir)!r}") from None
-        yield
-    finally:
-        os.close(fd)
+def sweep_lock(out_dir: Path, holder: str = "sweep") -> AbstractContextManager[None]:
+    """Hold the lock of ``out_dir`` for the block, as ``holder``; raise :class:`SweepLocked`
+    if another des command holds it (see :func:`des.output.folder_lock`)."""
+    return folder_lock(out_dir, holder)
 
 
 def run_dir(root: Path, spec: RunSpec) -> Path:
@@ -95,18 +96,18 @@ def execute(spec: RunSpec, root: str, keep_tables: bool) -> dict[str, Any]:
     req = result.requests
     duration = result.scenario.horizon.duration
     measured = req[measured_mask(req, result.scenario.warmup, math.inf if duration is None else duration)]
-    staged = Staged(folder)
-    staged.write("scenario.yaml", lambda p: p.write_text(yaml.safe_dump(spec.scenario, sort_keys=False)))
-    staged.write("summary.json", lambda p: p.write_text(json_text(result.summary)))
-    staged.write("latencies.parquet", parquet_writer(measured[LATENCY_COLUMNS].reset_index(drop=True)))
-    if keep_tables:
-        staged.write("requests.parquet", parquet_writer(req))
-        staged.write("steps.parquet", parquet_writer(result.steps))
-    staged.commit()
+    with Staged(folder) as staged:  # a failed write (a full disk) leaves no staging file behind
+        staged.write("scenario.yaml", lambda p: p.write_text(yaml.safe_dump(spec.scenario, sort_keys=False)))
+        staged.write("summary.json", lambda p: p.write_text(json_text(result.summary)))
+        staged.write("latencies.parquet", parquet_writer(measured[LATENCY_COLUMNS].reset_index(drop=True)))
+        if keep_tables:
+            staged.write("requests.parquet", parquet_writer(req))
+            staged.write("steps.parquet", parquet_writer(result.steps))
+        staged.commit()
     meta = {"run_id": spec.run_id, "seed": spec.seed, "wall_time": wall, "digest": spec.digest}
-    staged = Staged(folder)
-    staged.write("run.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
-    staged.commit()
+    with Staged(folder) as staged:
+        staged.write("run.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
+        staged.commit()
     return row_of(spec, json.loads(json_text(result.summary)), wall)
 
 
@@ -126,13 +127,18 @@ class LocalBackend:
             from concurrent.futures import ProcessPoolExecutor
 
             ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_worker_started)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if exc_type is None:
+            pool.shutdown(cancel_futures=True)
+        else:
+            with _interrupts_ignored():
+                _end_workers(pool)
 
     def run(self, specs: Sequence[RunSpec], root: Path, keep_tables: bool, done: Done) -> None:
         if self._pool is None or len(specs) <= 1:
@@ -142,13 +148,58 @@ class LocalBackend:
         from concurrent.futures import as_completed
 
         futures = [self._pool.submit(execute, spec, str(root), keep_tables) for spec in specs]
-        try:
-            for fut in as_completed(futures):
-                done(fut.result())
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+        for fut in as_completed(futures):  # on an exception, leaving the block cancels the rest
+            done(fut.result())
+
+
+def _worker_started() -> None:
+    """In each pool worker: SIGTERM (the main process ending its workers) ends the worker
+    at once, after removing the staging files of the run in progress."""
+    signal.signal(signal.SIGTERM, _worker_terminated)
+
+
+def _worker_terminated(signum: int, frame: object) -> None:
+    discard_pending()
+    os._exit(128 + signum)
+
+
+#: Seconds a worker gets to remove its staging files and exit before it is killed.
+WORKER_GRACE = 10.0
+
+
+def _end_workers(pool: Any) -> None:
+    """End the processes of a ``ProcessPoolExecutor`` now, instead of letting them finish
+    the runs they have started and those queued to them: SIGTERM, then SIGKILL for any
+    still there after :data:`WORKER_GRACE` seconds; then shut the pool down."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    # The pool's own thread cancels the runs not started (cancelling them from here races
+    # with its clean-up of a pool whose workers died: InvalidStateError in Python 3.11).
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in workers:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + WORKER_GRACE
+    for p in workers:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in workers:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for the block (in the main thread, where handlers run),
+    so that a second Ctrl-C while workers are being ended cannot leave some running."""
+    signals = (signal.SIGINT, signal.SIGTERM)
+    main = threading.current_thread() is threading.main_thread()
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in signals} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 class DaskBackend:
@@ -207,9 +258,15 @@ Progress = Callable[[int, int, int], None]
 def run_specs(
     runner: Backend, specs: Sequence[RunSpec], root: Path, keep_tables: bool = False, progress: Progress | None = None
 ) -> list[dict[str, Any]]:
-    """The rows of ``specs`` in their order: reused where finished before, run on ``runner`` otherwise."""
+    """The rows of ``specs`` in their order: reused where finished before, run on ``runner`` otherwise.
+
+    Staging files an interrupted sweep left in the runs' folders are removed first (the
+    caller holds the lock of ``root``, so no other process is writing there)."""
+    from des.output import remove_stale_staging
+
     todo, rows = [], []
     for spec in specs:
+        remove_stale_staging(run_dir(root, spec), RUN_FILES)
         row = finished(root, spec)
         if row is None:
             todo.append(spec)
@@ -220,6 +277,7 @@ def run_specs(
         progress(len(rows), total, reused)
 
     def done(row: dict[str, Any]) -> None:
+        check()  # a SIGTERM whose exception was lost on the way stops the sweep here (des.interrupt)
         rows.append(row)
         if progress:
             progress(len(rows), total, reused)

@@ -15,10 +15,13 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from des.output import Staged, parquet_writer
+from des.output import Staged, parquet_writer, remove_stale_staging
 from des.study.aggregate import points_table, runs_table
 from des.study.runner import RUNS, Progress, open_backend, run_specs, sweep_lock
 from des.study.spec import Study
+
+#: The files :func:`sweep` writes in its results folder (besides ``runs/``).
+SWEEP_FILES = ("study.yaml", "runs.parquet", "points.parquet")
 
 
 def default_workers() -> int:
@@ -37,11 +40,13 @@ def sweep(
     out_dir = Path(out_dir)
     root = out_dir / RUNS
     with sweep_lock(out_dir):
-        staged = Staged(out_dir)
-        staged.write(
-            "study.yaml", lambda p: p.write_text(yaml.safe_dump(study.spec.model_dump(mode="json"), sort_keys=False))
-        )
-        staged.commit()
+        remove_stale_staging(out_dir, SWEEP_FILES)
+        with Staged(out_dir) as staged:
+            staged.write(
+                "study.yaml",
+                lambda p: p.write_text(yaml.safe_dump(study.spec.model_dump(mode="json"), sort_keys=False)),
+            )
+            staged.commit()
         with open_backend(backend, workers or default_workers(), address) as runner:
             if study.probes:
                 probed = run_specs(runner, study.probes, root)
@@ -49,8 +54,8 @@ def sweep(
             rows = run_specs(runner, study.runs, root, study.spec.keep_tables, progress)
         runs = runs_table(rows, study.grid_keys)
         points = points_table(runs, study.runs, study.grid_keys, root)
-        staged = Staged(out_dir)
-        staged.write("runs.parquet", parquet_writer(runs))
-        staged.write("points.parquet", parquet_writer(points))
-        staged.commit()
+        with Staged(out_dir) as staged:
+            staged.write("runs.parquet", parquet_writer(runs))
+            staged.write("points.parquet", parquet_writer(points))
+            staged.commit()
     return runs, points
