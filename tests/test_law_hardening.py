@@ -1,0 +1,308 @@
+"""Workload laws and arrival processes at absurd parameters (reliability review 3, D2 and D6).
+
+A parameter whose moments, or whose samples, a float (or an int64 token count) cannot
+hold is refused at validation with one ``error: <dotted.field>: ...`` line naming it
+(exit 2, no traceback); a law that is only extreme (a truncation deep in a tail, a mean of
+1e29 cut by ``max``) is sampled exactly and prints no numpy warning. The command-line cases
+run concurrently in subprocesses, each with a timeout, from the review's base scenario.
+
+Statistical checks use fixed seeds and tolerances of 4 standard errors.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+import des
+from des.scenario import scenario_warnings
+from des.workload.lengths import MAX_LENGTH, Geometric, LogNormal, Uniform
+
+N = 200_000
+
+#: The review's base scenario: an RTX 4090 serving Qwen2.5-7B under Poisson load for 30 s.
+BASE_YAML = """\
+name: base
+seed: 0
+gpu: rtx4090
+model: qwen2.5-7b
+horizon: {duration: 30}
+warmup: 5
+workload:
+  arrival: {process: poisson, rate: 4.0}
+  prompt_tokens: {dist: lognormal, mean: 512, sigma: 0.6}
+  output_tokens: {dist: geometric, mean: 128}
+scheduler: {kind: continuous, max_num_seqs: 128, max_num_batched_tokens: 2048}
+"""
+
+BASE: dict = {
+    "name": "base",
+    "seed": 0,
+    "horizon": {"duration": 30},
+    "warmup": 5,
+    "workload": {
+        "arrival": {"process": "poisson", "rate": 4.0},
+        "prompt_tokens": {"dist": "lognormal", "mean": 512, "sigma": 0.6},
+        "output_tokens": {"dist": "geometric", "mean": 128},
+    },
+    "scheduler": {"kind": "continuous", "max_num_seqs": 128, "max_num_batched_tokens": 2048},
+}
+
+#: Python's rendering of a warning (``RuntimeWarning: ...``, ``RankWarning: ...``).
+WARNING_TEXT = re.compile(r"\w*Warning\b")
+
+
+def problems(overrides: list[str]) -> list[tuple[str, str]]:
+    with pytest.raises(des.ScenarioError) as info:
+        des.load_scenario(BASE, overrides)
+    return info.value.problems
+
+
+def one_problem_at(overrides: list[str], path: str) -> str:
+    """The message of the single problem ``overrides`` cause, which must be at ``path``."""
+    found = problems(overrides)
+    assert len(found) == 1, found
+    assert found[0][0] == path, found
+    assert "\n" not in found[0][1]
+    return found[0][1]
+
+
+# -- the command line: exit 2 and one error line, or a run that finishes quietly ----------------
+
+
+@dataclass(frozen=True)
+class Cli:
+    id: str
+    sets: tuple[str, ...]
+    error: str | None  # the dotted path of the single error line; None: the run must succeed
+
+
+CLI_CASES = [
+    Cli("lognormal-mean-1e300", ("workload.prompt_tokens.mean=1e300",), "workload.prompt_tokens.mean"),
+    Cli("geometric-mean-1e29", ("workload.output_tokens.mean=" + "1" + "0" * 29,), "workload.output_tokens.mean"),
+    Cli("geometric-mean-1e300", ("workload.output_tokens.mean=1e300",), "workload.output_tokens.mean"),
+    Cli("lognormal-sigma-1e300", ("workload.prompt_tokens.sigma=1e300",), "workload.prompt_tokens.sigma"),
+    Cli(
+        "fixed-value-1e30",
+        ("workload.prompt_tokens={dist: fixed, value: 1" + "0" * 30 + "}",),
+        "workload.prompt_tokens.value",
+    ),
+    Cli(
+        "truncation-deep-in-the-tail",
+        ("workload.prompt_tokens={dist: lognormal, mean: 512, sigma: 0.1, min: 5000, max: 6000}",),
+        None,
+    ),
+    Cli("unreachable-minimum", ("workload.prompt_tokens.min=1000000000",), None),
+    Cli("geometric-mean-1e29-cut-by-max", ("workload.output_tokens={dist: geometric, mean: 1e29, max: 1000}",), None),
+]
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory) -> dict[str, tuple[int, str, str, Path]]:
+    """Every case run concurrently (``des run base.yaml --set ...``), each into its own folder."""
+    root = tmp_path_factory.mktemp("laws")
+    base = root / "base.yaml"
+    base.write_text(BASE_YAML)
+    procs = {}
+    for case in CLI_CASES:
+        out = root / case.id
+        cmd = [sys.executable, "-m", "des.cli", "run", str(base), "--quiet", "--out", str(out)]
+        for s in case.sets:
+            cmd += ["--set", s]
+        procs[case.id] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out)
+    runs = {}
+    for case_id, (proc, out) in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            stderr += "\n<timed out: the run did not finish>"
+        runs[case_id] = (proc.returncode, stdout, stderr, out)
+    return runs
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
+def test_cli_refuses_or_finishes_quietly(cli_runs, case: Cli):
+    returncode, stdout, stderr, out = cli_runs[case.id]
+    assert "Traceback" not in stderr, stderr
+    assert not WARNING_TEXT.search(stderr), stderr  # no numpy (or any Python) warning reaches the user
+    if case.error is None:
+        assert returncode == 0, stderr
+        assert (out / "requests.parquet").exists()
+        # only des's own notes (a truncated mean), which may wrap onto a second line
+        assert all(not line.startswith("error") for line in stderr.splitlines()), stderr
+        return
+    assert returncode == 2, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(f"error: {case.error}: "), stderr
+    assert stdout.strip() == ""
+    assert not out.exists()
+
+
+# -- length laws: parameters a float or an int64 cannot hold are refused, by name ---------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path", "words"),
+    [
+        (["workload.prompt_tokens.mean=1e300"], "workload.prompt_tokens.mean", "1e+300 gives lengths up to"),
+        (["workload.prompt_tokens.mean=1e15"], "workload.prompt_tokens.mean", "beyond 2^53"),
+        (["workload.output_tokens.mean=1e29"], "workload.output_tokens.mean", "1e+29 gives lengths up to 3.45e+30"),
+        (["workload.output_tokens.mean=1e300"], "workload.output_tokens.mean", "beyond 2^53"),
+        (["workload.output_tokens.mean=1e15"], "workload.output_tokens.mean", "beyond 2^53"),
+        (["workload.prompt_tokens.sigma=1e300"], "workload.prompt_tokens.sigma", "overflows a float"),
+        (["workload.prompt_tokens.sigma=30"], "workload.prompt_tokens.sigma", "overflows a float"),
+        (["workload.prompt_tokens.sigma=8"], "workload.prompt_tokens.sigma", "8 gives lengths up to"),
+        (["workload.prompt_tokens.max=" + "1" + "0" * 30], "workload.prompt_tokens.max", "beyond 2^53"),
+        (["workload.output_tokens.min=" + "1" + "0" * 17], "workload.output_tokens.min", "beyond 2^53"),
+        (
+            ["workload.prompt_tokens={dist: fixed, value: 10000000000000000000}"],
+            "workload.prompt_tokens.value",
+            "10,000,000,000,000,000,000 is beyond 2^53",
+        ),
+        (
+            ["workload.prompt_tokens={dist: uniform, low: 1, high: 1" + "0" * 30 + "}"],
+            "workload.prompt_tokens.high",
+            "beyond 2^53",
+        ),
+        (
+            [
+                "workload.conversations={turns: {dist: geometric, mean: 1e300}, think_time: {dist: fixed, value: 1}}",
+            ],
+            "workload.conversations.turns.mean",
+            "beyond 2^53",
+        ),
+    ],
+)
+def test_lengths_beyond_what_des_counts_are_refused_by_name(overrides, path, words):
+    assert words in one_problem_at(overrides, path)
+
+
+def test_a_truncation_of_numerically_no_probability_is_refused():
+    # lognormal 512 / 0.1 beyond 19,600 tokens: 36.5 standard deviations, a probability of ~1e-291
+    message = one_problem_at(
+        ["workload.prompt_tokens={dist: lognormal, mean: 512, sigma: 0.1, min: 19600}"], "workload.prompt_tokens"
+    )
+    assert message.startswith("min/max [19600, inf] leave a probability of") and "below 1e-290" in message
+
+
+def test_the_bound_is_where_lengths_stop_being_exact():
+    """Lengths up to 2^53 are accepted; a mean whose 1e-15 quantile passes it is not."""
+    assert Geometric(mean=2.6e14).moments()[0] == 2.6e14  # 1e-15 quantile 9.0e15 < 2^53
+    with pytest.raises(ValueError, match="beyond 2"):
+        Geometric(mean=2.7e14)
+    assert LogNormal(mean=100, sigma=2.5)._reach() < MAX_LENGTH  # the heavy tail the samplers test keeps working
+    top = Uniform(low=MAX_LENGTH - 1000, high=MAX_LENGTH)
+    assert top.sample(np.random.default_rng(0), 1000).max() <= MAX_LENGTH
+
+
+# -- extreme but valid laws: sampled exactly, moments exact, no numpy warning -------------------
+
+
+def exact_truncated_pmf(dist: LogNormal, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pmf of round(X) on [lo, hi], X lognormal, from scipy's survival function (exact in the upper tail)."""
+    law = stats.lognorm(s=dist.sigma, scale=math.exp(dist.mu))
+    n = np.arange(lo, hi + 1)
+    p = law.sf(n - 0.5) - law.sf(n + 0.5)
+    return n, p / p.sum()
+
+
+def check_against(x: np.ndarray, n: np.ndarray, p: np.ndarray) -> None:
+    mean = float(np.dot(n, p))
+    var = float(np.dot((n - mean) ** 2, p))
+    mu4 = float(np.dot((n - mean) ** 4, p))
+    assert abs(x.mean() - mean) <= 4 * math.sqrt(var / len(x)), (x.mean(), mean)
+    assert abs(x.var(ddof=1) - var) <= 4 * math.sqrt((mu4 - var**2) / len(x)), (x.var(ddof=1), var)
+
+
+def test_a_truncation_deep_in_the_upper_tail_is_sampled_exactly():
+    """Lognormal 512 / 0.1 on [5000, 6000]: 23 standard deviations out, a probability of ~1e-115.
+    The CDF rounds to 1 there (every draw was inf, cast to int64: a numpy warning)."""
+    dist = LogNormal(mean=512, sigma=0.1, min=5000, max=6000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = dist.sample(np.random.default_rng(11), N)
+        mean, var = dist.moments()
+    n, p = exact_truncated_pmf(dist, 5000, 6000)
+    assert x.min() >= 5000 and x.max() <= 6000
+    check_against(x.astype(float), n, p)
+    assert (mean, var) == pytest.approx((float(np.dot(n, p)), float(np.dot((n - np.dot(n, p)) ** 2, p))), rel=1e-9)
+    # most of the mass sits on the lowest lengths: the law falls by ~e^-(z/sigma) per token
+    assert abs((x == 5000).mean() - p[0]) <= 4 * math.sqrt(p[0] * (1 - p[0]) / N)
+
+
+def test_an_unreachable_minimum_is_sampled_exactly():
+    """min 1e9 on lognormal 512 / 0.6: 24 standard deviations out."""
+    dist = LogNormal(mean=512, sigma=0.6, min=1_000_000_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = dist.sample(np.random.default_rng(12), N).astype(float)
+        mean, var = dist.moments()
+    assert x.min() >= 1e9
+    # the continuous law beyond a = 1e9 - 0.5: E[X | X > a] = mean Phi(sigma - z) / Phi(-z), rounding moving it < 0.5
+    z = (math.log(1e9 - 0.5) - dist.mu) / dist.sigma
+    conditional = 512 * math.exp(special.log_ndtr(dist.sigma - z) - special.log_ndtr(-z))
+    assert abs(mean - conditional) <= 0.5
+    assert abs(x.mean() - mean) <= 4 * math.sqrt(var / N)
+
+
+def test_a_geometric_minimum_far_in_the_tail_is_memoryless():
+    dist = Geometric(mean=100, min=5000)  # P(N >= 5000) = 0.99^4999, ~1e-22
+    x = dist.sample(np.random.default_rng(13), N)
+    p = 0.01
+    assert dist.moments() == pytest.approx((4999 + 100, (1 - p) / p**2))
+    assert abs(x.mean() - 5099) <= 4 * math.sqrt((1 - p) / p**2 / N)
+    assert abs((x == 5000).mean() - p) <= 4 * math.sqrt(p * (1 - p) / N)
+
+
+@pytest.mark.parametrize("mean", [1e29, 1e200])
+def test_a_huge_geometric_mean_cut_by_max_is_uniform(mean):
+    """With p = 1/mean ~ 0 the truncated law is uniform on [1, 1000] (its moments said 1.0)."""
+    dist = Geometric(mean=mean, max=1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = dist.sample(np.random.default_rng(14), N).astype(float)
+        m, v = dist.moments()
+    assert (m, v) == pytest.approx((500.5, (1000**2 - 1) / 12), rel=1e-12)
+    assert abs(x.mean() - 500.5) <= 4 * math.sqrt(v / N)
+    assert x.min() >= 1 and x.max() <= 1000
+
+
+@pytest.mark.parametrize(
+    "dist",
+    [
+        {"dist": "geometric", "mean": 2e14},
+        {"dist": "geometric", "mean": 1e200, "min": 10, "max": 10**12},
+        {"dist": "geometric", "mean": 50, "min": 3000, "max": 3100},
+        {"dist": "lognormal", "mean": 512, "sigma": 5},
+        {"dist": "lognormal", "mean": 1e14, "sigma": 26, "max": 1000},
+        {"dist": "lognormal", "mean": 1e220, "sigma": 11.7, "min": 2_861_944, "max": 319_600_943_739_494},
+        {"dist": "lognormal", "mean": 1e-3, "sigma": 1.5},
+        {"dist": "uniform", "low": 1, "high": MAX_LENGTH, "min": MAX_LENGTH - 10},
+    ],
+    ids=repr,
+)
+def test_extreme_valid_laws_draw_and_state_their_moments_without_warnings(dist):
+    sc = des.load_scenario(BASE, [("workload.prompt_tokens", dist)])
+    law = sc.workload.prompt_tokens
+    assert law is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = law.sample(np.random.default_rng(15), N).astype(float)
+        mean, var = law.moments()
+        scenario_warnings(sc)
+    lo, hi = law.min or 1, law.max or MAX_LENGTH
+    assert lo <= x.min() and x.max() <= hi
+    assert lo <= mean <= hi and var >= 0
+    assert abs(x.mean() - mean) <= 4 * math.sqrt(var / N) + 1e-9 * mean
