@@ -103,6 +103,14 @@ CLI_CASES = [
     ),
     Cli("unreachable-minimum", ("workload.prompt_tokens.min=1000000000",), None),
     Cli("geometric-mean-1e29-cut-by-max", ("workload.output_tokens={dist: geometric, mean: 1e29, max: 1000}",), None),
+    Cli(
+        "think-time-sigma-1e300",
+        (
+            "workload.conversations={turns: {dist: fixed, value: 3}, "
+            "think_time: {dist: lognormal, mean: 5, sigma: 1e300}}",
+        ),
+        "workload.conversations.think_time.sigma",
+    ),
 ]
 
 
@@ -306,3 +314,42 @@ def test_extreme_valid_laws_draw_and_state_their_moments_without_warnings(dist):
     assert lo <= x.min() and x.max() <= hi
     assert lo <= mean <= hi and var >= 0
     assert abs(x.mean() - mean) <= 4 * math.sqrt(var / N) + 1e-9 * mean
+
+
+# -- think-time laws -----------------------------------------------------------------------------
+
+CHAT = "workload.conversations={{turns: {{dist: fixed, value: 3}}, think_time: {law}}}"
+
+
+@pytest.mark.parametrize(
+    ("law", "path", "words"),
+    [
+        ("{dist: lognormal, mean: 5, sigma: 1e300}", "sigma", "1e+300 is beyond 26.64"),
+        ("{dist: lognormal, mean: 5, sigma: 27}", "sigma", "overflows a float"),
+        ("{dist: lognormal, mean: 1e308, sigma: 1}", "mean", "second moment, mean² exp(sigma²), overflows"),
+        ("{dist: lognormal, mean: 1e150, sigma: 20}", "mean", "overflows a float"),
+    ],
+)
+def test_think_times_whose_moments_overflow_are_refused_by_name(law, path, words):
+    message = one_problem_at([CHAT.format(law=law)], f"workload.conversations.think_time.{path}")
+    assert words in message
+
+
+@pytest.mark.parametrize(
+    "law",
+    [
+        "{dist: lognormal, mean: 5, sigma: 26}",
+        "{dist: lognormal, mean: 1e100, sigma: 3}",
+        "{dist: exponential, mean: 1e300}",
+        "{dist: uniform, low: 0, high: 1e300}",
+        "{dist: fixed, value: 1e300}",
+    ],
+)
+def test_extreme_think_times_whose_moments_are_floats_draw_finite_times(law):
+    sc = des.load_scenario(BASE, [CHAT.format(law=law)])
+    assert sc.workload.conversations is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        draw = sc.workload.conversations.think_time.sampler(np.random.default_rng(16))
+        x = np.array([draw() for _ in range(10_000)])
+    assert np.isfinite(x).all() and (x >= 0).all()
