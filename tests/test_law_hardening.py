@@ -25,6 +25,7 @@ from scipy import special, stats
 
 import des
 from des.scenario import scenario_warnings
+from des.workload.arrivals import Gamma
 from des.workload.lengths import MAX_LENGTH, Geometric, LogNormal, Uniform
 
 N = 200_000
@@ -111,6 +112,8 @@ CLI_CASES = [
         ),
         "workload.conversations.think_time.sigma",
     ),
+    Cli("arrival-rate-1e300", ("workload.arrival.rate=1e300",), "workload.arrival.rate"),
+    Cli("arrival-rate-10**29", ("workload.arrival.rate=1" + "0" * 29,), "workload.arrival.rate"),
 ]
 
 
@@ -353,3 +356,52 @@ def test_extreme_think_times_whose_moments_are_floats_draw_finite_times(law):
         draw = sc.workload.conversations.think_time.sampler(np.random.default_rng(16))
         x = np.array([draw() for _ in range(10_000)])
     assert np.isfinite(x).all() and (x >= 0).all()
+
+
+# -- arrival rates: a run must be able to simulate a second of them ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arrival", "path", "words"),
+    [
+        ("{process: poisson, rate: 1e300}", "rate", "1e+300 requests per second is beyond 1e+07"),
+        ("{process: poisson, rate: 1" + "0" * 29 + "}", "rate", "beyond 1e+07"),
+        ("{process: poisson, rate: 10000001}", "rate", "beyond 1e+07"),
+        ("{process: gamma, rate: 1e300, cv: 3}", "rate", "beyond 1e+07"),
+        ("{process: gamma, rate: 4, cv: 1e300}", "cv", "1e+300 is beyond 1000"),
+        ("{process: gamma, rate: 4, cv: 5000}", "cv", "clumps at single instants"),
+        ("{process: gamma, rate: 4, cv: 1e-300}", "cv", "shape 1/cv² overflows"),
+        ("{process: mmpp, rates: [1e300, 5], mean_sojourn: [1, 1]}", "rates.0", "beyond 1e+07"),
+        ("{process: onoff, on_rate: 1e300, mean_on: 1, mean_off: 1}", "on_rate", "beyond 1e+07"),
+        ("{process: onoff, on_rate: 1, off_rate: 1e9, mean_on: 1, mean_off: 1}", "off_rate", "beyond 1e+07"),
+        ("{process: closed, concurrency: 1" + "0" * 29 + "}", "concurrency", "must be <= 1000000"),
+        ("{process: closed, concurrency: 4, retry_delay: 1e-300}", "retry_delay", "retry rejected requests 4e+300"),
+        ("{process: closed, concurrency: 100000, retry_delay: 0.001}", "retry_delay", "beyond 1e+07"),
+    ],
+)
+def test_arrival_rates_beyond_any_run_are_refused_by_name(arrival, path, words):
+    message = one_problem_at([f"workload.arrival={arrival}"], f"workload.arrival.{path}")
+    assert words in message
+
+
+def test_the_largest_rate_runs_with_a_horizon_of_requests():
+    """A horizon can be a count alone: 10^7 req/s for 300 requests is 30 microseconds of arrivals."""
+    sc = des.load_scenario(BASE, ["workload.arrival.rate=1e7", "horizon={num_requests: 300}", "warmup=0"])
+    requests = des.simulate(sc).requests
+    assert len(requests) == 300
+    assert requests["arrival_time"].max() < 1e-3
+
+
+@pytest.mark.parametrize("cv", [1e-150, 1e-9, 1000.0])
+def test_the_extreme_gamma_cvs_accepted_draw_gaps_of_the_stated_mean(cv):
+    gamma = des.load_scenario(BASE, [f"workload.arrival={{process: gamma, rate: 4, cv: {cv}}}"]).workload.arrival
+    assert isinstance(gamma, Gamma)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        draw = gamma.gaps(np.random.default_rng(17))
+        x = np.array([draw() for _ in range(N)])
+    assert np.isfinite(x).all() and (x >= 0).all()
+    if cv < 1:  # evenly spaced
+        assert np.allclose(x, 0.25, rtol=1e-6)
+    else:  # almost all gaps 0 s; the mean lives in the rare long ones (not checked: 1 in 1,400)
+        assert (x == 0).mean() > 0.99

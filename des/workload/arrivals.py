@@ -14,6 +14,10 @@ Open processes produce inter-arrival gaps (seconds) from their own generator:
 - ``onoff{on_rate, off_rate, mean_on, mean_off}``: the two-state MMPP of bursts
   (``on_rate``) and lulls (``off_rate``, default 0).
 
+Every rate is at most :data:`MAX_RATE` requests per second, what a run can simulate for
+even a second; a gamma's ``cv`` lies in ``[MIN_CV, MAX_CV]``; a closed loop has at most
+:data:`MAX_USERS` users, whose retries after rejections stay within ``MAX_RATE``.
+
 Closed users and trace replays are arrival processes too. Every arrival process
 makes its own SimPy processes from the run's :class:`~des.workload.source.Sources`
 (``processes``; their bodies live in :mod:`des.workload.source`), so that whoever builds
@@ -50,6 +54,33 @@ from des.workload.trace_content import trace_requests
 if TYPE_CHECKING:
     import pandas as pd
 
+#: The largest arrival rate (requests per second). A million requests take about 45 s of
+#: CPU and 700 MB (reliability review 3: 10^6 req/s for 1 s); at 1e7 req/s one simulated
+#: second costs some 8 minutes and 7 GB, and a rate of 1e300 never ends.
+MAX_RATE = 1e7
+#: The burstiest gamma process: with shape 1/cv² its gaps underflow to 0 s but for one
+#: in cv²/709, so beyond cv 1000 arrivals come in clumps of over 1,400 requests at one
+#: instant (140,000 at cv 10^4), each followed by a lull of about cv²/rate seconds.
+MAX_CV = 1e3
+#: The smoothest gamma process: its shape 1/cv² must be a float (1e300).
+MIN_CV = 1e-150
+#: The most closed-loop users: each is a SimPy process; the review's 10^6 users held
+#: 1.7 GB and had not finished 60 s in 400 s.
+MAX_USERS = 1_000_000
+
+
+def _simulable(rate: float) -> float:
+    if rate > MAX_RATE:
+        raise ValueError(
+            f"{rate:g} requests per second is beyond {MAX_RATE:g}, more than a run can simulate for even "
+            "a second (a million requests take about 45 s and 700 MB)"
+        )
+    return rate
+
+
+#: An arrival rate a run can simulate (requests per second).
+Rate = Annotated[PositiveFloat, AfterValidator(_simulable)]
+
 
 class Open(Strict):
     """An open arrival process: requests (or conversations) at the epochs of a point
@@ -68,7 +99,7 @@ class Open(Strict):
 
 class Poisson(Open):
     process: Literal["poisson"] = "poisson"
-    rate: PositiveFloat
+    rate: Rate
 
     def gaps(self, rng: np.random.Generator):
         """A callable returning successive gaps, seconds."""
@@ -78,8 +109,20 @@ class Poisson(Open):
 
 class Gamma(Open):
     process: Literal["gamma"] = "gamma"
-    rate: PositiveFloat
+    rate: Rate
     cv: PositiveFloat = 1.0
+
+    @model_validator(mode="after")
+    def _check_cv(self) -> Gamma:
+        if self.cv > MAX_CV:
+            raise ValueError(
+                f"cv: {self.cv:g} is beyond {MAX_CV:g}: a gamma of shape 1/cv² draws gaps that underflow to 0 s "
+                "but for about one in cv²/709, so requests would come in clumps at single instants, not as a "
+                "burstier stream"
+            )
+        if self.cv < MIN_CV:
+            raise ValueError(f"cv: {self.cv:g} is below {MIN_CV:g}, where the gamma's shape 1/cv² overflows a float")
+        return self
 
     def gaps(self, rng: np.random.Generator):
         shape = 1.0 / self.cv**2
@@ -89,7 +132,7 @@ class Gamma(Open):
 
 class MMPP(Open):
     process: Literal["mmpp"] = "mmpp"
-    rates: list[NonNegativeFloat] = Field(min_length=2)
+    rates: list[Annotated[NonNegativeFloat, AfterValidator(_simulable)]] = Field(min_length=2)
     mean_sojourn: list[PositiveFloat] = Field(min_length=2)
     transitions: list[list[NonNegativeFloat]] | None = None
 
@@ -145,8 +188,8 @@ class MMPP(Open):
 
 class OnOff(Open):
     process: Literal["onoff"] = "onoff"
-    on_rate: PositiveFloat
-    off_rate: NonNegativeFloat = 0.0
+    on_rate: Rate
+    off_rate: Annotated[NonNegativeFloat, AfterValidator(_simulable)] = 0.0
     mean_on: PositiveFloat
     mean_off: PositiveFloat
 
@@ -189,10 +232,20 @@ class Closed(Strict):
     """``concurrency`` users, each sending a request, waiting for it, then thinking."""
 
     process: Literal["closed"] = "closed"
-    concurrency: PositiveInt
+    concurrency: PositiveInt = Field(le=MAX_USERS)
     think_time: NonNegativeFloat = 0.0
     think_dist: Literal["fixed", "exponential"] = "exponential"
     retry_delay: PositiveFloat = 1.0
+
+    @model_validator(mode="after")
+    def _retries_simulable(self) -> Closed:
+        # users whose requests are all rejected send one every retry_delay (+ think) seconds
+        if self.concurrency / self.retry_delay > MAX_RATE:
+            raise ValueError(
+                f"retry_delay: {self.retry_delay:g} s lets {self.concurrency:,} users retry rejected requests "
+                f"{self.concurrency / self.retry_delay:.3g} times a second, beyond {MAX_RATE:g} requests per second"
+            )
+        return self
 
     def think(self, rng: np.random.Generator):
         if self.think_time == 0:
