@@ -25,7 +25,10 @@ from scipy import special, stats
 
 import des
 from des.scenario import scenario_warnings
-from des.workload.arrivals import Gamma
+from des.simulation import _generators
+from des.workload import arrivals
+from des.workload._buffer import Buffered
+from des.workload.arrivals import MMPP, Gamma, OnOff
 from des.workload.lengths import MAX_LENGTH, Geometric, LogNormal, Uniform
 
 N = 200_000
@@ -114,6 +117,15 @@ CLI_CASES = [
     ),
     Cli("arrival-rate-1e300", ("workload.arrival.rate=1e300",), "workload.arrival.rate"),
     Cli("arrival-rate-10**29", ("workload.arrival.rate=1" + "0" * 29,), "workload.arrival.rate"),
+    # one arrival per ~2.5e8 on/off cycles: the gap draw looped through them past the 30 s horizon
+    Cli(
+        "onoff-almost-never-on", ("workload.arrival={process: onoff, on_rate: 4, mean_on: 1e-9, mean_off: 1e9}",), None
+    ),
+    Cli(
+        "onoff-switching-1e300-times-a-second",
+        ("workload.arrival={process: onoff, on_rate: 4, mean_on: 1e-300, mean_off: 1e-300}",),
+        "workload.arrival.mean_on",
+    ),
 ]
 
 
@@ -405,3 +417,134 @@ def test_the_extreme_gamma_cvs_accepted_draw_gaps_of_the_stated_mean(cv):
         assert np.allclose(x, 0.25, rtol=1e-6)
     else:  # almost all gaps 0 s; the mean lives in the rare long ones (not checked: 1 in 1,400)
         assert (x == 0).mean() > 0.99
+
+
+# -- modulated processes: the gap draw stops at the horizon and jumps arrival-free cycles ----------
+
+
+def old_mmpp_gaps(p: MMPP, rng: np.random.Generator):
+    """The MMPP gap draw as it was before the horizon and the bulk cycles: the reference
+    whose draws ordinary processes must repeat exactly."""
+    rates, sojourn = np.array(p.rates), np.array(p.mean_sojourn)
+    cum = np.cumsum(p.jump_matrix, axis=1)
+    state = int(rng.choice(len(rates), p=p.state_probabilities()))
+    left = rng.exponential(sojourn[state])
+    u = Buffered(lambda n: rng.exponential(1.0, n))
+
+    def draw() -> float:
+        nonlocal state, left
+        gap = 0.0
+        while True:
+            r = rates[state]
+            t = u() / r if r > 0 else math.inf
+            if t <= left:
+                left -= t
+                return gap + t
+            gap += left
+            state = min(int(np.searchsorted(cum[state], rng.random(), side="right")), len(rates) - 1)
+            left = rng.exponential(sojourn[state])
+
+    return draw
+
+
+def epochs(draw, horizon: float) -> list[float]:
+    """Arrival times from 0 until ``horizon``, summed as the open loop sums them."""
+    t, out = 0.0, list[float]()
+    while True:
+        t += draw()
+        if t >= horizon:
+            return out
+        out.append(t)
+
+
+ORDINARY = {
+    "onoff": OnOff(on_rate=16.0, mean_on=5.0, mean_off=15.0),
+    "onoff-off-rate": OnOff(on_rate=12.0, off_rate=2.0, mean_on=3.0, mean_off=9.0),
+    "onoff-fast-switch": OnOff(on_rate=8.0, mean_on=0.01, mean_off=0.02),
+    "mmpp3": MMPP(
+        rates=[1.0, 5.0, 20.0], mean_sojourn=[10.0, 3.0, 1.0], transitions=[[0, 0.5, 0.5], [1.0, 0, 0], [0.2, 0.8, 0]]
+    ),
+    "mmpp-zero": MMPP(rates=[0.0, 9.0], mean_sojourn=[20.0, 5.0]),
+    "mmpp-rare-on": MMPP(rates=[0.0, 0.1], mean_sojourn=[1.0, 1.0]),  # ~22 states per arrival
+}
+
+
+@pytest.mark.parametrize("name", list(ORDINARY))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ordinary_modulated_processes_draw_exactly_as_before(name, seed):
+    p = ORDINARY[name]
+    mmpp = p.as_mmpp() if isinstance(p, OnOff) else p
+    assert isinstance(mmpp, MMPP)
+    before = epochs(old_mmpp_gaps(mmpp, _generators(seed)["arrivals"]), 3000.0)
+    assert len(before) > 100
+    assert epochs(p.gaps(_generators(seed)["arrivals"], 3000.0), 3000.0) == before  # the run's draw
+    assert epochs(p.gaps(_generators(seed)["arrivals"]), 3000.0) == before  # no horizon given
+
+
+def test_a_draw_that_reaches_the_horizon_ends_there():
+    p = ORDINARY["onoff"]
+    draw = p.gaps(np.random.default_rng(18), 100.0)
+    times = epochs(draw, 100.0)
+    assert draw() == math.inf  # and so on: the process has ended
+    assert times == epochs(p.gaps(np.random.default_rng(18)), 100.0)
+
+
+def test_a_process_almost_never_on_draws_its_gaps_in_bounded_work():
+    """on 1e-9 s in 1e9: one arrival per ~2.5e8 on/off cycles, each draw used to visit them all.
+    A subprocess, so that the old behaviour fails by its timeout instead of hanging the suite."""
+    code = (
+        "import numpy as np\n"
+        "from des.workload.arrivals import OnOff\n"
+        "p = OnOff(on_rate=4, mean_on=1e-9, mean_off=1e9)\n"
+        "draw = p.gaps(np.random.default_rng(19))\n"
+        "x = np.array([draw() for _ in range(400)])\n"
+        "print(x.mean() * p.rate, x.std() / x.mean())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not WARNING_TEXT.search(done.stderr), done.stderr
+    mean_times_rate, cv = map(float, done.stdout.split())
+    # gaps of mean 1/rate (a stationary point process), nearly exponential: cv ~ 1
+    assert abs(mean_times_rate - 1) <= 4 * 1.0 / math.sqrt(400)
+    assert 0.8 < cv < 1.2
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        OnOff(on_rate=5.0, off_rate=0.5, mean_on=0.5, mean_off=2.0),
+        OnOff(on_rate=3.0, mean_on=0.05, mean_off=1.0),
+        MMPP(rates=[0.2, 6.0], mean_sojourn=[4.0, 0.1]),
+    ],
+    ids=repr,
+)
+def test_cycles_jumped_in_bulk_have_the_law_of_cycles_visited_one_by_one(p, monkeypatch):
+    """With MAX_VISITS = 1 every draw jumps whole cycles after its first state: the gaps, and
+    the sums of two consecutive gaps (their dependence), must follow the same law (two-sample
+    Kolmogorov-Smirnov, independent seeds) and the stated rate."""
+    n = 100_000
+    one_by_one = p.gaps(np.random.default_rng(20))
+    a = np.array([one_by_one() for _ in range(n)])
+    monkeypatch.setattr(arrivals, "MAX_VISITS", 1)
+    bulk = p.gaps(np.random.default_rng(21))
+    b = np.array([bulk() for _ in range(n)])
+    assert stats.ks_2samp(a, b).pvalue > 1e-3
+    assert stats.ks_2samp(a[:-1] + a[1:], b[:-1] + b[1:]).pvalue > 1e-3
+    # a stationary point process has mean gap 1/rate; gaps correlate, so the error uses batch means
+    batches = b.reshape(100, -1).mean(axis=1)
+    assert abs(b.mean() - 1 / p.rate) <= 4 * batches.std(ddof=1) / math.sqrt(len(batches))
+
+
+@pytest.mark.parametrize(
+    ("arrival", "path", "words"),
+    [
+        ("{process: mmpp, rates: [0, 0, 1e-5], mean_sojourn: [1, 1, 1]}", "rates", "one arrival every 3e+05 state"),
+        ("{process: mmpp, rates: [0, 0, 5], mean_sojourn: [1e-9, 1e-9, 1e-9]}", "mean_sojourn", "1e+09 times a second"),
+        ("{process: mmpp, rates: [5, 0], mean_sojourn: [1e-8, 1e-300]}", "mean_sojourn", "beyond 1e+07"),
+        ("{process: onoff, on_rate: 4, mean_on: 1e-300, mean_off: 1e-300}", "mean_on", "1e+300 times a second"),
+        ("{process: onoff, on_rate: 4, mean_on: 2e-8, mean_off: 1e-8}", "mean_off", "beyond 1e+07"),
+    ],
+)
+def test_modulated_processes_beyond_any_run_are_refused_by_name(arrival, path, words):
+    message = one_problem_at([f"workload.arrival={arrival}"], f"workload.arrival.{path}")
+    assert words in message

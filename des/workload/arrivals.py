@@ -16,7 +16,12 @@ Open processes produce inter-arrival gaps (seconds) from their own generator:
 
 Every rate is at most :data:`MAX_RATE` requests per second, what a run can simulate for
 even a second; a gamma's ``cv`` lies in ``[MIN_CV, MAX_CV]``; a closed loop has at most
-:data:`MAX_USERS` users, whose retries after rejections stay within ``MAX_RATE``.
+:data:`MAX_USERS` users, whose retries after rejections stay within ``MAX_RATE``. The
+states of an MMPP (or onoff) change at most ``MAX_RATE`` times a second on average (each
+change is a draw, like an arrival), and its gaps stop at the horizon (:class:`_MMPPGaps`):
+a process that almost never brings an arrival (``mean_on: 1e-9, mean_off: 1e9``) ends a
+run on time. One of three or more states must bring an arrival every
+:data:`MAX_VISITS` state changes or more often (two states skip such stretches in bulk).
 
 Closed users and trace replays are arrival processes too. Every arrival process
 makes its own SimPy processes from the run's :class:`~des.workload.source.Sources`
@@ -64,6 +69,10 @@ MAX_RATE = 1e7
 MAX_CV = 1e3
 #: The smoothest gamma process: its shape 1/cv² must be a float (1e300).
 MIN_CV = 1e-150
+#: The most states an MMPP draw visits one by one: a two-state process jumps the on/off
+#: cycles beyond in bulk; one of three or more states must bring an arrival at least
+#: once per this many state changes on average.
+MAX_VISITS = 10_000
 #: The most closed-loop users: each is a SimPy process; the review's 10^6 users held
 #: 1.7 GB and had not finished 60 s in 400 s.
 MAX_USERS = 1_000_000
@@ -86,12 +95,14 @@ class Open(Strict):
     """An open arrival process: requests (or conversations) at the epochs of a point
     process of gaps drawn by ``gaps(rng)``, whoever is already in the system."""
 
-    def gaps(self, rng: np.random.Generator) -> Callable[[], float]:
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf) -> Callable[[], float]:
+        """A callable returning successive gaps (seconds) from t = 0; one that would end past
+        ``horizon`` may be returned as inf (the open loop stops there anyway)."""
         raise NotImplementedError
 
     def processes(self, src: Sources) -> list[Session]:
         """One process: new requests at the epochs, or conversations begun at them."""
-        gaps = self.gaps(src.streams["arrivals"])
+        gaps = self.gaps(src.streams["arrivals"], src.duration)
         if src.start is not None:
             return [open_sessions(src.env, gaps, src.new(), src.start, src.duration, src.budget)]
         return [open_loop(src.env, gaps, src.new(), src.submit, src.duration, src.budget)]
@@ -101,8 +112,7 @@ class Poisson(Open):
     process: Literal["poisson"] = "poisson"
     rate: Rate
 
-    def gaps(self, rng: np.random.Generator):
-        """A callable returning successive gaps, seconds."""
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
         scale = 1.0 / self.rate
         return Buffered(lambda n: rng.exponential(scale, n))
 
@@ -124,7 +134,7 @@ class Gamma(Open):
             raise ValueError(f"cv: {self.cv:g} is below {MIN_CV:g}, where the gamma's shape 1/cv² overflows a float")
         return self
 
-    def gaps(self, rng: np.random.Generator):
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
         shape = 1.0 / self.cv**2
         scale = 1.0 / (self.rate * shape)
         return Buffered(lambda n: rng.gamma(shape, scale, n))
@@ -152,6 +162,19 @@ class MMPP(Open):
                     raise ValueError(f"transitions: row {i} must have 0 on the diagonal")
                 if abs(sum(row) - 1) > 1e-9:
                     raise ValueError(f"transitions: row {i} sums to {sum(row)}, not 1")
+        w, s = self.state_probabilities(), np.array(self.mean_sojourn)
+        changes = float(np.sum(w / s))  # state changes per second, on average
+        if changes > MAX_RATE:
+            raise ValueError(
+                f"mean_sojourn: the states change {changes:.3g} times a second on average, beyond {MAX_RATE:g} "
+                "(each change is a draw, like an arrival)"
+            )
+        if k > 2 and not changes <= MAX_VISITS * self.rate:
+            raise ValueError(
+                f"rates: the process brings one arrival every {changes / self.rate:.3g} state changes on average, "
+                f"beyond {MAX_VISITS:,}: the states of a chain of more than two are drawn one by one "
+                "(raise rates or mean_sojourn of the states with arrivals)"
+            )
         return self
 
     @property
@@ -180,9 +203,14 @@ class MMPP(Open):
         """Long-run arrival rate, requests per second."""
         return float(np.dot(self.state_probabilities(), self.rates))
 
-    def gaps(self, rng: np.random.Generator):
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
         return _MMPPGaps(
-            np.array(self.rates), np.array(self.mean_sojourn), self.jump_matrix, self.state_probabilities(), rng
+            np.array(self.rates),
+            np.array(self.mean_sojourn),
+            self.jump_matrix,
+            self.state_probabilities(),
+            rng,
+            horizon,
         )
 
 
@@ -193,6 +221,17 @@ class OnOff(Open):
     mean_on: PositiveFloat
     mean_off: PositiveFloat
 
+    @model_validator(mode="after")
+    def _changes_simulable(self) -> OnOff:
+        changes = 2 / (self.mean_on + self.mean_off)  # state changes per second, on average
+        if changes > MAX_RATE:
+            name = "mean_on" if self.mean_on <= self.mean_off else "mean_off"
+            raise ValueError(
+                f"{name}: {getattr(self, name):g} s: the states change {changes:.3g} times a second on average, "
+                f"beyond {MAX_RATE:g} (each change is a draw, like an arrival)"
+            )
+        return self
+
     def as_mmpp(self) -> MMPP:
         return MMPP(rates=[self.on_rate, self.off_rate], mean_sojourn=[self.mean_on, self.mean_off])
 
@@ -200,32 +239,87 @@ class OnOff(Open):
     def rate(self) -> float:
         return (self.on_rate * self.mean_on + self.off_rate * self.mean_off) / (self.mean_on + self.mean_off)
 
-    def gaps(self, rng: np.random.Generator):
-        return self.as_mmpp().gaps(rng)
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
+        return self.as_mmpp().gaps(rng, horizon)
 
 
 class _MMPPGaps:
-    """Gaps of an MMPP, drawn exactly by racing the next arrival against the state's end."""
+    """Gaps of an MMPP, drawn exactly by racing the next arrival against the state's end.
 
-    def __init__(self, rates, sojourn, jumps, start, rng: np.random.Generator):
+    The gaps follow one another from t = 0 (``now`` is their sum, as the open loop adds
+    them): a draw whose states reach ``horizon`` before an arrival returns inf there,
+    without visiting the states beyond, where the open loop would stop anyway. A two-state
+    process that visits :data:`MAX_VISITS` states in one draw without an arrival jumps the
+    rest of the draw in whole cycles (:meth:`_cycles`). Below both, every draw is made as
+    it always was: the same draws in the same order.
+    """
+
+    def __init__(self, rates, sojourn, jumps, start, rng: np.random.Generator, horizon: float = math.inf):
         self.rates, self.sojourn, self.jumps, self.rng = rates, sojourn, jumps, rng
         self.cum_jumps = np.cumsum(jumps, axis=1)
         self.state = int(rng.choice(len(rates), p=start))
         self.left = rng.exponential(sojourn[self.state])  # time left in the current state
         self._u = Buffered(lambda n: rng.exponential(1.0, n))
+        self.now, self.horizon = 0.0, horizon
 
     def __call__(self) -> float:
         gap = 0.0
+        visits = 0
         while True:
             r = self.rates[self.state]
             t = self._u() / r if r > 0 else math.inf
             if t <= self.left:
                 self.left -= t
+                self.now += gap + t
                 return gap + t
             gap += self.left
+            if self.now + gap >= self.horizon:
+                return math.inf
+            visits += 1
+            if visits >= MAX_VISITS and len(self.rates) == 2:
+                return self._cycles(gap)
             row = self.cum_jumps[self.state]
             self.state = min(int(np.searchsorted(row, self.rng.random(), side="right")), len(row) - 1)
             self.left = self.rng.exponential(self.sojourn[self.state])
+
+    def _cycles(self, gap: float) -> float:
+        """The rest of a two-state draw, ``gap`` seconds in, at the end of a state: whole
+        cycles (the other state, then this one) without an arrival, then the arrival.
+
+        A visit to state x brings no arrival with probability ``f = 1 / (1 + r s)`` (its
+        exponential end, mean ``s``, beats the first arrival, rate ``r``); its length is
+        then exponential of mean ``s f``, and so is the time to the arrival in a visit that
+        has one. So the cycles without an arrival are geometric in number, ``C``, and take
+        ``Gamma(C, s_a f_a) + Gamma(C, s_b f_b)`` seconds; the next cycle has the arrival
+        in its first state with probability ``(1 - f_a) / (1 - f_a f_b)``. After it the
+        state lasts a fresh exponential (memorylessness), as after any arrival.
+        """
+        rng = self.rng
+        a, b = 1 - self.state, self.state  # the order the states come in
+        r, s = self.rates, self.sojourn
+        log_fa, log_fb = -math.log1p(r[a] * s[a]), -math.log1p(r[b] * s[b])
+        if log_fa + log_fb == 0.0:  # no arrival a float can tell from never
+            return math.inf
+        mean_a, mean_b = s[a] * math.exp(log_fa), s[b] * math.exp(log_fb)
+        cycles_float = math.log(1.0 - rng.random()) / (log_fa + log_fb)
+        if not math.isfinite(cycles_float):
+            return math.inf
+        cycles = math.floor(cycles_float)
+        if cycles > 0:
+            gap += rng.gamma(cycles, mean_a) + rng.gamma(cycles, mean_b)
+        # which state of the next cycle brings the arrival: a, or b after an arrival-free a
+        p_a = -math.expm1(log_fa) / -math.expm1(log_fa + log_fb)
+        if rng.random() < p_a:
+            self.state = a
+        else:
+            gap += rng.exponential(mean_a)
+            self.state = b
+        gap += rng.exponential(mean_a if self.state == a else mean_b)
+        self.left = rng.exponential(s[self.state])
+        if self.now + gap >= self.horizon:
+            return math.inf
+        self.now += gap
+        return gap
 
 
 class Closed(Strict):
