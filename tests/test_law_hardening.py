@@ -24,6 +24,8 @@ import pytest
 from scipy import special, stats
 
 import des
+from des.metrics import stability
+from des.metrics.steady import mser5
 from des.scenario import scenario_warnings
 from des.simulation import _generators
 from des.workload import arrivals
@@ -86,8 +88,9 @@ def one_problem_at(overrides: list[str], path: str) -> str:
 @dataclass(frozen=True)
 class Cli:
     id: str
-    sets: tuple[str, ...]
+    sets: tuple[str, ...]  # ROOT stands for the folder of the base scenario and the sample traces
     error: str | None  # the dotted path of the single error line; None: the run must succeed
+    prints: str | None = None  # a run printing its summary (not --quiet) must print this
 
 
 CLI_CASES = [
@@ -126,7 +129,42 @@ CLI_CASES = [
         ("workload.arrival={process: onoff, on_rate: 4, mean_on: 1e-300, mean_off: 1e-300}",),
         "workload.arrival.mean_on",
     ),
+    # D10: a trace stretched to arrivals near 1e300 s (np.polyfit warned), one at 1e16 s whose window
+    # the clock cannot split in 50 (2 s between doubles), and a window past 1e300 s
+    Cli(
+        "trace-at-1e300-s",
+        (
+            "workload.arrival={process: trace, path: ROOT/six.csv, time_scale: 1e300}",
+            "horizon.duration=null",
+            "warmup=0",
+        ),
+        None,
+    ),
+    Cli(
+        "trace-window-at-1e300-s",
+        (
+            "workload.arrival={process: trace, path: ROOT/six.csv, time_scale: 1e300}",
+            "horizon.duration=null",
+            "warmup=1e300",
+        ),
+        None,
+    ),
+    Cli(
+        "trace-window-at-1e16-s",
+        (
+            "workload.arrival={process: trace, path: ROOT/at-1e16.csv, absolute_times: true}",
+            "horizon.duration=null",
+            "warmup=1e16",
+        ),
+        None,
+        prints="trend unreliable: the clock cannot tell the window's instants apart",
+    ),
 ]
+
+SIX = "arrival_time,prompt_tokens,output_tokens\n0,100,20\n1,200,30\n2,300,40\n3,120,10\n4,80,25\n5,500,12\n"
+AT_1E16 = "arrival_time,prompt_tokens,output_tokens\n" + "".join(
+    f"{10**16 + 2 * i},{100 + 10 * i},{20 + i}\n" for i in range(6)
+)
 
 
 @pytest.fixture(scope="module")
@@ -135,12 +173,15 @@ def cli_runs(tmp_path_factory) -> dict[str, tuple[int, str, str, Path]]:
     root = tmp_path_factory.mktemp("laws")
     base = root / "base.yaml"
     base.write_text(BASE_YAML)
+    (root / "six.csv").write_text(SIX)
+    (root / "at-1e16.csv").write_text(AT_1E16)
     procs = {}
     for case in CLI_CASES:
         out = root / case.id
-        cmd = [sys.executable, "-m", "des.cli", "run", str(base), "--quiet", "--out", str(out)]
+        cmd = [sys.executable, "-m", "des.cli", "run", str(base), "--out", str(out)]
+        cmd += [] if case.prints else ["--quiet"]
         for s in case.sets:
-            cmd += ["--set", s]
+            cmd += ["--set", s.replace("ROOT", str(root))]
         procs[case.id] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out)
     runs = {}
     for case_id, (proc, out) in procs.items():
@@ -162,6 +203,8 @@ def test_cli_refuses_or_finishes_quietly(cli_runs, case: Cli):
     if case.error is None:
         assert returncode == 0, stderr
         assert (out / "requests.parquet").exists()
+        if case.prints:
+            assert case.prints in stdout, stdout
         # only des's own notes (a truncated mean), which may wrap onto a second line
         assert all(not line.startswith("error") for line in stderr.splitlines()), stderr
         return
@@ -548,3 +591,86 @@ def test_cycles_jumped_in_bulk_have_the_law_of_cycles_visited_one_by_one(p, monk
 def test_modulated_processes_beyond_any_run_are_refused_by_name(arrival, path, words):
     message = one_problem_at([f"workload.arrival={arrival}"], f"workload.arrival.{path}")
     assert words in message
+
+
+# -- the stability fit: no numpy warning, an unreliable fit said so ---------------------------------
+
+
+def test_the_trend_of_ordinary_instants_is_np_polyfit_to_the_bit():
+    rng = np.random.default_rng(22)
+    t = 60.0 + (np.arange(stability.SAMPLES) + 0.5) * 540.0 / stability.SAMPLES
+    y = np.cumsum(rng.integers(-3, 5, stability.SAMPLES)).astype(float)
+    slope, intercept = np.polyfit(t, y, 1)
+    assert stability._trend(t, y) == (float(slope * (t[-1] - t[0])), float(np.std(y - (slope * t + intercept))))
+
+
+@pytest.mark.parametrize("start", [0.0, 1e300])
+def test_the_trend_at_huge_instants_is_the_trend_of_their_positions(start):
+    """Instants near 1e300 s overflowed np.polyfit's squares (RuntimeWarning, then RankWarning)."""
+    rng = np.random.default_rng(23)
+    y = np.cumsum(rng.integers(-3, 5, stability.SAMPLES)).astype(float)
+    width = 1e300 if start == 1e300 else 5e3
+    t = start + (np.arange(stability.SAMPLES) + 0.5) * width / stability.SAMPLES
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rise, noise = stability._trend(t, y)
+    i = np.arange(stability.SAMPLES, dtype=float)
+    slope, intercept = np.polyfit(i, y, 1)
+    assert rise == pytest.approx(slope * (i[-1] - i[0]), rel=1e-9)
+    assert noise == pytest.approx(np.std(y - (slope * i + intercept)), rel=1e-9)
+    assert not stability.unresolved(t[0] - width / 100, t[-1] + width / 100)
+
+
+def test_instants_the_clock_cannot_tell_apart_give_no_warning_and_are_flagged():
+    t = np.full(stability.SAMPLES, 1e16)
+    y = np.arange(stability.SAMPLES, dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert stability._trend(t, y) == (0.0, float(np.std(y)))
+    assert stability.unresolved(1e16, 1e16 + 10)  # 50 slices of 0.2 s, doubles 2 s apart
+    assert not stability.unresolved(0.0, 1e16 + 10)
+    assert not stability.unresolved(1e16, 1e16)  # an empty window is no fit at all
+
+
+def test_mser_of_huge_latencies_is_mser_of_the_same_latencies_rescaled():
+    rng = np.random.default_rng(24)
+    series = np.concatenate([np.linspace(10, 1, 100), rng.exponential(1.0, 900)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert mser5(series * 2.0**700) == mser5(series) > 0
+
+
+def trace_scenario(path: Path, **extra) -> dict:
+    return BASE | {
+        "horizon": {"duration": None},
+        "warmup": 0,
+        "workload": {"arrival": {"process": "trace", "path": str(path), **extra}},
+    }
+
+
+def test_a_run_at_1e300_s_summarises_without_warnings(tmp_path):
+    (tmp_path / "six.csv").write_text(SIX)
+    sc = des.load_scenario(trace_scenario(tmp_path / "six.csv", time_scale=1e300))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary = des.simulate(sc).summary
+    assert summary["num_requests"] == 6
+    assert summary["backlog_trend_unreliable"] is False  # the window spans 5e300 s: 50 instants apart
+
+
+def test_a_window_the_clock_cannot_split_is_flagged_unreliable(tmp_path):
+    (tmp_path / "at-1e16.csv").write_text(AT_1E16)
+    sc = des.load_scenario(trace_scenario(tmp_path / "at-1e16.csv", absolute_times=True) | {"warmup": 1e16})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary = des.simulate(sc).summary
+    assert summary["backlog_trend_unreliable"] is True
+    assert isinstance(summary["stable"], bool) and math.isfinite(summary["backlog_growth"])
+
+
+def test_an_ordinary_run_keeps_its_stability_keys_and_a_reliable_trend():
+    summary = des.simulate(des.load_scenario(BASE)).summary
+    keys = ["backlog_growth", "stable", "mser_truncation", "drifting", "backlog_growth_of_level"]
+    at = list(summary).index(keys[0])
+    assert list(summary)[at : at + len(keys) + 1] == [*keys, "backlog_trend_unreliable"]
+    assert summary["backlog_trend_unreliable"] is False
