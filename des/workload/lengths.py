@@ -188,6 +188,10 @@ class LengthDist(Strict):
         return float(self._ppf(np.array([1 - 1e-15]))[0])
 
     # -- derived ---------------------------------------------------------------------
+    def _kept(self, lo: int) -> float:
+        """``P(N >= lo)`` of the untruncated law, from its survival function."""
+        return float(self._sf(np.array([lo - 1]))[0])
+
     def _bounds(self) -> tuple[int, float]:
         lo = self.min or 1
         hi = self.max if self.max is not None else math.inf
@@ -198,8 +202,8 @@ class LengthDist(Strict):
         ``U ~ Uniform(F(min - 1), F(max))``, or, for a truncation deep in the upper tail,
         the inverse survival function of ``V ~ Uniform(S(max), S(min - 1))``."""
         lo, hi = self._bounds()
-        if self._TAIL_SAMPLING and self._sf(np.array([lo - 1]))[0] < TAIL:
-            sa = self._sf(np.array([lo - 1]))[0]
+        sa = self._kept(lo)
+        if self._TAIL_SAMPLING and sa < TAIL:
             sb = self._sf(np.array([hi]))[0] if math.isfinite(hi) else 0.0
             n = self._isf(sa - (sa - sb) * rng.random(size))  # V > S(max): U < 1
         else:
@@ -215,7 +219,7 @@ class LengthDist(Strict):
         """The largest length the pmf table needs: ``max``, or where the untruncated tail is
         < 1e-15, or, for a truncation deep in the upper tail, where the truncated law's is."""
         lo, hi = self._bounds()
-        if self._sf(np.array([lo - 1]))[0] < TAIL:
+        if self._kept(lo) < TAIL:
             return int(math.ceil(min(hi, self._reach())))
         return int(min(hi, max(self._upper(), lo)))
 
