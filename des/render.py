@@ -118,6 +118,8 @@ def stability_line(s: dict[str, Any]) -> str:
         f"backlog grew by {s['backlog_growth']:.3f} of arrivals; queue by {s['backlog_growth_of_level']:.2f} "
         "of the backlog's level"
     ]
+    if s.get("backlog_trend_unreliable"):
+        parts.append("trend unreliable: the clock cannot tell the window's instants apart")
     if s.get("drifting"):
         parts.append(f"latencies drifting (MSER-5 would drop {s['mser_truncation']:,} requests)")
     elif s.get("mser_truncation"):

@@ -27,9 +27,11 @@ short, quiet or bursty run is not condemned by a handful of requests.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import numpy as np
+from numpy.exceptions import RankWarning
 
 GROWTH_LIMIT = 0.05
 LEVEL_LIMIT = 0.5
@@ -43,9 +45,38 @@ def _level(times: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def _trend(t: np.ndarray, series: np.ndarray) -> tuple[float, float]:
-    """(rise of the least-squares line over ``t``, standard deviation around it)."""
-    slope, intercept = np.polyfit(t, series, 1)
-    return float(slope * (t[-1] - t[0])), float(np.std(series - (slope * t + intercept)))
+    """(rise of the least-squares line over ``t``, standard deviation around it).
+
+    ``np.polyfit`` on the instants themselves, unless it would warn (instants near 1e300 s
+    overflow its squares; instants the clock no longer tells apart make it rank-deficient):
+    then the same line is fitted against the instants' positions in the window, which its
+    rise and scatter do not depend on, in closed form.
+    """
+    try:
+        with warnings.catch_warnings(), np.errstate(over="raise", divide="raise", invalid="raise"):
+            warnings.simplefilter("error", RankWarning)
+            slope, intercept = np.polyfit(t, series, 1)
+            return float(slope * (t[-1] - t[0])), float(np.std(series - (slope * t + intercept)))
+    except (RankWarning, FloatingPointError, np.linalg.LinAlgError):
+        pass
+    span = t[-1] - t[0]
+    x = (t - t[0]) / span if span > 0 else np.zeros_like(t)
+    dx, dy = x - x.mean(), series - series.mean()
+    sxx = float(np.dot(dx, dx))
+    slope = float(np.dot(dx, dy)) / sxx if sxx > 0 else 0.0
+    return slope * float(x[-1] - x[0]), float(np.std(dy - slope * dx))
+
+
+def _instants(start: float, end: float) -> np.ndarray:
+    """The middles of the :data:`SAMPLES` equal slices of ``[start, end]``."""
+    return start + (np.arange(SAMPLES) + 0.5) * (end - start) / SAMPLES
+
+
+def unresolved(start: float, end: float) -> bool:
+    """Whether the clock cannot tell the sampling instants of ``[start, end]`` apart (doubles
+    near 1e16 s are 2 s apart): the backlog is then sampled at fewer instants than meant,
+    and the trend fitted to it is unreliable."""
+    return end > start and not bool(np.all(np.diff(_instants(start, end)) > 0))
 
 
 Serving = Callable[[np.ndarray], np.ndarray]
@@ -85,7 +116,7 @@ def backlog_trend(
     if not end > start:
         return 0.0, 0.0, False
     arrived = np.sort(arrival)
-    t = start + (np.arange(SAMPLES) + 0.5) * (end - start) / SAMPLES
+    t = _instants(start, end)
     n_window = np.searchsorted(arrived, end, side="right") - np.searchsorted(arrived, start, side="left")
     if n_window == 0:
         return 0.0, 0.0, False

@@ -12,6 +12,8 @@ says the series never settles within the run: it is still drifting.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 BATCH = 5
@@ -23,6 +25,9 @@ def mser5(series: np.ndarray) -> int:
     if k < 4:
         return 0
     m = series[: k * BATCH].reshape(k, BATCH).mean(axis=1)
+    top = float(np.max(np.abs(m)))
+    if top > 1e150:  # squares would overflow: rescale by a power of 2 (exact), which moves no argmin
+        m = m / 2.0 ** math.frexp(top)[1]
     # suffix sums give every tail's mean and sum of squares in O(k)
     rev = m[::-1]
     n = np.arange(1, k + 1, dtype=float)

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from des.metrics._window import finite, overlap
-from des.metrics.stability import Serving, backlog_trend, serving_from_steps
+from des.metrics.stability import Serving, backlog_trend, serving_from_steps, unresolved
 from des.metrics.steady import drift
 
 LATENCIES = ("ttft", "tpot", "e2e", "queue_delay")
@@ -204,6 +204,7 @@ def stability(
         "mser_truncation": int(dropped),
         "drifting": bool(drifting),
         "backlog_growth_of_level": of_level,
+        "backlog_trend_unreliable": unresolved(start, end),
     }
 
 

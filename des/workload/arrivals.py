@@ -14,6 +14,15 @@ Open processes produce inter-arrival gaps (seconds) from their own generator:
 - ``onoff{on_rate, off_rate, mean_on, mean_off}``: the two-state MMPP of bursts
   (``on_rate``) and lulls (``off_rate``, default 0).
 
+Every rate is at most :data:`MAX_RATE` requests per second, what a run can simulate for
+even a second; a gamma's ``cv`` lies in ``[MIN_CV, MAX_CV]``; a closed loop has at most
+:data:`MAX_USERS` users, whose retries after rejections stay within ``MAX_RATE``. The
+states of an MMPP (or onoff) change at most ``MAX_RATE`` times a second on average (each
+change is a draw, like an arrival), and its gaps stop at the horizon (:class:`_MMPPGaps`):
+a process that almost never brings an arrival (``mean_on: 1e-9, mean_off: 1e9``) ends a
+run on time. One of three or more states must bring an arrival every
+:data:`MAX_VISITS` state changes or more often (two states skip such stretches in bulk).
+
 Closed users and trace replays are arrival processes too. Every arrival process
 makes its own SimPy processes from the run's :class:`~des.workload.source.Sources`
 (``processes``; their bodies live in :mod:`des.workload.source`), so that whoever builds
@@ -50,17 +59,50 @@ from des.workload.trace_content import trace_requests
 if TYPE_CHECKING:
     import pandas as pd
 
+#: The largest arrival rate (requests per second). A million requests take about 45 s of
+#: CPU and 700 MB (reliability review 3: 10^6 req/s for 1 s); at 1e7 req/s one simulated
+#: second costs some 8 minutes and 7 GB, and a rate of 1e300 never ends.
+MAX_RATE = 1e7
+#: The burstiest gamma process: with shape 1/cv² its gaps underflow to 0 s but for one
+#: in cv²/709, so beyond cv 1000 arrivals come in clumps of over 1,400 requests at one
+#: instant (140,000 at cv 10^4), each followed by a lull of about cv²/rate seconds.
+MAX_CV = 1e3
+#: The smoothest gamma process: its shape 1/cv² must be a float (1e300).
+MIN_CV = 1e-150
+#: The most states an MMPP draw visits one by one: a two-state process jumps the on/off
+#: cycles beyond in bulk; one of three or more states must bring an arrival at least
+#: once per this many state changes on average.
+MAX_VISITS = 10_000
+#: The most closed-loop users: each is a SimPy process; the review's 10^6 users held
+#: 1.7 GB and had not finished 60 s in 400 s.
+MAX_USERS = 1_000_000
+
+
+def _simulable(rate: float) -> float:
+    if rate > MAX_RATE:
+        raise ValueError(
+            f"{rate:g} requests per second is beyond {MAX_RATE:g}, more than a run can simulate for even "
+            "a second (a million requests take about 45 s and 700 MB)"
+        )
+    return rate
+
+
+#: An arrival rate a run can simulate (requests per second).
+Rate = Annotated[PositiveFloat, AfterValidator(_simulable)]
+
 
 class Open(Strict):
     """An open arrival process: requests (or conversations) at the epochs of a point
     process of gaps drawn by ``gaps(rng)``, whoever is already in the system."""
 
-    def gaps(self, rng: np.random.Generator) -> Callable[[], float]:
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf) -> Callable[[], float]:
+        """A callable returning successive gaps (seconds) from t = 0; one that would end past
+        ``horizon`` may be returned as inf (the open loop stops there anyway)."""
         raise NotImplementedError
 
     def processes(self, src: Sources) -> list[Session]:
         """One process: new requests at the epochs, or conversations begun at them."""
-        gaps = self.gaps(src.streams["arrivals"])
+        gaps = self.gaps(src.streams["arrivals"], src.duration)
         if src.start is not None:
             return [open_sessions(src.env, gaps, src.new(), src.start, src.duration, src.budget)]
         return [open_loop(src.env, gaps, src.new(), src.submit, src.duration, src.budget)]
@@ -68,20 +110,31 @@ class Open(Strict):
 
 class Poisson(Open):
     process: Literal["poisson"] = "poisson"
-    rate: PositiveFloat
+    rate: Rate
 
-    def gaps(self, rng: np.random.Generator):
-        """A callable returning successive gaps, seconds."""
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
         scale = 1.0 / self.rate
         return Buffered(lambda n: rng.exponential(scale, n))
 
 
 class Gamma(Open):
     process: Literal["gamma"] = "gamma"
-    rate: PositiveFloat
+    rate: Rate
     cv: PositiveFloat = 1.0
 
-    def gaps(self, rng: np.random.Generator):
+    @model_validator(mode="after")
+    def _check_cv(self) -> Gamma:
+        if self.cv > MAX_CV:
+            raise ValueError(
+                f"cv: {self.cv:g} is beyond {MAX_CV:g}: a gamma of shape 1/cv² draws gaps that underflow to 0 s "
+                "but for about one in cv²/709, so requests would come in clumps at single instants, not as a "
+                "burstier stream"
+            )
+        if self.cv < MIN_CV:
+            raise ValueError(f"cv: {self.cv:g} is below {MIN_CV:g}, where the gamma's shape 1/cv² overflows a float")
+        return self
+
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
         shape = 1.0 / self.cv**2
         scale = 1.0 / (self.rate * shape)
         return Buffered(lambda n: rng.gamma(shape, scale, n))
@@ -89,7 +142,7 @@ class Gamma(Open):
 
 class MMPP(Open):
     process: Literal["mmpp"] = "mmpp"
-    rates: list[NonNegativeFloat] = Field(min_length=2)
+    rates: list[Annotated[NonNegativeFloat, AfterValidator(_simulable)]] = Field(min_length=2)
     mean_sojourn: list[PositiveFloat] = Field(min_length=2)
     transitions: list[list[NonNegativeFloat]] | None = None
 
@@ -109,6 +162,19 @@ class MMPP(Open):
                     raise ValueError(f"transitions: row {i} must have 0 on the diagonal")
                 if abs(sum(row) - 1) > 1e-9:
                     raise ValueError(f"transitions: row {i} sums to {sum(row)}, not 1")
+        w, s = self.state_probabilities(), np.array(self.mean_sojourn)
+        changes = float(np.sum(w / s))  # state changes per second, on average
+        if changes > MAX_RATE:
+            raise ValueError(
+                f"mean_sojourn: the states change {changes:.3g} times a second on average, beyond {MAX_RATE:g} "
+                "(each change is a draw, like an arrival)"
+            )
+        if k > 2 and not changes <= MAX_VISITS * self.rate:
+            raise ValueError(
+                f"rates: the process brings one arrival every {changes / self.rate:.3g} state changes on average, "
+                f"beyond {MAX_VISITS:,}: the states of a chain of more than two are drawn one by one "
+                "(raise rates or mean_sojourn of the states with arrivals)"
+            )
         return self
 
     @property
@@ -137,18 +203,34 @@ class MMPP(Open):
         """Long-run arrival rate, requests per second."""
         return float(np.dot(self.state_probabilities(), self.rates))
 
-    def gaps(self, rng: np.random.Generator):
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
         return _MMPPGaps(
-            np.array(self.rates), np.array(self.mean_sojourn), self.jump_matrix, self.state_probabilities(), rng
+            np.array(self.rates),
+            np.array(self.mean_sojourn),
+            self.jump_matrix,
+            self.state_probabilities(),
+            rng,
+            horizon,
         )
 
 
 class OnOff(Open):
     process: Literal["onoff"] = "onoff"
-    on_rate: PositiveFloat
-    off_rate: NonNegativeFloat = 0.0
+    on_rate: Rate
+    off_rate: Annotated[NonNegativeFloat, AfterValidator(_simulable)] = 0.0
     mean_on: PositiveFloat
     mean_off: PositiveFloat
+
+    @model_validator(mode="after")
+    def _changes_simulable(self) -> OnOff:
+        changes = 2 / (self.mean_on + self.mean_off)  # state changes per second, on average
+        if changes > MAX_RATE:
+            name = "mean_on" if self.mean_on <= self.mean_off else "mean_off"
+            raise ValueError(
+                f"{name}: {getattr(self, name):g} s: the states change {changes:.3g} times a second on average, "
+                f"beyond {MAX_RATE:g} (each change is a draw, like an arrival)"
+            )
+        return self
 
     def as_mmpp(self) -> MMPP:
         return MMPP(rates=[self.on_rate, self.off_rate], mean_sojourn=[self.mean_on, self.mean_off])
@@ -157,42 +239,107 @@ class OnOff(Open):
     def rate(self) -> float:
         return (self.on_rate * self.mean_on + self.off_rate * self.mean_off) / (self.mean_on + self.mean_off)
 
-    def gaps(self, rng: np.random.Generator):
-        return self.as_mmpp().gaps(rng)
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
+        return self.as_mmpp().gaps(rng, horizon)
 
 
 class _MMPPGaps:
-    """Gaps of an MMPP, drawn exactly by racing the next arrival against the state's end."""
+    """Gaps of an MMPP, drawn exactly by racing the next arrival against the state's end.
 
-    def __init__(self, rates, sojourn, jumps, start, rng: np.random.Generator):
+    The gaps follow one another from t = 0 (``now`` is their sum, as the open loop adds
+    them): a draw whose states reach ``horizon`` before an arrival returns inf there,
+    without visiting the states beyond, where the open loop would stop anyway. A two-state
+    process that visits :data:`MAX_VISITS` states in one draw without an arrival jumps the
+    rest of the draw in whole cycles (:meth:`_cycles`). Below both, every draw is made as
+    it always was: the same draws in the same order.
+    """
+
+    def __init__(self, rates, sojourn, jumps, start, rng: np.random.Generator, horizon: float = math.inf):
         self.rates, self.sojourn, self.jumps, self.rng = rates, sojourn, jumps, rng
         self.cum_jumps = np.cumsum(jumps, axis=1)
         self.state = int(rng.choice(len(rates), p=start))
         self.left = rng.exponential(sojourn[self.state])  # time left in the current state
         self._u = Buffered(lambda n: rng.exponential(1.0, n))
+        self.now, self.horizon = 0.0, horizon
 
     def __call__(self) -> float:
         gap = 0.0
+        visits = 0
         while True:
             r = self.rates[self.state]
             t = self._u() / r if r > 0 else math.inf
             if t <= self.left:
                 self.left -= t
+                self.now += gap + t
                 return gap + t
             gap += self.left
+            if self.now + gap >= self.horizon:
+                return math.inf
+            visits += 1
+            if visits >= MAX_VISITS and len(self.rates) == 2:
+                return self._cycles(gap)
             row = self.cum_jumps[self.state]
             self.state = min(int(np.searchsorted(row, self.rng.random(), side="right")), len(row) - 1)
             self.left = self.rng.exponential(self.sojourn[self.state])
+
+    def _cycles(self, gap: float) -> float:
+        """The rest of a two-state draw, ``gap`` seconds in, at the end of a state: whole
+        cycles (the other state, then this one) without an arrival, then the arrival.
+
+        A visit to state x brings no arrival with probability ``f = 1 / (1 + r s)`` (its
+        exponential end, mean ``s``, beats the first arrival, rate ``r``); its length is
+        then exponential of mean ``s f``, and so is the time to the arrival in a visit that
+        has one. So the cycles without an arrival are geometric in number, ``C``, and take
+        ``Gamma(C, s_a f_a) + Gamma(C, s_b f_b)`` seconds; the next cycle has the arrival
+        in its first state with probability ``(1 - f_a) / (1 - f_a f_b)``. After it the
+        state lasts a fresh exponential (memorylessness), as after any arrival.
+        """
+        rng = self.rng
+        a, b = 1 - self.state, self.state  # the order the states come in
+        r, s = self.rates, self.sojourn
+        log_fa, log_fb = -math.log1p(r[a] * s[a]), -math.log1p(r[b] * s[b])
+        if log_fa + log_fb == 0.0:  # no arrival a float can tell from never
+            return math.inf
+        mean_a, mean_b = s[a] * math.exp(log_fa), s[b] * math.exp(log_fb)
+        cycles_float = math.log(1.0 - rng.random()) / (log_fa + log_fb)
+        if not math.isfinite(cycles_float):
+            return math.inf
+        cycles = math.floor(cycles_float)
+        if cycles > 0:
+            gap += rng.gamma(cycles, mean_a) + rng.gamma(cycles, mean_b)
+        # which state of the next cycle brings the arrival: a, or b after an arrival-free a
+        p_a = -math.expm1(log_fa) / -math.expm1(log_fa + log_fb)
+        if rng.random() < p_a:
+            self.state = a
+        else:
+            gap += rng.exponential(mean_a)
+            self.state = b
+        gap += rng.exponential(mean_a if self.state == a else mean_b)
+        self.left = rng.exponential(s[self.state])
+        if self.now + gap >= self.horizon:
+            return math.inf
+        self.now += gap
+        return gap
 
 
 class Closed(Strict):
     """``concurrency`` users, each sending a request, waiting for it, then thinking."""
 
     process: Literal["closed"] = "closed"
-    concurrency: PositiveInt
+    concurrency: PositiveInt = Field(le=MAX_USERS)
     think_time: NonNegativeFloat = 0.0
     think_dist: Literal["fixed", "exponential"] = "exponential"
     retry_delay: PositiveFloat = 1.0
+
+    @model_validator(mode="after")
+    def _retries_simulable(self) -> Closed:
+        # users whose requests are all rejected send one every retry_delay (+ think) seconds
+        if self.concurrency / self.retry_delay > MAX_RATE:
+            raise ValueError(
+                f"retry_delay: {self.retry_delay:g} s lets {self.concurrency:,} users retry rejected requests "
+                f"{self.concurrency / self.retry_delay:.3g} times a second, beyond {MAX_RATE:g} requests per second"
+            )
+        return self
 
     def think(self, rng: np.random.Generator):
         if self.think_time == 0:

@@ -4,7 +4,9 @@
 - ``exponential{mean}``: memoryless, mean ``mean``;
 - ``uniform{low, high}``: uniform on ``[low, high]``;
 - ``lognormal{mean, sigma}``: ``mean`` the mean of the times, ``sigma`` the standard
-  deviation of their logarithm (as the token-length law of the same name).
+  deviation of their logarithm (as the token-length law of the same name); its second
+  moment, ``mean² exp(sigma²)``, must be a float (a larger ``sigma`` overflowed, a larger
+  ``mean`` drew infinite times).
 
 Each gives a sampler drawing from the generator it is handed, in chunks (fixed size,
 so the draws depend only on the seed).
@@ -22,6 +24,10 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
 from des.config import Strict
 from des.registry import Registry, check_union, kind_of
 from des.workload._buffer import Buffered
+from des.workload.lengths import check_sigma
+
+#: ln of the largest float.
+_LOG_FLOAT_MAX = math.log(np.finfo(float).max)
 
 
 class FixedTime(Strict):
@@ -60,6 +66,16 @@ class LogNormalTime(Strict):
     dist: Literal["lognormal"] = "lognormal"
     mean: PositiveFloat
     sigma: PositiveFloat
+
+    @model_validator(mode="after")
+    def _representable(self) -> LogNormalTime:
+        check_sigma(self.sigma)
+        if 2 * math.log(self.mean) + self.sigma**2 >= _LOG_FLOAT_MAX:
+            raise ValueError(
+                f"mean: {self.mean:g} s with sigma {self.sigma:g}: the times' second moment, mean² exp(sigma²), "
+                "overflows a float"
+            )
+        return self
 
     def sampler(self, rng: np.random.Generator) -> Callable[[], float]:
         mu = math.log(self.mean) - self.sigma**2 / 2
