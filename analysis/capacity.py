@@ -33,6 +33,10 @@ import pandas as pd
 from analysis.common import CV, RATE, Sweep
 
 DEFAULT_SLO = {"ttft_p99": 2.0, "tpot_p50": 0.1}
+#: How far above a load grid's saturation ``S`` a rate is overloaded: the grid's rates are
+#: ``fraction x S`` rounded to 4 significant digits, so the point at ``1.0 x S`` may sit
+#: up to 0.05 % above the ``S`` read back from them.
+ROUNDING = 1e-3
 
 
 def _crossing(
@@ -51,7 +55,7 @@ def _crossing(
     ok_prev = None
     for i, r in enumerate(rates):
         row = g.iloc[i]
-        overloaded = r > saturation * (1 + 1e-9)
+        overloaded = r > saturation * (1 + ROUNDING)
         vals = {m: row[m + suffix] for m in slo}
         fine = (
             not overloaded
