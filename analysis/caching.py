@@ -45,11 +45,30 @@ def capacities(points: pd.DataFrame, slo: dict[str, float] = capacity.DEFAULT_SL
 
 
 def gain(caps: pd.DataFrame) -> float:
-    """Cached capacity over uncached (NaN when either meets the SLO at no load)."""
-    on, off = caps.loc["cached", "capacity"], caps.loc["uncached", "capacity"]
+    """Cached capacity over uncached (NaN when either meets the SLO at no load); a capacity
+    the grid only brackets counts at its bracket's middle (:func:`analysis.capacity.middle`)."""
+    on, off = (capacity.middle(caps.loc[v]) for v in ("cached", "uncached"))
     if pd.isna(on) or pd.isna(off) or off <= 0:
         return math.nan
     return float(on) / float(off)
+
+
+def gain_text(caps: pd.DataFrame) -> str:
+    """:func:`gain` as the section prints it: ``2.5``, or ``2.5–2.8`` when a capacity the
+    grid only brackets leaves the ratio between two numbers (each bracket's ends set
+    against the other capacity's)."""
+    ratio = gain(caps)
+    on, off = caps.loc["cached"], caps.loc["uncached"]
+    ends = []
+    for row in (on, off):
+        high = row.get("capacity_high")
+        bracketed = capacity.is_bracket(row) and high is not None and high == high
+        ends.append((float(row["capacity"]), float(high) if bracketed else float(row["capacity"])))
+    (on_lo, on_hi), (off_lo, off_hi) = ends
+    if ratio != ratio or min(off_lo, off_hi) <= 0:
+        return f"{ratio:.1f}"
+    low, high = f"{on_lo / off_hi:.1f}", f"{on_hi / off_lo:.1f}"
+    return low if low == high else f"{low}–{high}"
 
 
 def _share(rates: pd.Series) -> str:
@@ -109,7 +128,7 @@ def capacity_text(caps: pd.DataFrame, variant: str) -> str:
         return f"none (fails at {row['lowest_rate']:g})"
     low = "below the grid" if pd.isna(row["ci_low"]) else f"{row['ci_low']:.2f}"
     high = "above the grid" if pd.isna(row["ci_high"]) else f"{row['ci_high']:.2f}"
-    return f"{row['capacity']:.2f} [{low}, {high}]"
+    return capacity.cell(row, low, high)
 
 
 def facts(points: Mapping[str, pd.DataFrame], reps: Mapping[str, int]) -> dict[str, Any]:
@@ -126,9 +145,11 @@ def facts(points: Mapping[str, pd.DataFrame], reps: Mapping[str, int]) -> dict[s
         "system_cached": capacity_text(sys_caps, "cached"),
         "system_uncached": capacity_text(sys_caps, "uncached"),
         "system_gain": gain(sys_caps),
+        "system_gain_text": gain_text(sys_caps),
         "chat_cached": capacity_text(chat_caps, "cached"),
         "chat_uncached": capacity_text(chat_caps, "uncached"),
         "chat_gain": gain(chat_caps),
+        "chat_gain_text": gain_text(chat_caps),
         "system_hits": _share(hit),
         "chat_hits_light": _share(chat_hit.iloc[:1]),
         "chat_hits_heavy": _share(chat_hit.iloc[-1:]),
@@ -153,7 +174,8 @@ def main(argv=None) -> Path:
     for name, _, unit in STUDIES:
         caps = capacities(points[name])
         for variant, row in caps.iterrows():
-            print(f"{name} {variant}: {row['capacity']:.2f} {unit} [{row['ci_low']:.2f}, {row['ci_high']}]")
+            ci = f"[{capacity._f(row['ci_low'])}, {capacity._f(row['ci_high'])}]"
+            print(f"{name} {variant}: {capacity.estimate(row, unit)} {ci}")
     return save(draw(points), args.out)
 
 

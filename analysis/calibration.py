@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
+from analysis.common import plain_log_axes
 from analysis.markdown import render
 from des import catalog
 from des.catalog.specs import ModelSpec
@@ -162,6 +163,7 @@ def draw_residuals(fit: Fit, path: Path) -> None:
         ax.set_ylabel(rows.replace("_", " "))
         ax.set_xlabel(cols.replace("_", " "))
     fig.suptitle("Residuals of the fit: (predicted - measured) / measured", fontsize=13)
+    plain_log_axes(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -186,6 +188,7 @@ def draw_gpus(path: Path) -> None:
     a2.set(xscale="log", yscale="log", xlabel="prompt tokens", ylabel="prefill time (ms)")
     a2.set_title("Qwen2.5-7B prefill of one prompt")
     a2.legend(fontsize=8, ncol=2, title="solid: fitted; dashed: carried over", title_fontsize=8)
+    plain_log_axes(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)

@@ -48,7 +48,7 @@ SLO_TEXT = {
     "tight TPOT": "p99 TTFT ≤ 2 s, p99 TPOT ≤ 40 ms",
 }
 #: Columns holding rates (req/s) that :func:`per_gpu` divides by the GPU count.
-RATES = ("capacity", "ci_low", "ci_high", "max_throughput", "lowest_rate", "saturation")
+RATES = ("capacity", "capacity_high", "ci_low", "ci_high", "max_throughput", "lowest_rate", "saturation")
 
 
 def curve_keys(sweep: Sweep) -> list[str]:
@@ -73,16 +73,18 @@ def capacity_table(
     """One row per curve and SLO: capacity, interval and highest throughput, per GPU (req/s).
 
     ``points`` needs a ``gpus`` column (:func:`with_gpus`). ``capacity`` is NaN when no
-    load meets the SLO; ``ci_low`` is NaN when the SLO does not surely hold even at the
-    lowest load; ``ci_high`` is NaN with ``ci_high_open`` when the grid ends before the
-    SLO surely fails, and NaN without it when it surely fails at the lowest load.
+    load meets the SLO; where the grid only brackets it (``interpolated`` false), it lies
+    between ``capacity`` and ``capacity_high`` (:func:`analysis.capacity.capacities`);
+    ``ci_low`` is NaN when the SLO does not surely hold even at the lowest load;
+    ``ci_high`` is NaN with ``ci_high_open`` when the grid ends before the SLO surely
+    fails, and NaN without it when it surely fails at the lowest load.
     """
     frames = []
     gpus = points.groupby(keys, sort=False)["gpus"].first()
     for name, slo in slos.items():
         caps = capacity.capacities(points, dict(slo), by=keys)
         caps["ci_high_open"] = caps["ci_high"].isna() & caps["capacity"].notna()
-        caps = caps.astype({c: float for c in ("capacity", "ci_low", "ci_high")})
+        caps = caps.astype({c: float for c in ("capacity", "capacity_high", "ci_low", "ci_high")})
         caps.insert(len(keys), "slo", name)
         caps.insert(len(keys) + 1, "gpus", [gpus[k] for k in caps.set_index(keys).index])
         frames.append(caps)
@@ -121,7 +123,9 @@ def verdict(a: Mapping, b: Mapping, names: tuple[str, str]) -> str:
 
 
 def fmt_capacity(row: Mapping, short: bool = False) -> str:
-    """A capacity per GPU with its interval, as the report prints it (``short``: for a table cell)."""
+    """A capacity per GPU with its interval, as the report prints it (``short``: for a table
+    cell); ``≥ a [lo, b]`` where the grid only brackets it between a and b
+    (:func:`analysis.capacity.cell`)."""
     cap, lo, hi = row["capacity"], row["ci_low"], row["ci_high"]
     if cap != cap:
         if short:
@@ -129,8 +133,7 @@ def fmt_capacity(row: Mapping, short: bool = False) -> str:
         return f"none (fails at {row['lowest_rate']:.2g}, the lowest load tried)"
     low = f"{lo:.2f}" if lo == lo else "—"
     high = f"{hi:.2f}" if hi == hi else ("above the grid" if row.get("ci_high_open") else "—")
-    at_least = "≥ " if row.get("holds_everywhere") else ""
-    return f"{at_least}{cap:.2f} [{low}, {high}]"
+    return capacity.cell(row, low, high)
 
 
 def _label(row: Mapping) -> str:
@@ -139,7 +142,9 @@ def _label(row: Mapping) -> str:
 
 def draw(table: pd.DataFrame, title: str = ""):
     """Forest plot of capacity per GPU: rows configurations, columns workloads, one figure
-    row per SLO."""
+    row per SLO. A capacity interpolated between two loads is a dot; one the grid only
+    brackets is a thick bar from the last load that held to the first that failed (or the
+    saturation throughput), labelled "a–b"; the thin line is its 95 % interval."""
     style()
     variants = list(dict.fromkeys(table["variant"]))
     slos = list(dict.fromkeys(table["slo"]))
@@ -147,7 +152,7 @@ def draw(table: pd.DataFrame, title: str = ""):
     labels = [_label(r) for _, r in configs.iterrows()]
     ypos = {lab: i for i, lab in enumerate(labels)}
     fig, axes = plt.subplots(
-        len(slos), len(variants), figsize=(6.2 * len(variants), 0.42 * len(labels) * len(slos) + 2.2), squeeze=False
+        len(slos), len(variants), figsize=(6.2 * len(variants), 0.42 * len(labels) * len(slos) + 2.4), squeeze=False
     )
     for i, slo in enumerate(slos):
         for j, variant in enumerate(variants):
@@ -161,10 +166,17 @@ def draw(table: pd.DataFrame, title: str = ""):
                 if r["capacity"] == r["capacity"]:
                     lo = r["ci_low"] if r["ci_low"] == r["ci_low"] else 0.0
                     hi = r["ci_high"] if r["ci_high"] == r["ci_high"] else (top * 1.05 if r["ci_high_open"] else lo)
-                    ax.plot([lo, hi], [y, y], color=color, lw=2.5, alpha=0.55, solid_capstyle="butt")
-                    ax.plot([r["capacity"]], [y], marker="o", ms=7, color=color)
-                    text = ("≥ " if r["holds_everywhere"] else "") + f"{r['capacity']:.2f}"
-                    ax.annotate(text, (r["capacity"], y), xytext=(0, 7), textcoords="offset points", ha="center",
+                    ax.plot([lo, hi], [y, y], color=color, lw=1.3, gid="ci")
+                    if capacity.is_bracket(r):
+                        end = r.get("capacity_high")
+                        end = end if end == end and end is not None else top * 1.05
+                        ax.plot([r["capacity"], end], [y, y], color=color, lw=7, alpha=0.75, solid_capstyle="butt",
+                                gid="bracket")  # fmt: skip
+                        x = (r["capacity"] + end) / 2
+                    else:
+                        ax.plot([r["capacity"]], [y], marker="o", ms=7, color=color, gid="estimate")
+                        x = r["capacity"]
+                    ax.annotate(capacity.estimate(r), (x, y), xytext=(0, 7), textcoords="offset points", ha="center",
                                 fontsize=8, color=color)  # fmt: skip
                 else:
                     ax.plot([0], [y], marker="x", ms=8, mew=2, color=color, clip_on=False)
@@ -181,9 +193,10 @@ def draw(table: pd.DataFrame, title: str = ""):
                     ax.axhline(k - 0.5, color="0.3", lw=0.8)
     fig.suptitle(
         title
-        or "SLO capacity per GPU (dot; bar: 95 % CI; ≥: held at every load tried) and saturation throughput "
-        "per GPU (grey tick: every batch full, closed-loop probe)",
-        fontsize=11,
+        or "SLO capacity per GPU: dot, interpolated between two loads tried; thick bar a–b, between the last load "
+        "tried that held and the\nfirst that failed (or the saturation), nothing tried between; thin line: 95 % CI. "
+        "Grey tick: saturation throughput per GPU (every batch full)",
+        fontsize=10.5,
     )
     fig.tight_layout()
     return fig

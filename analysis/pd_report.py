@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 import des
-from analysis import pd_breakeven, pd_capacity, pd_interference, pd_latency
+from analysis import capacity, pd_breakeven, pd_capacity, pd_interference, pd_latency
 from analysis.common import CONFIG, RATE, SPLIT, Sweep, config_style, save
 from analysis.markdown import join_and, render, rows
 from analysis.pd_capacity import SLOS, capacity_table, curve_keys, fmt_capacity, verdict, with_gpus
@@ -128,7 +128,18 @@ def _cell(table: pd.DataFrame, variant: str, config: str, slo: str) -> Mapping:
 
 
 def _capacity(table: pd.DataFrame, variant: str, config: str, slo: str) -> float:
-    return float(_cell(table, variant, config, slo)["capacity"])
+    """One number for a capacity: the estimate, or the middle of the bracket the grid puts it in."""
+    return capacity.middle(_cell(table, variant, config, slo))
+
+
+def _said(row: Mapping) -> str:
+    """A capacity in a sentence: ``7.00``, ``between 9.10 and 9.58`` (bracketed by the grid), ``0.00`` (none)."""
+    return capacity.said(row) or "0.00"
+
+
+def _label(row: Mapping) -> str:
+    """A capacity in brackets: ``7.00``, ``9.10–9.58``, ``0.00`` (none)."""
+    return capacity.estimate(row) or "0.00"
 
 
 #: What the verdict of two capacity intervals says, in the report's words.
@@ -155,11 +166,10 @@ def _key(slo: str) -> str:
 
 def vs(caps: pd.DataFrame, workload: str, slo: str, says: str) -> str:
     """The split's capacity against the colocated pair's, and the verdict of their intervals."""
-    a, b = _capacity(caps, workload, PAIR, slo), _capacity(caps, workload, COLOCATED, slo)
-    if a != a and b != b:
+    a, b = _cell(caps, workload, PAIR, slo), _cell(caps, workload, COLOCATED, slo)
+    if a["capacity"] != a["capacity"] and b["capacity"] != b["capacity"]:
         return SAYS["neither"]
-    a, b = (0.0 if x != x else x for x in (a, b))
-    return f"split {a:.2f} against colocated {b:.2f} per GPU; {SAYS[says]}"
+    return f"split {_said(a)} against colocated {_said(b)} per GPU; {SAYS[says]}"
 
 
 def side_facts(caps: pd.DataFrame) -> dict[str, Any]:
@@ -271,18 +281,19 @@ def breakeven_facts(be: pd.DataFrame, reps: int) -> dict[str, Any]:
 def _best_split(split_caps: pd.DataFrame, workload: str, colocated: str) -> str:
     """Under the default SLO, the best and the worst split of four GPUs against the colocated replicas."""
     d = split_caps[(split_caps["variant"] == workload) & (split_caps["slo"] == "default")]
-    d = d[d[CONFIG].map(lambda c: bool(SPLIT.match(c)))].sort_values("capacity", ascending=False)
+    d = d[d[CONFIG].map(lambda c: bool(SPLIT.match(c)))]
+    d = d.assign(middle=[capacity.middle(r) for _, r in d.iterrows()]).sort_values("middle", ascending=False)
     best, worst = d.iloc[0], d.iloc[-1]
     base = _cell(split_caps, workload, colocated, "default")
     against = {
-        "colocated": f"behind {_name(colocated)} ({base['capacity']:.2f}), the intervals apart",
-        "split": f"ahead of {_name(colocated)} ({base['capacity']:.2f}), the intervals apart",
-        "tie": f"level with {_name(colocated)} ({base['capacity']:.2f}) within the intervals",
+        "colocated": f"behind {_name(colocated)} ({_label(base)}), the intervals apart",
+        "split": f"ahead of {_name(colocated)} ({_label(base)}), the intervals apart",
+        "tie": f"level with {_name(colocated)} ({_label(base)}) within the intervals",
         "neither": "—",
     }[verdict(base, best, ("colocated", "split"))]
     return (
-        f"- **{workload.capitalize()}**: {best[CONFIG]} is the best split, {best['capacity']:.2f} per GPU, {against};"
-        f" {worst[CONFIG]} the worst, {1 - worst['capacity'] / base['capacity']:.0%} below it."
+        f"- **{workload.capitalize()}**: {best[CONFIG]} is the best split, {_said(best)} per GPU, {against};"
+        f" {worst[CONFIG]} the worst, {1 - worst['middle'] / capacity.middle(base):.0%} below it."
     )
 
 
@@ -297,6 +308,53 @@ def four_gpu_facts(split_caps: pd.DataFrame) -> dict[str, Any]:
     return {
         "four_table": rows(table),
         "four_text": "\n".join(_best_split(split_caps, w, colocated) for w in WORKLOADS),
+    }
+
+
+#: The workloads in a sentence.
+WORDS = {"long": "long prompts"}
+#: What the verdict of two and four colocated replicas' capacity intervals says, per GPU.
+POOLING = {
+    "four": "four carry more, the intervals apart",
+    "two": "two carry more, the intervals apart",
+    "tie": "the intervals overlap",
+    "neither": "neither meets the SLO at any load tried",
+}
+
+
+def pooling_facts(
+    caps: pd.DataFrame, split_caps: pd.DataFrame, compare: pd.DataFrame, split: pd.DataFrame
+) -> dict[str, Any]:
+    """Two colocated replicas (pd-compare) against four (pd-split), per GPU under the
+    default SLO, and their p99 TTFT at the highest load both studies ran below saturation."""
+    two_name = COLOCATED
+    four_name = next(c for c in dict.fromkeys(split_caps[CONFIG]) if not SPLIT.match(c))
+    lines, apart = [], []
+    for w in WORKLOADS:
+        two, four = _cell(caps, w, two_name, "default"), _cell(split_caps, w, four_name, "default")
+        says = verdict(four, two, ("four", "two"))
+        carry = f"four colocated replicas carry {_said(four)} req/s per GPU, two {_said(two)}"
+        lines.append(f"on {WORDS.get(w, w)}, {carry} ({POOLING[says]})")
+        if says == "two":
+            apart.append(w)
+    top = min(float(compare["load"].max()), float(split["load"].max()), 1.0)
+
+    def ttft(points: pd.DataFrame, config: str) -> float:
+        g = points[(points["variant"] == "chat") & (points[CONFIG] == config) & (points["load"] == top)]
+        return float(g["ttft_p99"].iloc[0]) if len(g) else math.nan
+
+    text = f"Under the default SLO, {'; '.join(lines)}."
+    if apart:
+        text += (
+            f" On {' and '.join(apart)} two replicas carry more per GPU than four, against the pooling lesson above"
+            " (a larger cluster smooths its queues): a capacity at a grid's edge, or runs short enough for the"
+            " stability check to misjudge a heavily loaded run, can do that; run it longer before buying on it."
+        )
+    return {
+        "pooling_text": text,
+        "pooling_top": top,
+        "pooling_ttft_four": ttft(split, four_name),
+        "pooling_ttft_two": ttft(compare, two_name),
     }
 
 
@@ -347,6 +405,7 @@ def facts(r: Results) -> dict[str, Any]:
         | latency_facts(r.compare)
         | breakeven_facts(r.breakeven, r.studies["breakeven"]["reps"])
         | four_gpu_facts(r.split_caps)
+        | pooling_facts(r.caps, r.split_caps, r.compare, r.split)
         | interference_facts(r.colocated, r.disaggregated)
     )
 

@@ -90,6 +90,13 @@ def capacity_facts(points: pd.DataFrame, slo: dict[str, float] = capacity.DEFAUL
     }
 
 
+def static_tpot_facts(points: pd.DataFrame) -> dict[str, Any]:
+    """Static batching's highest p99 TPOT at a stable point of the headline sweep (seconds
+    per token), which the report explains."""
+    static = points[(points["variant"] == "static") & points["all_stable"].astype(bool)]
+    return {"static_tpot_p99_max": float(static["tpot_p99"].max()) if len(static) else math.nan}
+
+
 def burstiness_facts(points: pd.DataFrame) -> dict[str, Any]:
     """The table of p99 TTFT at cv 1 and at the highest cv, per GPU count."""
     top = points[CV].max()
@@ -108,6 +115,7 @@ def facts(res: Path) -> dict[str, Any]:
     return (
         headline_facts(points, head.runs, head.study)
         | capacity_facts(points)
+        | static_tpot_facts(points)
         | burstiness_facts(Sweep(res / "burstiness").points)
     )
 

@@ -505,6 +505,45 @@ def test_four_gpu_facts_name_the_best_and_worst_split():
     )
 
 
+def test_pooling_facts_set_four_colocated_replicas_against_two_per_gpu():
+    # chat: both bracketed by the grid (held at 0.95 of saturation), the brackets overlapping;
+    # long: interpolated estimates, intervals overlapping
+    bracket = {"interpolated": False, "holds_everywhere": True}
+    two = pd.DataFrame(
+        [
+            cap("chat", "continuous-x2", "default", 9.15, 9.15, 9.63, capacity_high=9.63, **bracket),
+            cap("long", "continuous-x2", "default", 1.55, 1.45, 1.75, capacity_high=1.55, interpolated=True),
+        ]
+    )
+    four = pd.DataFrame(
+        [
+            cap("chat", "continuous-x4", "default", 9.10, 9.10, 9.58, capacity_high=9.58, **bracket),
+            cap("long", "continuous-x4", "default", 1.76, 1.56, 1.91, capacity_high=1.76, interpolated=True),
+            cap("chat", "2P+2D", "default", 8.6, 8.6, 9.0),
+        ]
+    )
+    points = lambda config, ttft: pd.DataFrame(  # noqa: E731
+        {"variant": "chat", "config": config, "load": [0.5, 0.95], "ttft_p99": [0.2, ttft]}
+    )
+    facts = pd_report.pooling_facts(two, four, points("continuous-x2", 0.42), points("continuous-x4", 0.36))
+    assert facts["pooling_text"] == (
+        "Under the default SLO, on chat, four colocated replicas carry between 9.10 and 9.58 req/s per GPU,"
+        " two between 9.15 and 9.63 (the intervals overlap); on long prompts, four colocated replicas carry"
+        " 1.76 req/s per GPU, two 1.55 (the intervals overlap)."
+    )
+    assert (facts["pooling_top"], facts["pooling_ttft_four"], facts["pooling_ttft_two"]) == (0.95, 0.36, 0.42)
+    # four below two, the intervals apart (the short-run grid before issue #17): said, and questioned
+    four.loc[0, ["capacity", "ci_low", "ci_high", "capacity_high"]] = [8.12, 8.12, 9.08, 9.08]
+    four.loc[0, ["holds_everywhere"]] = False
+    facts = pd_report.pooling_facts(two, four, points("continuous-x2", 0.42), points("continuous-x4", 0.36))
+    assert (
+        "on chat, four colocated replicas carry between 8.12 and 9.08 req/s per GPU, two between 9.15"
+        in (facts["pooling_text"])
+    )
+    assert "(two carry more, the intervals apart)" in facts["pooling_text"]
+    assert "On chat two replicas carry more per GPU than four, against the pooling lesson" in facts["pooling_text"]
+
+
 def test_interference_facts_count_the_stalls_and_what_caused_them():
     long_prompts = pd.DataFrame({"arrival_time": [-1.0, 0.03, 0.25, 0.3, 5.0], "instance": [0, 0, 0, 1, 0]})
     colocated = pd_interference.Trace(

@@ -82,6 +82,13 @@ def test_headline_facts():
     assert facts["goodput_slo"] == "ttft ≤ 2 s and tpot ≤ 0.1 s"
 
 
+def test_static_tpot_facts_read_the_highest_p99_at_a_stable_point():
+    points = headline().assign(tpot_p99=[0.02, 0.03, 0.05, 0.2] * 2 + [0.5, 3.0, 6.1, 40.0] * 2)
+    # static's 40 s per token is at its unstable point, past saturation: left out
+    assert report.static_tpot_facts(points) == {"static_tpot_p99_max": 6.1}
+    assert math.isnan(report.static_tpot_facts(points[points["variant"] == "continuous"])["static_tpot_p99_max"])
+
+
 def test_burstiness_facts_read_cv_1_and_the_highest_cv_per_gpu_count():
     points = pd.DataFrame(
         {
@@ -102,6 +109,7 @@ def test_the_report_template_puts_the_sections_between_burstiness_and_the_detail
     runs = pd.DataFrame({"num_requests": [1_000]})
     facts = report.headline_facts(headline(), runs, {"set": {"slo": {"ttft": 2}}})
     facts |= report.capacity_facts(headline())
+    facts |= report.static_tpot_facts(headline().assign(tpot_p99=0.5))
     facts |= report.burstiness_facts(pd.DataFrame({"variant": ["1-gpu"], CV: [1.0], "ttft_p99": [0.5]}))
     text = render("report", facts | {"pd_section": "## P/D\n", "caching_section": "## Caching\n"})
     assert text.startswith("# des report: RTX 4090s serving Qwen2.5-7B\n\n")
