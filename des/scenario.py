@@ -46,6 +46,10 @@ from des.workload.build import Workload
 from des.workload.lengths import LENGTHS
 from des.workload.times import TIMES
 
+#: The most requests a run may be asked to take: a million take about 45 s and 700 MB, so
+#: 1e8 already needs hours and tens of GB.
+MAX_REQUESTS = 100_000_000
+
 
 class Horizon(Strict):
     """When arrivals stop: after ``duration`` seconds and/or ``num_requests`` requests.
@@ -55,7 +59,7 @@ class Horizon(Strict):
     """
 
     duration: PositiveFloat | None = None
-    num_requests: PositiveInt | None = None
+    num_requests: PositiveInt | None = Field(None, le=MAX_REQUESTS)
     drain: bool = True
 
     @field_validator("duration")
@@ -133,6 +137,13 @@ class Scenario(Strict):
             raise ValueError("horizon: needs duration (seconds) and/or num_requests")
         if h.duration is not None and self.warmup >= h.duration:
             raise ValueError(f"warmup: {self.warmup} s is not shorter than horizon.duration {h.duration} s")
+        rate = getattr(self.workload.arrival, "rate", None)
+        if h.duration is not None and h.num_requests is None and rate is not None and rate * h.duration > MAX_REQUESTS:
+            raise ValueError(
+                f"horizon: {rate:g} req/s for {h.duration:g} s is {rate * h.duration:.3g} requests, beyond the "
+                f"{MAX_REQUESTS:.0e} a run can hold (a million take about 45 s and 700 MB): shorten duration or "
+                "set num_requests"
+            )
         return self
 
     @model_validator(mode="after")

@@ -95,7 +95,7 @@ def test_more_kv_blocks_than_the_memory_holds_are_refused(blocks):
 def test_a_horizon_beyond_what_a_double_times_is_refused():
     [(path, message)] = problems("horizon.duration=1e300")
     assert path == "horizon.duration" and "beyond 1e+10 s" in message
-    assert loads(("horizon.duration", MAX_TIME), "warmup=0").horizon.duration == MAX_TIME
+    assert loads(("horizon.duration", MAX_TIME), "warmup=0", "workload.arrival.rate=0.001").horizon.duration == MAX_TIME
 
 
 @pytest.mark.parametrize(
@@ -268,3 +268,12 @@ def test_one_request_reports_what_it_was_served_at():
     assert s["served_rps"] == pytest.approx(1 / s["makespan"])
     [warning] = [w for w in scenario_warnings(loads("horizon={num_requests: 10}")) if w.startswith("warmup:")]
     assert "2.5 s its 10 requests take to arrive at 4 req/s" in warning
+
+
+def test_a_horizon_holding_more_requests_than_a_run_can_is_refused():
+    [(path, message)] = problems("workload.arrival.rate=1e7", "horizon.duration=600")
+    assert path == "horizon" and "6e+09 requests" in message
+    [(path, _)] = problems("horizon={num_requests: 1000000000}")
+    assert path == "horizon.num_requests"
+    ok = loads("workload.arrival.rate=1e7", "horizon={duration: 600, num_requests: 1000}", "warmup=0")
+    assert ok.horizon.num_requests == 1000  # a count bounds it

@@ -153,5 +153,7 @@ def test_des_sweep_prints_one_error_line_for_a_bad_level(tmp_path):
     proc = des_cli("sweep", str(study), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines == ["error: base/config=1P+3D: scheduler.prefill.instancez: unknown key"], proc.stderr
+    assert lines == [
+        "error: base/config=1P+3D: scheduler.prefill.instancez: unknown key (did you mean 'instances'?)"
+    ], proc.stderr
     assert not (tmp_path / "out" / "runs").exists()
