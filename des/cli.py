@@ -413,6 +413,9 @@ def capacity(
     question = CapacityQuestion.ask(
         sc, slos, param, target_rate, replications=replications, low=low, high=high, tolerance=tolerance
     )
+    for term in question.slos:
+        if term.note:
+            render.warning(term.note)
     out_dir = _writable(out_dir or _default_folder(sc.name))
     answer = question.answer(
         open_backend(backend, workers or default_workers(), address),

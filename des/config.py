@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo, model_validator
 
 #: The latest time (seconds) a run may reach. A double's spacing at 1e10 s is 1.9 µs and
 #: doubles beyond it: a step of a few milliseconds would be timed wrongly and latencies
@@ -26,12 +26,59 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, mode
 MAX_TIME = 1e10
 
 
+#: Seconds per unit of a duration written with one (``2s``, ``2000ms``, ``50 us``, ``1.5min``, ``1h``).
+TIME_UNITS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "min": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^\s*([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
+
+
+def parse_seconds(value: Any) -> tuple[float, bool]:
+    """A duration as (seconds, whether a unit was written): a number is seconds; a string is a
+    number and a unit of :data:`TIME_UNITS` (or none: seconds). ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"must be a duration, e.g. 2, 2s or 2000ms (got {value!r})")
+    if not isinstance(value, str):
+        return float(value), False
+    m = _DURATION.match(value)
+    if m is None or m.group(2) not in ("", *TIME_UNITS):
+        raise ValueError(f"{value!r} is not a duration: a number and a unit, one of {', '.join(TIME_UNITS)}")
+    return float(m.group(1)) * TIME_UNITS.get(m.group(2), 1.0), m.group(2) != ""
+
+
+#: Latency limits (seconds) a serving SLO plausibly sets, by metric: outside, a unit is likely wrong.
+PLAUSIBLE_LATENCY = {"ttft": (1e-3, 600.0), "tpot": (1e-4, 10.0), "e2e": (1e-3, 3600.0), "queue_delay": (0.0, 3600.0)}
+
+
+def plausible_latency(metric: str, seconds: float) -> str | None:
+    """Why ``seconds`` is an implausible limit for the latency ``metric`` (``ttft``, or a
+    statistic of it such as ``ttft_p99``), or None."""
+    family = metric if metric in PLAUSIBLE_LATENCY else metric.rsplit("_", 1)[0]
+    if family not in PLAUSIBLE_LATENCY:
+        return None
+    low, high = PLAUSIBLE_LATENCY[family]
+    if seconds > high:
+        return (
+            f"{seconds:g} s is implausible for {metric} (over {high:g} s): a bare number is seconds; "
+            f"meant {seconds:g}ms?"
+        )
+    if seconds < low:
+        return f"{seconds:g} s is implausible for {metric} (under {low:g} s): a bare number is seconds"
+    return None
+
+
+class _Duration:
+    """Marks a number field that also takes a string with a time unit (``2000ms``)."""
+
+
+#: A duration in seconds, written as a number of seconds or with a unit (``2s``, ``2000ms``).
+Seconds = Annotated[float, BeforeValidator(lambda v: parse_seconds(v)[0]), _Duration()]
+
+
 def _numbers_in(annotation: Any) -> str | None:
     """``"number"`` when ``annotation`` is an int or float (optional or constrained), ``"list"``
     when it is a list (of lists) of them, else None."""
     origin, args = get_origin(annotation), get_args(annotation)
     if origin is Annotated:
-        return _numbers_in(args[0])
+        return None if any(isinstance(a, _Duration) for a in args[1:]) else _numbers_in(args[0])
     if origin in (Union, types.UnionType):
         kinds = {_numbers_in(a) for a in args if a is not type(None)}
         return kinds.pop() if len(kinds) == 1 else None

@@ -33,7 +33,7 @@ from pydantic import (
 from des import catalog
 from des.catalog.memory import MemoryPlan, Precision
 from des.catalog.specs import GPUSpec, ModelSpec
-from des.config import MAX_TIME, DuplicateKey, Strict, load_yaml
+from des.config import MAX_TIME, DuplicateKey, Seconds, Strict, load_yaml, plausible_latency
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.dotted import deep_copy, set_dotted
 from des.engine.plan import MAX_INSTANCES, Plan, PlanContext, PoolPlan
@@ -71,11 +71,12 @@ class Horizon(Strict):
 
 
 class SLO(Strict):
-    """Per-request latency objectives in seconds; a request meets them all or not."""
+    """Per-request latency objectives in seconds (a number, or a string with a unit: ``2s``,
+    ``2000ms``); a request meets them all or not."""
 
-    ttft: PositiveFloat | None = None
-    tpot: PositiveFloat | None = None
-    e2e: PositiveFloat | None = None
+    ttft: Annotated[Seconds, Field(gt=0)] | None = None
+    tpot: Annotated[Seconds, Field(gt=0)] | None = None
+    e2e: Annotated[Seconds, Field(gt=0)] | None = None
 
     def limits(self) -> dict[str, float]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
@@ -459,6 +460,11 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
     if isinstance(w.arrival, Trace):
         notes += [f"workload.arrival: {note}" for note in w.arrival.notes]
     notes += _warmup_past_arrivals(scenario)
+    if scenario.slo is not None:
+        for name, limit in scenario.slo.limits().items():
+            doubt = plausible_latency(name, limit)
+            if doubt:
+                notes.append(f"slo.{name}: {doubt}")
     return notes
 
 

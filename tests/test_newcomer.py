@@ -107,3 +107,56 @@ def test_a_model_that_does_not_fit_says_what_would(model, fits):
     if tp > 2:  # and not with half as many: the smallest degree is named
         with pytest.raises(des.ScenarioError):
             des.load_scenario(None, [f"model={model}", f"cluster.tp={tp // 2}"])
+
+
+# -- SLO units (item 3) ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [("ttft_p99<=2s", 2.0), ("ttft_p99<=2000ms", 2.0), ("ttft_p99<=2 s", 2.0), ("tpot_p50<=50ms", 0.05),
+     ("e2e_p99<=1.5min", 90.0), ("tpot_p99<=0.05", 0.05), ("throughput_rps>=3", 3.0)],
+)  # fmt: skip
+def test_slo_limits_take_time_units(text, limit):
+    from des.study.capacity import metric_names, parse_slo
+
+    term = parse_slo(text, metric_names())
+    assert term.limit == pytest.approx(limit) and term.note == ""
+
+
+@pytest.mark.parametrize(("text", "says"), [("ttft_p99<=2000", "meant 2000ms?"), ("tpot_p99<=0.00001", "under")])
+def test_a_bare_latency_limit_in_an_implausible_unit_is_doubted(text, says):
+    from des.study.capacity import metric_names, parse_slo
+
+    term = parse_slo(text, metric_names())
+    assert says in term.note and term.note.startswith(f"--slo {text}:")
+
+
+def test_a_unit_on_a_rate_or_an_unknown_unit_is_an_error():
+    from des.study.capacity import metric_names, parse_slo
+
+    for text in ("throughput_rps>=3s", "ttft_p99<=2x"):
+        with pytest.raises(des.ScenarioError) as err:
+            parse_slo(text, metric_names())
+        assert err.value.problems[0][0] == "--slo"
+
+
+def test_the_scenario_slo_takes_units_and_doubts_implausible_numbers():
+    from des.scenario import scenario_warnings
+
+    sc = des.load_scenario(None, ["slo={ttft: 2000ms, tpot: 50 ms}"])
+    assert sc.slo is not None and sc.slo.limits() == {"ttft": 2.0, "tpot": 0.05}
+    assert sc.resolved()["slo"] == {"ttft": 2.0, "tpot": 0.05, "e2e": None}
+    [doubt] = [w for w in scenario_warnings(des.load_scenario(None, ["slo={ttft: 2000}"])) if w.startswith("slo.")]
+    assert "meant 2000ms?" in doubt
+    with pytest.raises(des.ScenarioError) as err:
+        des.load_scenario(None, ["slo={ttft: 2x}"])
+    assert err.value.problems[0][0] == "slo.ttft"
+
+
+def test_des_capacity_warns_on_a_bare_implausible_limit(tmp_path):
+    from tests.helpers import des_cli
+
+    res = des_cli("capacity", "--slo", "ttft_p99<=2000", "--replications", "2", "--set", "horizon.duration=20",
+                  "--set", "warmup=2", "--high", "3", "--low", "1", "--out", str(tmp_path / "c"))  # fmt: skip
+    assert "warning: --slo ttft_p99<=2000: 2000 s is implausible" in " ".join(res.stderr.split())

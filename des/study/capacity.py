@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from des.config import PLAUSIBLE_LATENCY, parse_seconds, plausible_latency
 from des.dotted import get_dotted
 from des.errors import ScenarioError
 from des.output import Staged, remove_stale_staging
@@ -39,7 +40,7 @@ from des.study.aggregate import metric_interval
 from des.study.runner import CAPACITY, Backend, run_specs, sweep_lock
 from des.study.spec import RunSpec, point_scenario, replication_seed, slug
 
-SLO_PATTERN = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=)\s*(\S+)\s*$")
+SLO_PATTERN = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=)\s*(\S+(?:\s+[a-zµ]+)?)\s*$")
 QUOTE_HINT = "quote it in the shell, e.g. --slo 'ttft_p99<=2' (bash reads < and > as redirections)"
 #: How far a search extends a bracket: doublings of the starting value, and CI-edge steps.
 MAX_DOUBLINGS = 12
@@ -53,6 +54,7 @@ class SLOTerm:
     metric: str
     limit: float
     op: str = "<="
+    note: str = ""  # a doubt about the limit as written (a latency in an implausible unit)
 
     def __str__(self) -> str:
         return f"{self.metric}{self.op}{self.limit:g}"
@@ -73,13 +75,16 @@ def parse_slo(text: str, known: Sequence[str]) -> SLOTerm:
     metric, op, raw = m.group(1), m.group(2), m.group(3)
     if metric not in known:
         raise ScenarioError(("--slo", f"unknown metric {metric!r}; valid: {', '.join(known)}"))
+    latency = metric.rsplit("_", 1)[0] in PLAUSIBLE_LATENCY  # a limit in seconds, or with a time unit
     try:
-        limit = float(raw)
+        limit, unit = parse_seconds(raw) if latency else (float(raw), False)
     except ValueError:
-        raise ScenarioError(("--slo", f"{raw!r} is not a number")) from None
+        what = "a number of seconds, or a duration such as 2s or 2000ms" if latency else "a number"
+        raise ScenarioError(("--slo", f"{raw!r} is not {what}")) from None
     if not math.isfinite(limit):
         raise ScenarioError(("--slo", f"limit must be finite (got {raw!r})"))
-    return SLOTerm(metric, limit, op)
+    doubt = None if unit else plausible_latency(metric, limit)
+    return SLOTerm(metric, limit, op, f"--slo {text.strip()}: {doubt}" if doubt else "")
 
 
 def metric_names() -> list[str]:
