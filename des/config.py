@@ -98,21 +98,28 @@ def _not_a_number(value: Any) -> str | None:
 
 class Strict(BaseModel):
     """A frozen pydantic model that forbids unknown keys, non-finite numbers, and
-    booleans or strings where numbers belong."""
+    booleans or strings where numbers belong. A null given for a key that takes no null
+    but has a default unsets it: the default applies (``--set cluster.router=null``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
     _number_fields: ClassVar[dict[str, str]] = {}
+    _unsettable: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
         fields = {name: _numbers_in(f.annotation) for name, f in cls.model_fields.items()}
         cls._number_fields = {name: kind for name, kind in fields.items() if kind is not None}
+        cls._unsettable = frozenset(
+            name for name, f in cls.model_fields.items() if not f.is_required() and not _takes_none(f.annotation)
+        )
 
     @model_validator(mode="before")
     @classmethod
     def _numbers_are_numbers(cls, data: Any) -> Any:
         if isinstance(data, dict):
+            if any(v is None for v in data.values()):
+                data = {k: v for k, v in data.items() if v is not None or k not in cls._unsettable}
             problems = []
             for name, kind in cls._number_fields.items():
                 if name in data:
@@ -125,6 +132,16 @@ class Strict(BaseModel):
 
                 raise ScenarioError(problems)
         return data
+
+
+def _takes_none(annotation: Any) -> bool:
+    """Whether a field of ``annotation`` accepts None."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _takes_none(args[0])
+    if origin in (Union, types.UnionType):
+        return any(a is type(None) or _takes_none(a) for a in args)
+    return annotation is type(None) or annotation is Any
 
 
 def _not_numbers(value: Any) -> str | None:

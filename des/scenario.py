@@ -159,7 +159,7 @@ class Scenario(Strict):
                 (
                     "cluster.replicas",
                     f"{c.replicas} is not used by a disaggregated scheduler, whose instances are its pools' "
-                    "(set scheduler.prefill.instances and scheduler.decode.instances)",
+                    "(set scheduler.prefill.instances and scheduler.decode.instances; null unsets it)",
                 )
             )
         if c.router != ClusterConfig.model_fields["router"].default:
@@ -167,7 +167,7 @@ class Scenario(Strict):
                 (
                     "cluster.router",
                     f"{c.router!r} is not used by a disaggregated scheduler, whose pools have their own "
-                    "(set scheduler.router.prefill and scheduler.router.decode)",
+                    "(set scheduler.router.prefill and scheduler.router.decode; null unsets it)",
                 )
             )
         missing = s.unlinked_gpu(self.gpu)

@@ -160,3 +160,24 @@ def test_des_capacity_warns_on_a_bare_implausible_limit(tmp_path):
     res = des_cli("capacity", "--slo", "ttft_p99<=2000", "--replications", "2", "--set", "horizon.duration=20",
                   "--set", "warmup=2", "--high", "3", "--low", "1", "--out", str(tmp_path / "c"))  # fmt: skip
     assert "warning: --slo ttft_p99<=2000: 2000 s is implausible" in " ".join(res.stderr.split())
+
+
+# -- unsetting a key (item 8) ---------------------------------------------------------------------
+
+
+def test_a_colocated_scenario_switches_to_a_split_by_unsetting_its_cluster():
+    path = ROOT / "scenarios" / "qwen7b-4090x2-interference.yaml"  # cluster: {replicas: 2, router: least_outstanding}
+    with pytest.raises(des.ScenarioError) as err:
+        des.load_scenario(path, ["scheduler.kind=disaggregated"])
+    assert "null unsets it" in err.value.problems[0][1]
+    sc = des.load_scenario(path, ["scheduler.kind=disaggregated", "cluster.replicas=null", "cluster.router=null"])
+    assert (sc.cluster.replicas, sc.cluster.router) == (1, "round_robin")  # their defaults
+    assert [p.role for p in sc.plan().pools] == ["prefill", "decode"]
+
+
+def test_null_unsets_only_keys_that_take_no_null():
+    sc = des.load_scenario(None, ["horizon.duration=null", "horizon.num_requests=50", "scheduler.max_model_len=null"])
+    assert sc.horizon.duration is None and sc.scheduler.max_model_len is None  # null is their own value
+    assert des.load_scenario(None, ["scheduler.max_num_seqs=null"]).scheduler.max_batch == 128  # unset: default
+    with pytest.raises(des.ScenarioError):
+        des.load_scenario(None, ["workload.arrival.rate=null"])  # required: nothing to fall back to
