@@ -69,7 +69,7 @@ def workload_line(sc: Scenario) -> str:
         return f"{a.process}: {params}"
     st = a.stats()
     moved = (
-        f"first arrival (recorded at {a.offset:,.6g}) moved to t = 0; absolute_times: true keeps the recorded clock"
+        f"first arrival (recorded at {a.recorded_start}) moved to t = 0; absolute_times: true keeps the recorded clock"
         if a.offset
         else "times as recorded"
     )

@@ -181,3 +181,19 @@ def test_null_unsets_only_keys_that_take_no_null():
     assert des.load_scenario(None, ["scheduler.max_num_seqs=null"]).scheduler.max_batch == 128  # unset: default
     with pytest.raises(des.ScenarioError):
         des.load_scenario(None, ["workload.arrival.rate=null"])  # required: nothing to fall back to
+
+
+def test_a_replay_of_a_dated_log_shows_its_first_arrival_as_a_date_and_time():
+    """The Azure sample's first TIMESTAMP is 2023-11-16 18:15:46.6805900 (UTC)."""
+    from des import render
+
+    azure = des.load_scenario(None, [
+        f"workload.arrival={{process: trace, path: {ROOT}/scenarios/traces/azure-sample.csv, format: azure}}",
+        "horizon.duration=null", "warmup=0",
+    ])  # fmt: skip
+    assert "recorded at 2023-11-16 18:15:46.680 UTC" in render.workload_line(azure)
+    csv = des.load_scenario(None, [
+        f"workload.arrival={{process: trace, path: {ROOT}/scenarios/traces/card-8.csv}}", "horizon.duration=null",
+        "warmup=0",
+    ])  # fmt: skip
+    assert "UTC" not in render.workload_line(csv)  # undated clocks stay numbers

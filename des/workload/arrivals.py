@@ -448,6 +448,19 @@ class Trace(Strict):
         return t
 
     @property
+    def recorded_start(self) -> str:
+        """The first arrival as recorded: a UTC date and time when the file's clock has a date
+        (Azure's TIMESTAMP), else its time in the file's unit."""
+        origin = self._table.attrs.get("clock_origin")
+        first = float(self._table["arrival_time"].iloc[0])
+        if origin is None:
+            return f"{first:,.6g}"
+        import pandas as pd
+
+        stamp = pd.Timestamp(origin) + pd.Timedelta(seconds=first * self.trace_format.unit_seconds)
+        return f"{stamp:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC"
+
+    @property
     def notes(self) -> list[str]:
         """What the reader skipped on purpose, one sentence each (empty when nothing)."""
         return list(self._table.attrs.get("notes", []))

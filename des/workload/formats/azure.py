@@ -39,9 +39,9 @@ REQUIRED = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 NS_PER_DAY = 86_400 * 10**9
 
 
-def day_seconds(path: Path, raw: pd.Series) -> np.ndarray:
+def day_seconds(path: Path, raw: pd.Series) -> tuple[np.ndarray, str]:
     """``TIMESTAMP`` strings (UTC unless they state an offset) as seconds since 00:00 UTC on the
-    day of the earliest."""
+    day of the earliest, and that midnight (ISO 8601)."""
     import pandas as pd
 
     text = raw.astype(str).where(raw.notna(), "")
@@ -65,7 +65,8 @@ def day_seconds(path: Path, raw: pd.Series) -> np.ndarray:
     nanos = (in_ns - pd.Timestamp("1970-01-01", tz="UTC")) // pd.Timedelta(nanoseconds=1)
     ns = np.asarray(nanos, dtype=np.int64)
     day = ns.min() - ns.min() % NS_PER_DAY
-    return (ns - day) / 1e9
+    origin = pd.Timestamp(int(day), unit="ns", tz="UTC").strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (ns - day) / 1e9, origin
 
 
 def _is_a_date(text: str) -> bool:
@@ -85,10 +86,12 @@ def read_azure(path: Path, options: ReadOptions) -> pd.DataFrame:
     """An Azure LLM inference trace as a trace table (``arrival_time``: seconds since 00:00 UTC of its first day)."""
     frame = load_csv(path)
     require(path, frame, REQUIRED)
-    arrival = day_seconds(path, frame["TIMESTAMP"])
+    arrival, origin = day_seconds(path, frame["TIMESTAMP"])
     prompt = positive_ints(frame["ContextTokens"], where(path, "ContextTokens"))
     output = positive_ints(frame["GeneratedTokens"], where(path, "GeneratedTokens"))
-    return table(arrival, prompt, output)
+    out = table(arrival, prompt, output)
+    out.attrs["clock_origin"] = origin
+    return out
 
 
 AZURE = TraceFormat(
