@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench golden clean
+.PHONY: run quick test test-fast lint bench golden clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,16 +21,21 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/des run --out results/default
 	$(BIN)/des sweep scenarios/headline.yaml --out results/headline
-	$(BIN)/des sweep scenarios/burstiness.yaml --out results/burstiness --quiet
-	$(BIN)/des sweep scenarios/detail.yaml --out results/detail --quiet
-	$(BIN)/des sweep scenarios/lesson-grid.yaml --out results/lesson-grid --quiet
-	$(BIN)/des sweep scenarios/pd-compare.yaml --out results/pd-compare --quiet
-	$(BIN)/des sweep scenarios/pd-breakeven.yaml --out results/pd-breakeven --quiet
-	$(BIN)/des sweep scenarios/pd-split.yaml --out results/pd-split --quiet
-	$(BIN)/des sweep scenarios/pd-interference.yaml --out results/pd-interference --quiet --workers 1
-	$(BIN)/des sweep scenarios/caching-system-prompt.yaml --out results/caching-system-prompt --quiet
-	$(BIN)/des sweep scenarios/caching-chat.yaml --out results/caching-chat --quiet
+	$(BIN)/des sweep scenarios/burstiness.yaml --out results/burstiness --brief
+	$(BIN)/des sweep scenarios/detail.yaml --out results/detail --brief
+	$(BIN)/des sweep scenarios/lesson-grid.yaml --out results/lesson-grid --brief
+	$(BIN)/des sweep scenarios/pd-compare.yaml --out results/pd-compare --brief
+	$(BIN)/des sweep scenarios/pd-breakeven.yaml --out results/pd-breakeven --brief
+	$(BIN)/des sweep scenarios/pd-split.yaml --out results/pd-split --brief
+	$(BIN)/des sweep scenarios/pd-interference.yaml --out results/pd-interference --brief --workers 1
+	$(BIN)/des sweep scenarios/caching-system-prompt.yaml --out results/caching-system-prompt --brief
+	$(BIN)/des sweep scenarios/caching-chat.yaml --out results/caching-chat --brief
 	$(BIN)/python -m analysis.report --results results --out reports
+
+# A quick look: the default scenario's summary and the headline study's table (about a minute).
+quick: $(STAMP)
+	$(BIN)/des run --out results/default
+	$(BIN)/des sweep scenarios/headline.yaml --out results/headline
 
 # Lint (ruff rules and formatting, mypy with the pydantic plugin), then every test.
 test: lint

@@ -321,9 +321,16 @@ def _figure_format(path: Path, flag: str) -> str:
 @BACKEND
 @ADDRESS
 @QUIET
+@click.option("--brief", is_flag=True, help="Progress, then one line: no table of the points.")
 @user_errors()
 def sweep(
-    study_path: Path, out_dir: Path | None, workers: int | None, backend: str, address: str | None, quiet: bool
+    study_path: Path,
+    out_dir: Path | None,
+    workers: int | None,
+    backend: str,
+    address: str | None,
+    quiet: bool,
+    brief: bool,
 ) -> None:
     """Run every variant x grid point x replication of STUDY; write runs.parquet and points.parquet."""
     from des import render
@@ -332,12 +339,13 @@ def sweep(
 
     study = load_study(study_path)
     out_dir = _writable(out_dir or _default_folder(study.spec.name))
-    tick, bar = render.progress("sweep", quiet)
+    tick, bar = render.progress("sweep", quiet, f"sweeping {study.spec.name}")
     t0 = time.perf_counter()
     with bar:
         runs, points = run_sweep(study, out_dir, workers=workers, backend=backend, address=address, progress=tick)
     if not quiet:
-        render.points_table(points, study.grid_keys)
+        if not brief:
+            render.points_table(points, study.grid_keys)
         render.sweep_done(len(runs), len(points), study.spec.replications, time.perf_counter() - t0, out_dir)
 
 

@@ -493,19 +493,39 @@ def _heartbeat() -> Callback:
     return beat
 
 
-def progress(kind: str, quiet: bool = False) -> tuple[Callback | None, AbstractContextManager[Any]]:
+def _sweep_heartbeat(label: str) -> Callback:
+    """A sweep's progress as a line on stderr every :data:`HEARTBEAT` wall seconds (the first after as many)."""
+    import time
+
+    due = time.monotonic() + HEARTBEAT
+
+    def beat(done: int, total: int, reused: int) -> None:
+        nonlocal due
+        now = time.monotonic()
+        if now < due:
+            return
+        due = now + HEARTBEAT
+        ERR.print(f"{label}: {done:,} of {total:,} runs done ({reused:,} reused)", highlight=False)
+
+    return beat
+
+
+def progress(
+    kind: str, quiet: bool = False, label: str = "sweeping"
+) -> tuple[Callback | None, AbstractContextManager[Any]]:
     """A transient progress bar on stderr when it is a terminal: ``(callback, context)``.
 
     ``kind`` ``"run"``: the callback takes a :class:`des.simulation.RunProgress` (share of
     the arrival horizon simulated, then the requests left while the run drains).
     ``"sweep"``: it takes ``(runs done, runs in all, runs reused)``. Without a terminal
-    there is no bar; a run then prints a line every :data:`HEARTBEAT` seconds once it
-    has taken that long (a short run prints none). ``quiet``: nothing, and no callback.
+    there is no bar; a run or sweep then prints a line every :data:`HEARTBEAT` seconds
+    once it has taken that long (a short one prints none). ``label`` names a sweep's
+    bar and lines. ``quiet``: nothing, and no callback.
     """
     if quiet:
         return None, nullcontext()
     if not ERR.is_terminal:
-        return (_heartbeat() if kind == "run" else None), nullcontext()
+        return (_heartbeat() if kind == "run" else _sweep_heartbeat(label)), nullcontext()
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -535,7 +555,7 @@ def progress(kind: str, quiet: bool = False) -> tuple[Callback | None, AbstractC
             TimeRemainingColumn(),
         )
     bar = Progress(*columns, console=ERR, transient=True)
-    task = bar.add_task("simulating" if kind == "run" else "sweeping", total=None, now=0.0, n=0, note="")
+    task = bar.add_task("simulating" if kind == "run" else label, total=None, now=0.0, n=0, note="")
 
     def run_update(p: Any) -> None:
         if p.draining:

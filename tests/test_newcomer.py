@@ -197,3 +197,34 @@ def test_a_replay_of_a_dated_log_shows_its_first_arrival_as_a_date_and_time():
         "warmup=0",
     ])  # fmt: skip
     assert "UTC" not in render.workload_line(csv)  # undated clocks stay numbers
+
+
+# -- progress of long steps (item 5) ---------------------------------------------------------------
+
+
+def test_a_piped_sweep_says_how_far_it_is_every_heartbeat(monkeypatch):
+    import io
+
+    from des import render
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(render, "ERR", render.Console(file=buffer, force_terminal=False, width=200))
+    tick, _ = render.progress("sweep", label="sweeping headline")
+    assert tick is not None
+    tick(3, 108, 1)
+    assert buffer.getvalue() == ""  # not before a heartbeat has passed
+    monkeypatch.setattr(render, "HEARTBEAT", 0.0)
+    tick, _ = render.progress("sweep", label="sweeping headline")
+    assert tick is not None
+    tick(48, 108, 12)
+    assert buffer.getvalue() == "sweeping headline: 48 of 108 runs done (12 reused)\n"
+
+
+def test_a_brief_sweep_prints_one_line_and_make_run_uses_it(tmp_path):
+    from tests.helpers import des_cli
+
+    res = des_cli("sweep", str(ROOT / "scenarios" / "lesson-grid.yaml"), "--out", str(tmp_path / "s"), "--brief")
+    assert res.returncode == 0 and len(res.stdout.strip().splitlines()) == 1, res.stdout
+    assert res.stdout.startswith("2 runs (2 points x 1 replications)")
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--quiet" not in makefile and makefile.count("--brief") >= 9
