@@ -15,9 +15,10 @@ import pandas as pd
 
 from des.metrics.cache import cache_metrics
 from des.metrics.pools import decode_blocked_share, pool_metrics, transfer_metrics
-from des.metrics.summary import arrival_window_end, summarize
+from des.metrics.summary import arrival_window_end, measured_mask, summarize
 from des.metrics.tables import requests_table, steps_table, transfers_table
 from des.metrics.utilisation import utilisation
+from des.metrics.verdict import verdict_notes
 
 if TYPE_CHECKING:
     from des.engine.cluster import Cluster
@@ -42,6 +43,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     ``kv_capacity_tokens`` and ``slot_utilization`` are those of an instance of the pool
     requests finish in (the only pool of colocated serving, the decode pool of
     disaggregated serving); utilisation measures every step against its own instance.
+    The last keys qualify the stability verdict (:mod:`des.metrics.verdict`).
     """
     cluster.settle()
     requests = requests_table(cluster.ledger)
@@ -75,4 +77,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
         if split
         else None
     )
+    closed = getattr(scenario.workload.arrival, "process", None) == "closed"
+    measured = measured_mask(requests, scenario.warmup, end)
+    summary.update(verdict_notes(summary, requests, measured, transfers, closed, split))
     return Result(scenario, requests, steps, summary, transfers if split else None)

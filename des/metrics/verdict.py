@@ -1,0 +1,92 @@
+"""What ``stable`` cannot say by itself: a closed loop's saturation, and which pool of a split is overloaded.
+
+``stable`` answers one question, did the backlog grow (:mod:`des.metrics.stability`).
+Two kinds of run answer it in a way that misleads when read as "healthy":
+
+- A *closed loop* (``process: closed``): its users wait for each answer before sending
+  the next, so the backlog never exceeds their number and cannot grow, however long
+  requests wait: ``stable`` holds by construction. ``closed_loop`` says the run is one;
+  ``saturated`` says whether its users mostly wait: more than half of the measured
+  requests' time in the system spent waiting (``waiting_share``). Beyond saturation
+  throughput is flat and every added user only lengthens the wait. Judge such a run
+  against its SLO (``slo_attainment``), not by ``stable``. ``saturated`` is False for
+  open arrivals, whose overload is what ``stable`` catches.
+- A *split* (disaggregated prefill and decode): the decode pool's full cache stalls the
+  KV links, whose transfers hold prefill blocks, which stalls prefill admission. An
+  overloaded decode pool therefore shows as a growing *prefill* queue (TTFT and queue
+  delay), with the decode pool's own population capped. ``decode_overloaded`` and
+  ``prefill_overloaded`` name the pool the backlog grew behind, for an unstable split (or
+  a saturated closed-loop one): the decode pool when links waited for its blocks for at
+  least half the arrival window (``decode_blocked_share``, :mod:`des.metrics.pools`),
+  else the prefill pool. Both are False for a stable open split and for colocated
+  serving (booleans, not a pool's name or None, so that a study's tables keep them out
+  of the per-point means). A stable split can still have a decode
+  pool that is often full: its transfers then wait for blocks, and the wait lands in the
+  first decode gap (TPOT), not in the backlog.
+
+``waiting_share`` (every run with measured requests): the measured requests' time
+spent waiting to be admitted (queue delay) and, in a split, for their KV transfer to
+start, over their time in the system (end to end).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from des.metrics._window import finite
+
+#: A closed loop is saturated when its requests spend more than this share of their time waiting.
+SATURATED_WAITING = 0.5
+#: An unstable split's decode pool is the overloaded one when links waited for its blocks this share of the window.
+DECODE_BLOCKED = 0.5
+#: A stable split's printed verdict notes a decode pool full this share of the window (light load: a few per cent).
+DECODE_FULL_NOTE = 0.1
+
+
+def waiting_share(
+    e2e: np.ndarray, queue_delay: np.ndarray, ids: np.ndarray, transfers: pd.DataFrame | None
+) -> float | None:
+    """The measured requests' (``ids``, with their ``e2e`` and ``queue_delay``, seconds) time
+    waiting for admission and for their KV transfer (``transfers``, for a split) over their
+    time in the system; None without measured time in the system."""
+    total = float(np.nansum(e2e))
+    if not total > 0:
+        return None
+    wait = float(np.nansum(queue_delay))
+    if transfers is not None and len(transfers):
+        mine = np.isin(transfers["request_id"].to_numpy(), ids)
+        wait += float((transfers["start"].to_numpy()[mine] - transfers["enqueued"].to_numpy()[mine]).sum())
+    return finite(wait / total)
+
+
+def verdict_notes(
+    summary: dict[str, Any],
+    requests: pd.DataFrame,
+    measured: np.ndarray,
+    transfers: pd.DataFrame,
+    closed: bool,
+    split: bool,
+) -> dict[str, Any]:
+    """``closed_loop``, ``waiting_share``, ``saturated``, ``prefill_overloaded`` and
+    ``decode_overloaded`` of a run whose ``summary`` already holds ``stable`` and
+    ``decode_blocked_share``; ``measured`` masks the measured rows of ``requests``."""
+    share = waiting_share(
+        requests["e2e"].to_numpy()[measured],
+        requests["queue_delay"].to_numpy()[measured],
+        requests["request_id"].to_numpy()[measured],
+        transfers if split else None,
+    )
+    saturated = closed and share is not None and share > SATURATED_WAITING
+    overloaded = split and (summary["stable"] is False or saturated)
+    blocked = summary.get("decode_blocked_share")
+    decode = overloaded and blocked is not None and blocked >= DECODE_BLOCKED
+    return {
+        "closed_loop": closed,
+        "waiting_share": share,
+        "saturated": saturated,
+        "prefill_overloaded": overloaded and not decode,
+        "decode_overloaded": decode,
+    }
