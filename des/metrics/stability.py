@@ -23,6 +23,9 @@ The run is called unstable when either growth is material — more than 5 % of t
 arrivals, or more than half the backlog's level — and larger than its series' own
 fluctuations, three standard deviations of the samples around the line, so that a
 short, quiet or bursty run is not condemned by a handful of requests.
+
+What the verdict does not say by itself (a closed loop cannot grow; which pool of a split
+is the overloaded one) is in :mod:`des.metrics.verdict`.
 """
 
 from __future__ import annotations
