@@ -135,28 +135,27 @@ def _closed_loop_parts(s: dict[str, Any], slo: dict[str, float] | None) -> list[
 
 
 def _split_parts(s: dict[str, Any]) -> list[str]:
-    """Which pool of a split is overloaded, or how often the decode pool held transfers back."""
+    """Which pool of a split is overloaded, or how often the decode pool held requests back."""
     from des.metrics.verdict import DECODE_FULL_NOTE
 
-    blocked = s.get("decode_blocked_share")
-    if blocked is None:
+    full = s.get("decode_full_share")
+    if full is None:
         return []
     if s.get("decode_overloaded"):
         return [
-            f"the decode pool is overloaded: KV transfers waited for its blocks {_pct_of(blocked)} of the window, "
-            "and requests queued for prefill admission behind it"
+            f"the decode pool is overloaded: full {_pct_of(full)} of the window (KV transfers waiting for its "
+            "blocks, or requests for its batch), and requests queued for prefill admission behind it"
         ]
     if s.get("prefill_overloaded"):
+        return [f"the prefill pool is overloaded (the decode pool was full only {_pct_of(full)} of the window)"]
+    if full >= DECODE_FULL_NOTE:
+        wait, p99 = s.get("kv_transfer_wait_mean"), s.get("kv_transfer_wait_p99")
+        waits = (
+            f"; KV transfers waited {wait:.2g} s mean, p99 {p99:.2g} s" if wait is not None and p99 is not None else ""
+        )
         return [
-            f"the prefill pool is overloaded (KV transfers waited for decode blocks {_pct_of(blocked)} of the window)"
-        ]
-    if blocked >= DECODE_FULL_NOTE:
-        wait = s.get("kv_transfer_wait_mean")
-        p99 = s.get("kv_transfer_wait_p99")
-        mean = f", {wait:.2g} s mean wait, p99 {p99:.2g} s" if wait is not None and p99 is not None else ""
-        return [
-            f"decode pool full {_pct_of(blocked)} of the window (KV transfers waited for its blocks{mean}): "
-            "that shows in TPOT, not in the backlog"
+            f"decode pool full {_pct_of(full)} of the window{waits}: that shows in TPOT (the first decode gap), "
+            "not in the backlog"
         ]
     return []
 

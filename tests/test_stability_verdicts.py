@@ -13,7 +13,7 @@ from des import render
 from tests.helpers import des_cli
 
 NEW_KEYS = [
-    "decode_blocked_share", "closed_loop", "waiting_share", "saturated", "prefill_overloaded", "decode_overloaded",
+    "decode_full_share", "closed_loop", "waiting_share", "saturated", "prefill_overloaded", "decode_overloaded",
 ]  # fmt: skip
 
 
@@ -98,7 +98,7 @@ def test_an_overloaded_decode_pool_is_named(saturation):
     # shows in the prefill queue (back-pressure), so the verdict must name the decode pool.
     s = at(1.3, saturation)
     assert s["stable"] is False
-    assert s["decode_blocked_share"] > 0.9
+    assert s["decode_full_share"] > 0.9
     assert s["decode_overloaded"] is True and s["prefill_overloaded"] is False
     assert "the decode pool is overloaded" in render.stability_line(s)
 
@@ -108,16 +108,33 @@ def test_an_overloaded_prefill_pool_is_named(saturation):
     # at 3.5 req/s its prompts pile up and the decode pool always has room
     s = summary(*RAG_3P1D, "scheduler.prefill.instances=1", "scheduler.decode.instances=3", "workload.arrival.rate=3.5")
     assert s["stable"] is False
-    assert s["decode_blocked_share"] < 0.1
+    assert s["decode_full_share"] < 0.1
     assert s["prefill_overloaded"] is True and s["decode_overloaded"] is False
     assert "the prefill pool is overloaded" in render.stability_line(s)
+
+
+def test_a_decode_pool_short_of_batch_slots_is_named_too():
+    # 1 prefill + 1 decode with 32 sequences a batch and answers of ~512 tokens: the
+    # decode pool runs out of slots, not blocks, so transferred requests wait in its queue
+    # rather than at the link. It carries ~3.2 req/s with every batch full; 4.7 req/s
+    # (1.5 x) is far past it, and its prefill instance is mostly idle.
+    s = summary(
+        "workload.output_tokens={dist: geometric, mean: 512}",
+        "horizon={duration: 300, drain: false}",
+        "warmup=30",
+        "scheduler={kind: disaggregated, max_num_seqs: 32}",
+        "workload.arrival.rate=4.7",
+    )
+    assert s["stable"] is False and s["prefill_busy_fraction"] < 0.5
+    assert s["decode_full_share"] > 0.9
+    assert s["decode_overloaded"] is True and s["prefill_overloaded"] is False
 
 
 def test_a_split_well_within_capacity_is_stable_and_quiet(saturation):
     # 0.55 x saturation: transfers wait only for the decode instance's next step (~3 % of the time)
     s = at(0.55, saturation)
     assert s["stable"] is True and not (s["prefill_overloaded"] or s["decode_overloaded"])
-    assert s["decode_blocked_share"] < 0.1
+    assert s["decode_full_share"] < 0.1
     line = render.stability_line(s)
     assert "overloaded" not in line and "decode pool full" not in line
 
@@ -129,7 +146,7 @@ def test_the_reviews_point_is_stable_and_its_decode_pressure_is_named(saturation
     # blocks and the wait lands in the first decode gap. The verdict stays stable and says so.
     s = at(0.87, saturation)
     assert s["stable"] is True and not (s["prefill_overloaded"] or s["decode_overloaded"])
-    assert 0.1 <= s["decode_blocked_share"] < 0.5
+    assert 0.1 <= s["decode_full_share"] < 0.5
     assert "decode pool full" in render.stability_line(s) and "TPOT" in render.stability_line(s)
 
 
@@ -138,17 +155,19 @@ def test_a_healthy_colocated_run_is_unchanged_but_for_the_new_keys():
     assert s["stable"] is True
     assert list(s)[-len(NEW_KEYS) :] == NEW_KEYS  # added after every key there was
     assert s["closed_loop"] is False and s["saturated"] is False
-    assert s["decode_blocked_share"] is None and not (s["prefill_overloaded"] or s["decode_overloaded"])
+    assert s["decode_full_share"] is None and not (s["prefill_overloaded"] or s["decode_overloaded"])
     assert s["waiting_share"] < 0.05
     line = render.stability_line(s)
     assert line.startswith("yes (backlog grew by") and "closed loop" not in line and "pool" not in line
 
 
-def test_decode_blocked_share_is_the_time_some_link_waited_idle_for_decode_blocks():
+def test_decode_full_share_is_the_time_the_decode_pool_held_requests_back():
     # link 0: a transfer queued at 1 starts at 3 (blocked 1-3), the next queued at 2 waits
     # behind it on the link until 3.5, then for blocks until 5 (blocked 3.5-5); link 1:
-    # blocked 4-6 (overlapping link 0's 4-5). Union: [1, 3) + [3.5, 6) = 4.5 s of [0, 10].
-    from des.metrics.pools import decode_blocked_share
+    # blocked 4-6 (overlapping link 0's 4-5); a decode step 7-7.5 leaves a request out of
+    # its batch (a prefill step that does, and a decode step that does not, don't count).
+    # Union: [1, 3) + [3.5, 6) + [7, 7.5) = 5 s of [0, 10].
+    from des.metrics.pools import decode_full_share
 
     transfers = pd.DataFrame(
         {
@@ -170,7 +189,15 @@ def test_decode_blocked_share_is_the_time_some_link_waited_idle_for_decode_block
             "prefill_instance": [0, 0, 1],
         }
     )
-    assert decode_blocked_share(transfers, requests, 0.0, 10.0, 10.0, True) == pytest.approx(0.45)
+    steps = pd.DataFrame(
+        {
+            "role": ["decode", "decode", "prefill"],
+            "start": [7.0, 7.5, 8.0],
+            "duration": [0.5, 0.5, 0.5],
+            "num_waiting": [1, 0, 3],
+        }
+    )
+    assert decode_full_share(transfers, requests, steps, 0.0, 10.0, 10.0, True) == pytest.approx(0.5)
     # a request still waiting on link 1 when the run stops at 10 (prefilled at 8): blocked 8-10
     waiting = pd.concat(
         [
@@ -187,6 +214,6 @@ def test_decode_blocked_share_is_the_time_some_link_waited_idle_for_decode_block
         ],
         ignore_index=True,
     )
-    assert decode_blocked_share(transfers, waiting, 0.0, 10.0, 10.0, True) == pytest.approx(0.65)
-    assert decode_blocked_share(transfers, waiting, 0.0, 10.0, 10.0, False) == pytest.approx(0.45)
-    assert decode_blocked_share(transfers, requests, 5.0, 5.0, 10.0, True) is None
+    assert decode_full_share(transfers, waiting, steps, 0.0, 10.0, 10.0, True) == pytest.approx(0.7)
+    assert decode_full_share(transfers, waiting, steps, 0.0, 10.0, 10.0, False) == pytest.approx(0.5)
+    assert decode_full_share(transfers, requests, steps, 5.0, 5.0, 10.0, True) is None

@@ -10,13 +10,14 @@ end: bytes / bandwidth + latency) and ``kv_transfer_wait_*`` (queued to start: w
 for the link and for the decode instance's blocks), mean, p50 and p99, in seconds.
 Keys of roles or transfers a run does not have are None, so every run has the same keys.
 
-``decode_blocked_share`` (:func:`decode_blocked_share`) is the share of the arrival
-window during which some link sat idle with a transfer at its head waiting for a decode
-instance's blocks: the decode pool was full (or, for a few milliseconds a transfer, the
-decode instance had not reached its next step boundary, where reservations are served).
-It stays at a few per cent at light load and goes to 1 when the decode pool is
-overloaded, its full cache stalling the links and, through the prefill blocks they hold,
-prefill admission (see :mod:`des.engine.schedulers.disaggregated`).
+``decode_full_share`` (:func:`decode_full_share`) is the share of the arrival window
+during which the decode pool held requests back: some link sat idle with a transfer at
+its head waiting for a decode instance's blocks, or some decode instance ran a step
+with requests left out of its batch (transferred and waiting for a slot, or preempted).
+At light load it is a few per cent (a transfer's reservation waits for the decode
+instance's next step boundary); it goes to 1 when the decode pool is overloaded, its full
+cache stalling the links and, through the prefill blocks they hold, prefill admission
+(see :mod:`des.engine.schedulers.disaggregated`).
 """
 
 from __future__ import annotations
@@ -96,24 +97,11 @@ def _union_length(lo: np.ndarray, hi: np.ndarray, start: float, end: float) -> f
     return float((reach[last] - lo[first]).sum())
 
 
-def decode_blocked_share(
-    transfers: pd.DataFrame, requests: pd.DataFrame, start: float, end: float, stop: float, first_token_at_prefill: bool
-) -> float | None:
-    """Share of the arrival window ``[start, end]`` during which some link waited, idle, for a
-    decode instance's blocks; None for an empty window.
-
-    A link serves its transfers one at a time in order (:class:`~des.engine.link.KVLink`):
-    the ``k``-th waits for blocks from ``max(enqueued_k, end_{k-1})`` to its ``start``.
-    Transfers still waiting when a run stops (no drain) are not in the transfer log: with
-    the first token dated at the end of the prefill (``first_token_at_prefill``), a link
-    with such a request waits from the earliest of their prefills' ends (or its last
-    transfer's end) to ``stop``; with the first token dated at the decode instance, their
-    prefills' ends are unknown and that tail is left out.
-    """
-    if not end > start:
-        return None
+def _link_waits(transfers: pd.DataFrame, requests: pd.DataFrame, stop: float, first_token_at_prefill: bool):
+    """The intervals (starts, ends) during which a link sat idle with a transfer at its head
+    waiting for a decode instance's blocks (see :func:`decode_full_share`)."""
     link = transfers["link"].to_numpy()
-    lo_parts, hi_parts = [], []
+    lo_parts, hi_parts = [np.zeros(0)], [np.zeros(0)]
     last_end: dict[int, float] = {}
     for i in np.unique(link):
         mine = transfers.loc[link == i].sort_values("start", kind="stable")
@@ -130,14 +118,44 @@ def decode_blocked_share(
             & (requests["prefill_instance"].to_numpy() >= 0)
         )
         if waiting.any():
-            tail = (
-                pd.Series(requests["first_token_time"].to_numpy()[waiting])
-                .groupby(requests["prefill_instance"].to_numpy()[waiting])
-                .min()
-            )
-            for i, since in tail.items():
-                lo_parts.append(np.array([max(float(since), last_end.get(int(i), -np.inf))]))
+            since = requests["first_token_time"].to_numpy()[waiting]
+            tail = pd.Series(since).groupby(requests["prefill_instance"].to_numpy()[waiting]).min()
+            for i, first in tail.items():
+                lo_parts.append(np.array([max(float(first), last_end.get(int(i), -np.inf))]))
                 hi_parts.append(np.array([float(stop)]))
-    if not lo_parts:
-        return 0.0
-    return finite(_union_length(np.concatenate(lo_parts), np.concatenate(hi_parts), start, end) / (end - start))
+    return np.concatenate(lo_parts), np.concatenate(hi_parts)
+
+
+def decode_full_share(
+    transfers: pd.DataFrame,
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    start: float,
+    end: float,
+    stop: float,
+    first_token_at_prefill: bool,
+) -> float | None:
+    """Share of the arrival window ``[start, end]`` during which the decode pool held requests
+    back; None for an empty window.
+
+    Two kinds of interval count, merged:
+
+    - a link waiting, idle, for a decode instance's blocks. A link serves its transfers one
+      at a time in order (:class:`~des.engine.link.KVLink`): the ``k``-th waits for blocks
+      from ``max(enqueued_k, end_{k-1})`` to its ``start``. Transfers still waiting when a
+      run stops (no drain) are not in the transfer log: with the first token dated at the
+      end of the prefill (``first_token_at_prefill``), a link with such a request waits from
+      the earliest of their prefills' ends (or its last transfer's end) to ``stop``; with
+      the first token dated at the decode instance, their prefills' ends are unknown and
+      that tail is left out;
+    - a step of a decode instance that left requests waiting (``num_waiting`` > 0: its
+      batch was full, in slots, tokens or blocks).
+    """
+    if not end > start:
+        return None
+    lo, hi = _link_waits(transfers, requests, stop, first_token_at_prefill)
+    decode = (steps["role"] == "decode").to_numpy() & (steps["num_waiting"].to_numpy() > 0)
+    step_start = steps["start"].to_numpy()[decode]
+    lo = np.concatenate([lo, step_start])
+    hi = np.concatenate([hi, step_start + steps["duration"].to_numpy()[decode]])
+    return finite(_union_length(lo, hi, start, end) / (end - start))

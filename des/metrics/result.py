@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from des.metrics.cache import cache_metrics
-from des.metrics.pools import decode_blocked_share, pool_metrics, transfer_metrics
+from des.metrics.pools import decode_full_share, pool_metrics, transfer_metrics
 from des.metrics.summary import arrival_window_end, measured_mask, summarize
 from des.metrics.tables import requests_table, steps_table, transfers_table
 from des.metrics.utilisation import utilisation
@@ -70,9 +70,9 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     summary.update(cache_metrics(steps, scenario.warmup, end))
     split = cluster.plan.link is not None
     start, arrivals_end = summary["arrival_window_start"], summary["arrival_window_end"]
-    summary["decode_blocked_share"] = (
-        decode_blocked_share(
-            transfers, requests, start, arrivals_end, end_time, cluster.plan.first_token_from == "prefill"
+    summary["decode_full_share"] = (
+        decode_full_share(
+            transfers, requests, steps, start, arrivals_end, end_time, cluster.plan.first_token_from == "prefill"
         )
         if split
         else None

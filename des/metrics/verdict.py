@@ -15,14 +15,15 @@ Two kinds of run answer it in a way that misleads when read as "healthy":
   KV links, whose transfers hold prefill blocks, which stalls prefill admission. An
   overloaded decode pool therefore shows as a growing *prefill* queue (TTFT and queue
   delay), with the decode pool's own population capped. ``decode_overloaded`` and
-  ``prefill_overloaded`` name the pool the backlog grew behind, for an unstable split (or
-  a saturated closed-loop one): the decode pool when links waited for its blocks for at
-  least half the arrival window (``decode_blocked_share``, :mod:`des.metrics.pools`),
-  else the prefill pool. Both are False for a stable open split and for colocated
-  serving (booleans, not a pool's name or None, so that a study's tables keep them out
-  of the per-point means). A stable split can still have a decode
-  pool that is often full: its transfers then wait for blocks, and the wait lands in the
-  first decode gap (TPOT), not in the backlog.
+  ``prefill_overloaded`` name the pool the backlog grew behind, for an unstable split
+  (or a saturated closed-loop one): the decode pool when it held requests back (its
+  blocks or its batch full) for at least half the arrival window
+  (``decode_full_share``, :mod:`des.metrics.pools`), else the prefill pool. Both are
+  False for a stable open split and for colocated serving (booleans rather than a
+  pool's name or None, so that a study's tables keep them out of the per-point means).
+  A stable split's decode pool can still be often full: its transfers then wait for
+  blocks (or its transferred requests for a slot), and the wait lands in the first
+  decode gap (TPOT), not in the backlog.
 
 ``waiting_share`` (every run with measured requests): the measured requests' time
 spent waiting to be admitted (queue delay) and, in a split, for their KV transfer to
@@ -40,8 +41,8 @@ from des.metrics._window import finite
 
 #: A closed loop is saturated when its requests spend more than this share of their time waiting.
 SATURATED_WAITING = 0.5
-#: An unstable split's decode pool is the overloaded one when links waited for its blocks this share of the window.
-DECODE_BLOCKED = 0.5
+#: An unstable split's decode pool is the overloaded one when it held requests back this share of the window.
+DECODE_FULL = 0.5
 #: A stable split's printed verdict notes a decode pool full this share of the window (light load: a few per cent).
 DECODE_FULL_NOTE = 0.1
 
@@ -72,7 +73,7 @@ def verdict_notes(
 ) -> dict[str, Any]:
     """``closed_loop``, ``waiting_share``, ``saturated``, ``prefill_overloaded`` and
     ``decode_overloaded`` of a run whose ``summary`` already holds ``stable`` and
-    ``decode_blocked_share``; ``measured`` masks the measured rows of ``requests``."""
+    ``decode_full_share``; ``measured`` masks the measured rows of ``requests``."""
     share = waiting_share(
         requests["e2e"].to_numpy()[measured],
         requests["queue_delay"].to_numpy()[measured],
@@ -81,8 +82,8 @@ def verdict_notes(
     )
     saturated = closed and share is not None and share > SATURATED_WAITING
     overloaded = split and (summary["stable"] is False or saturated)
-    blocked = summary.get("decode_blocked_share")
-    decode = overloaded and blocked is not None and blocked >= DECODE_BLOCKED
+    full = summary.get("decode_full_share")
+    decode = overloaded and full is not None and full >= DECODE_FULL
     return {
         "closed_loop": closed,
         "waiting_share": share,
