@@ -122,7 +122,7 @@ def _closed_loop_parts(s: dict[str, Any], slo: dict[str, float] | None) -> list[
     parts = ["a closed loop: its fixed number of users cannot grow the backlog, so this says nothing about latency"]
     share = s.get("waiting_share")
     if share is not None:
-        waited = f"requests spent {_pct_of(share)} of their time in the system waiting"
+        waited = f"{_pct_of(share)} of the requests in the system waited outside a running batch"
         parts.append(f"SATURATED: {waited}; more users only wait longer" if s.get("saturated") else waited)
     if slo:
         limits = ", ".join(f"{k} <= {v:g} s" for k, v in slo.items())

@@ -15,7 +15,7 @@ import pandas as pd
 
 from des.metrics.cache import cache_metrics
 from des.metrics.pools import decode_full_share, pool_metrics, transfer_metrics
-from des.metrics.summary import arrival_window_end, measured_mask, summarize
+from des.metrics.summary import arrival_window_end, summarize
 from des.metrics.tables import requests_table, steps_table, transfers_table
 from des.metrics.utilisation import utilisation
 from des.metrics.verdict import verdict_notes
@@ -78,6 +78,5 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
         else None
     )
     closed = getattr(scenario.workload.arrival, "process", None) == "closed"
-    measured = measured_mask(requests, scenario.warmup, end)
-    summary.update(verdict_notes(summary, requests, measured, transfers, closed, split))
+    summary.update(verdict_notes(summary, requests, steps, closed, split))
     return Result(scenario, requests, steps, summary, transfers if split else None)

@@ -6,8 +6,8 @@ Two kinds of run answer it in a way that misleads when read as "healthy":
 - A *closed loop* (``process: closed``): its users wait for each answer before sending
   the next, so the backlog never exceeds their number and cannot grow, however long
   requests wait: ``stable`` holds by construction. ``closed_loop`` says the run is one;
-  ``saturated`` says whether its users mostly wait: more than half of the measured
-  requests' time in the system spent waiting (``waiting_share``). Beyond saturation
+  ``saturated`` says whether its users mostly wait: more than half of the requests in
+  the system waiting outside a running batch (``waiting_share``). Beyond saturation
   throughput is flat and every added user only lengthens the wait. Judge such a run
   against its SLO (``slo_attainment``), not by ``stable``. ``saturated`` is False for
   open arrivals, whose overload is what ``stable`` catches.
@@ -25,19 +25,20 @@ Two kinds of run answer it in a way that misleads when read as "healthy":
   blocks (or its transferred requests for a slot), and the wait lands in the first
   decode gap (TPOT), not in the backlog.
 
-``waiting_share`` (every run with measured requests): the measured requests' time
-spent waiting to be admitted (queue delay) and, in a split, for their KV transfer to
-start, over their time in the system (end to end).
+``waiting_share`` (every run with arrivals in its window): the share of the admitted
+requests in the system that wait outside a running batch (never scheduled, preempted,
+between a split's pools, or transferred and waiting for a decode slot), the mean of the
+waiting queue over the mean backlog at the instants the stability check samples them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from des.metrics._window import finite
+from des.metrics.stability import queue_share, serving_from_steps
 
 #: A closed loop is saturated when its requests spend more than this share of their time waiting.
 SATURATED_WAITING = 0.5
@@ -47,39 +48,27 @@ DECODE_FULL = 0.5
 DECODE_FULL_NOTE = 0.1
 
 
-def waiting_share(
-    e2e: np.ndarray, queue_delay: np.ndarray, ids: np.ndarray, transfers: pd.DataFrame | None
-) -> float | None:
-    """The measured requests' (``ids``, with their ``e2e`` and ``queue_delay``, seconds) time
-    waiting for admission and for their KV transfer (``transfers``, for a split) over their
-    time in the system; None without measured time in the system."""
-    total = float(np.nansum(e2e))
-    if not total > 0:
-        return None
-    wait = float(np.nansum(queue_delay))
-    if transfers is not None and len(transfers):
-        mine = np.isin(transfers["request_id"].to_numpy(), ids)
-        wait += float((transfers["start"].to_numpy()[mine] - transfers["enqueued"].to_numpy()[mine]).sum())
-    return finite(wait / total)
+def waiting_share(requests: pd.DataFrame, steps: pd.DataFrame, start: float, end: float) -> float | None:
+    """The share of the admitted requests in the system over the arrival window ``[start, end]``
+    that wait outside a running batch (:func:`~des.metrics.stability.queue_share`)."""
+    admitted = (requests["status"] != "rejected").to_numpy()
+    serving = serving_from_steps(
+        steps["instance"].to_numpy(), steps["start"].to_numpy(), steps["duration"].to_numpy(),
+        steps["batch_size"].to_numpy(),
+    )  # fmt: skip
+    share = queue_share(
+        requests["arrival_time"].to_numpy()[admitted], requests["finish_time"].to_numpy()[admitted], serving, start, end
+    )
+    return None if share is None else finite(share)
 
 
 def verdict_notes(
-    summary: dict[str, Any],
-    requests: pd.DataFrame,
-    measured: np.ndarray,
-    transfers: pd.DataFrame,
-    closed: bool,
-    split: bool,
+    summary: dict[str, Any], requests: pd.DataFrame, steps: pd.DataFrame, closed: bool, split: bool
 ) -> dict[str, Any]:
     """``closed_loop``, ``waiting_share``, ``saturated``, ``prefill_overloaded`` and
-    ``decode_overloaded`` of a run whose ``summary`` already holds ``stable`` and
-    ``decode_full_share``; ``measured`` masks the measured rows of ``requests``."""
-    share = waiting_share(
-        requests["e2e"].to_numpy()[measured],
-        requests["queue_delay"].to_numpy()[measured],
-        requests["request_id"].to_numpy()[measured],
-        transfers if split else None,
-    )
+    ``decode_overloaded`` of a run whose ``summary`` already holds its arrival window,
+    ``stable`` and ``decode_full_share``."""
+    share = waiting_share(requests, steps, summary["arrival_window_start"], summary["arrival_window_end"])
     saturated = closed and share is not None and share > SATURATED_WAITING
     overloaded = split and (summary["stable"] is False or saturated)
     full = summary.get("decode_full_share")
