@@ -112,12 +112,62 @@ def prefix_cache_line(s: dict[str, Any]) -> str:
     )
 
 
-def stability_line(s: dict[str, Any]) -> str:
-    """The stability verdict and every flag behind it."""
-    parts = [
+def _pct_of(v: float) -> str:
+    """A share as a percentage: to a tenth of a per cent below 10 %, else whole."""
+    return f"{100 * v:.1f} %" if v < 0.1 else f"{100 * v:.0f} %"
+
+
+def _closed_loop_parts(s: dict[str, Any], slo: dict[str, float] | None) -> list[str]:
+    """What a closed loop's verdict means: nothing about latency; saturation; the SLO to judge it by."""
+    parts = ["a closed loop: its fixed number of users cannot grow the backlog, so this says nothing about latency"]
+    share = s.get("waiting_share")
+    if share is not None:
+        waited = f"{_pct_of(share)} of the requests in the system waited outside a running batch"
+        parts.append(f"SATURATED: {waited}; more users only wait longer" if s.get("saturated") else waited)
+    if slo:
+        limits = ", ".join(f"{k} <= {v:g} s" for k, v in slo.items())
+        met = s.get("slo_attainment")
+        done = "no request measured" if met is None else f"{_pct_of(met)} of measured requests met it"
+        parts.append(f"judge it by its SLO ({limits}): {done}")
+    else:
+        parts.append("no SLO to judge it by (scenario slo: {ttft, tpot, e2e})")
+    return parts
+
+
+def _split_parts(s: dict[str, Any]) -> list[str]:
+    """Which pool of a split is overloaded, or how often the decode pool held requests back."""
+    from des.metrics.verdict import DECODE_FULL_NOTE
+
+    full = s.get("decode_full_share")
+    if full is None:
+        return []
+    if s.get("decode_overloaded"):
+        return [
+            f"the decode pool is overloaded: full {_pct_of(full)} of the window (KV transfers waiting for its "
+            "blocks, or requests for its batch), and requests queued for prefill admission behind it"
+        ]
+    if s.get("prefill_overloaded"):
+        return [f"the prefill pool is overloaded (the decode pool was full only {_pct_of(full)} of the window)"]
+    if full >= DECODE_FULL_NOTE:
+        wait, p99 = s.get("kv_transfer_wait_mean"), s.get("kv_transfer_wait_p99")
+        waits = (
+            f"; KV transfers waited {wait:.2g} s mean, p99 {p99:.2g} s" if wait is not None and p99 is not None else ""
+        )
+        return [
+            f"decode pool full {_pct_of(full)} of the window{waits}: that shows in TPOT (the first decode gap), "
+            "not in the backlog"
+        ]
+    return []
+
+
+def stability_line(s: dict[str, Any], slo: dict[str, float] | None = None) -> str:
+    """The stability verdict and every flag behind it; what it means for a closed loop (judged
+    against ``slo``, the scenario's per-request limits, when given) and for the pools of a split."""
+    parts = _closed_loop_parts(s, slo) if s.get("closed_loop") else []
+    parts.append(
         f"backlog grew by {s['backlog_growth']:.3f} of arrivals; queue by {s['backlog_growth_of_level']:.2f} "
         "of the backlog's level"
-    ]
+    )
     if s.get("backlog_trend_unreliable"):
         parts.append("trend unreliable: the clock cannot tell the window's instants apart")
     if s.get("drifting"):
@@ -126,9 +176,11 @@ def stability_line(s: dict[str, Any]) -> str:
         parts.append(f"warm-up short: MSER-5 would drop {s['mser_truncation']:,} more requests")
     else:
         parts.append("latencies settled")
+    parts += _split_parts(s)
     if s["stable"] is None:
         return "unknown (no request arrived inside the arrival window to judge by)"
-    return f"{fmt(s['stable'])} ({'; '.join(parts)})"
+    verdict = "yes, by construction" if s["stable"] and s.get("closed_loop") else fmt(s["stable"])
+    return f"{verdict} ({'; '.join(parts)})"
 
 
 def load_line(s: dict[str, Any]) -> str:
@@ -197,7 +249,7 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
             f"{fmt(s['kv_transfer_time_mean'])} s mean, p99 {fmt(s['kv_transfer_time_p99'])} s; "
             f"waiting for blocks {fmt(s['kv_transfer_wait_mean'])} s mean",
         )
-    head.add_row("stable", stability_line(s))
+    head.add_row("stable", stability_line(s, sc.slo.limits() if sc.slo is not None else None))
     console.print(head)
     table = Table(title="latency (seconds)", title_justify="left")
     table.add_column("metric")

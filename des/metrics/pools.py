@@ -9,6 +9,15 @@ transfers of the requests that arrived in the window: ``kv_transfer_time_*`` (st
 end: bytes / bandwidth + latency) and ``kv_transfer_wait_*`` (queued to start: waiting
 for the link and for the decode instance's blocks), mean, p50 and p99, in seconds.
 Keys of roles or transfers a run does not have are None, so every run has the same keys.
+
+``decode_full_share`` (:func:`decode_full_share`) is the share of the arrival window
+during which the decode pool held requests back: some link sat idle with a transfer at
+its head waiting for a decode instance's blocks, or some decode instance ran a step
+with requests left out of its batch (transferred and waiting for a slot, or preempted).
+At light load it is a few per cent (a transfer's reservation waits for the decode
+instance's next step boundary); it goes to 1 when the decode pool is overloaded, its full
+cache stalling the links and, through the prefill blocks they hold, prefill admission
+(see :mod:`des.engine.schedulers.disaggregated`).
 """
 
 from __future__ import annotations
@@ -71,3 +80,82 @@ def transfer_metrics(transfers: pd.DataFrame, requests: pd.DataFrame, warmup: fl
         p50, p99 = np.percentile(values, (50, 99))
         out[f"{name}_p50"], out[f"{name}_p99"] = finite(float(p50)), finite(float(p99))
     return out
+
+
+def _union_length(lo: np.ndarray, hi: np.ndarray, start: float, end: float) -> float:
+    """Length of the union of the intervals ``[lo, hi)`` inside ``[start, end]`` (seconds)."""
+    lo, hi = np.clip(lo, start, end), np.clip(hi, start, end)
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    if lo.size == 0:
+        return 0.0
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)  # the furthest end of the intervals begun so far
+    first = np.flatnonzero(lo > np.concatenate([[-np.inf], reach[:-1]]))  # each merged block's first interval
+    last = np.concatenate([first[1:] - 1, [lo.size - 1]])
+    return float((reach[last] - lo[first]).sum())
+
+
+def _link_waits(transfers: pd.DataFrame, requests: pd.DataFrame, stop: float, first_token_at_prefill: bool):
+    """The intervals (starts, ends) during which a link sat idle with a transfer at its head
+    waiting for a decode instance's blocks (see :func:`decode_full_share`)."""
+    link = transfers["link"].to_numpy()
+    lo_parts, hi_parts = [np.zeros(0)], [np.zeros(0)]
+    last_end: dict[int, float] = {}
+    for i in np.unique(link):
+        mine = transfers.loc[link == i].sort_values("start", kind="stable")
+        ends = mine["end"].to_numpy()
+        lo_parts.append(np.maximum(mine["enqueued"].to_numpy(), np.concatenate([[-np.inf], ends[:-1]])))
+        hi_parts.append(mine["start"].to_numpy())
+        last_end[int(i)] = float(ends[-1])
+    if first_token_at_prefill:
+        waiting = (
+            (requests["status"] == "unfinished").to_numpy()
+            & np.isnan(requests["transfer_start"].to_numpy())
+            & np.isfinite(requests["first_token_time"].to_numpy())
+            & (requests["output_tokens"].to_numpy() > 1)
+            & (requests["prefill_instance"].to_numpy() >= 0)
+        )
+        if waiting.any():
+            since = requests["first_token_time"].to_numpy()[waiting]
+            tail = pd.Series(since).groupby(requests["prefill_instance"].to_numpy()[waiting]).min()
+            for i, first in tail.items():
+                lo_parts.append(np.array([max(float(first), last_end.get(int(i), -np.inf))]))
+                hi_parts.append(np.array([float(stop)]))
+    return np.concatenate(lo_parts), np.concatenate(hi_parts)
+
+
+def decode_full_share(
+    transfers: pd.DataFrame,
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    start: float,
+    end: float,
+    stop: float,
+    first_token_at_prefill: bool,
+) -> float | None:
+    """Share of the arrival window ``[start, end]`` during which the decode pool held requests
+    back; None for an empty window.
+
+    Two kinds of interval count, merged:
+
+    - a link waiting, idle, for a decode instance's blocks. A link serves its transfers one
+      at a time in order (:class:`~des.engine.link.KVLink`): the ``k``-th waits for blocks
+      from ``max(enqueued_k, end_{k-1})`` to its ``start``. Transfers still waiting when a
+      run stops (no drain) are not in the transfer log: with the first token dated at the
+      end of the prefill (``first_token_at_prefill``), a link with such a request waits from
+      the earliest of their prefills' ends (or its last transfer's end) to ``stop``; with
+      the first token dated at the decode instance, their prefills' ends are unknown and
+      that tail is left out;
+    - a step of a decode instance that left requests waiting (``num_waiting`` > 0: its
+      batch was full, in slots, tokens or blocks).
+    """
+    if not end > start:
+        return None
+    lo, hi = _link_waits(transfers, requests, stop, first_token_at_prefill)
+    decode = (steps["role"] == "decode").to_numpy() & (steps["num_waiting"].to_numpy() > 0)
+    step_start = steps["start"].to_numpy()[decode]
+    lo = np.concatenate([lo, step_start])
+    hi = np.concatenate([hi, step_start + steps["duration"].to_numpy()[decode]])
+    return finite(_union_length(lo, hi, start, end) / (end - start))

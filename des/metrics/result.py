@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from des.metrics.cache import cache_metrics
-from des.metrics.pools import pool_metrics, transfer_metrics
+from des.metrics.pools import decode_full_share, pool_metrics, transfer_metrics
 from des.metrics.summary import arrival_window_end, summarize
 from des.metrics.tables import requests_table, steps_table, transfers_table
 from des.metrics.utilisation import utilisation
+from des.metrics.verdict import verdict_notes
 
 if TYPE_CHECKING:
     from des.engine.cluster import Cluster
@@ -42,6 +43,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     ``kv_capacity_tokens`` and ``slot_utilization`` are those of an instance of the pool
     requests finish in (the only pool of colocated serving, the decode pool of
     disaggregated serving); utilisation measures every step against its own instance.
+    The last keys qualify the stability verdict (:mod:`des.metrics.verdict`).
     """
     cluster.settle()
     requests = requests_table(cluster.ledger)
@@ -66,4 +68,15 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     summary.update(transfer_metrics(transfers, requests, scenario.warmup, end))
     summary.update(utilisation(steps, [p for p in pools for _ in range(p.instances)], scenario.warmup, end))
     summary.update(cache_metrics(steps, scenario.warmup, end))
-    return Result(scenario, requests, steps, summary, transfers if cluster.plan.link is not None else None)
+    split = cluster.plan.link is not None
+    start, arrivals_end = summary["arrival_window_start"], summary["arrival_window_end"]
+    summary["decode_full_share"] = (
+        decode_full_share(
+            transfers, requests, steps, start, arrivals_end, end_time, cluster.plan.first_token_from == "prefill"
+        )
+        if split
+        else None
+    )
+    closed = getattr(scenario.workload.arrival, "process", None) == "closed"
+    summary.update(verdict_notes(summary, requests, steps, closed, split))
+    return Result(scenario, requests, steps, summary, transfers if split else None)

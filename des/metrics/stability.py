@@ -23,6 +23,10 @@ The run is called unstable when either growth is material — more than 5 % of t
 arrivals, or more than half the backlog's level — and larger than its series' own
 fluctuations, three standard deviations of the samples around the line, so that a
 short, quiet or bursty run is not condemned by a handful of requests.
+
+:func:`queue_share` gives the queue's mean over the backlog's at the same instants. What
+the verdict does not say by itself (a closed loop cannot grow; which pool of a split
+is the overloaded one) is in :mod:`des.metrics.verdict`.
 """
 
 from __future__ import annotations
@@ -103,6 +107,15 @@ def serving_from_steps(instance: np.ndarray, start: np.ndarray, duration: np.nda
     return serving
 
 
+def _series(
+    arrival: np.ndarray, finish: np.ndarray, serving: Serving, t: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the sorted arrivals, the backlog and the waiting queue at the instants ``t``)."""
+    arrived = np.sort(arrival)
+    backlog = _level(arrived, t) - _level(np.sort(np.where(np.isfinite(finish), finish, np.inf)), t)
+    return arrived, backlog, backlog - serving(t)
+
+
 def backlog_trend(
     arrival: np.ndarray, finish: np.ndarray, serving: Serving, start: float, end: float
 ) -> tuple[float, float, bool]:
@@ -115,13 +128,11 @@ def backlog_trend(
     """
     if not end > start:
         return 0.0, 0.0, False
-    arrived = np.sort(arrival)
     t = _instants(start, end)
+    arrived, backlog, queue = _series(arrival, finish, serving, t)
     n_window = np.searchsorted(arrived, end, side="right") - np.searchsorted(arrived, start, side="left")
     if n_window == 0:
         return 0.0, 0.0, False
-    backlog = _level(arrived, t) - _level(np.sort(np.where(np.isfinite(finish), finish, np.inf)), t)
-    queue = backlog - serving(t)
     rise, noise = _trend(t, backlog)
     q_rise, q_noise = _trend(t, queue)
     growth = rise / n_window
@@ -129,3 +140,14 @@ def backlog_trend(
     piling = growth > GROWTH_LIMIT and rise > NOISE_SDS * noise
     queueing = of_level > LEVEL_LIMIT and q_rise > NOISE_SDS * q_noise
     return growth, of_level, bool(piling or queueing)
+
+
+def queue_share(arrival: np.ndarray, finish: np.ndarray, serving: Serving, start: float, end: float) -> float | None:
+    """The waiting queue's mean over the backlog's, at the instants the trend is sampled at:
+    the share of the requests in the system that wait outside a running batch (arguments as
+    for :func:`backlog_trend`). None for an empty window or one the backlog never enters."""
+    if not end > start:
+        return None
+    _, backlog, queue = _series(arrival, finish, serving, _instants(start, end))
+    total = float(backlog.sum())
+    return float(queue.sum()) / total if total > 0 else None
