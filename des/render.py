@@ -226,11 +226,16 @@ def short_headers(keys: Sequence[str]) -> list[str]:
     return out
 
 
+def _end(v: float) -> str:
+    """An interval's end: '-' where the data leave it open (NaN or infinite)."""
+    return f"{v:.3g}" if v == v and abs(v) != math.inf else "-"
+
+
 def _with_ci(p: pd.Series, m: str) -> str:
     if p[m] != p[m]:
         return "-"
     if p[f"{m}_lo"] == p[f"{m}_lo"]:
-        return f"{p[m]:.3g} [{p[f'{m}_lo']:.3g}, {p[f'{m}_hi']:.3g}]"
+        return f"{p[m]:.3g} [{_end(p[f'{m}_lo'])}, {_end(p[f'{m}_hi'])}]"
     return f"{p[m]:.3g}"
 
 
@@ -243,7 +248,11 @@ POINT_METRICS = (
 
 
 def points_table(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
-    table = Table(title="mean over replications [95 % CI]; latencies in seconds", title_justify="left")
+    title = "mean over replications [95 % interval]; latencies in seconds"
+    methods = points["interval_method"].unique() if "interval_method" in points else []
+    if len(methods) == 1:
+        title += f"; intervals: {methods[0]}"
+    table = Table(title=title, title_justify="left")
     table.add_column("variant", no_wrap=True)
     for head in short_headers(grid_keys):
         table.add_column(head, justify="right", no_wrap=True)
@@ -273,7 +282,7 @@ def sweep_done(runs: int, points: int, replications: int, seconds: float, out_di
 
 def probe_line(param: str, ev: Evaluation) -> str:
     """One line per value a capacity search tried: its metrics and verdict, and why."""
-    ms = ", ".join(f"{k} {v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]" for k, v in ev.metrics.items())
+    ms = ", ".join(f"{k} {v[0]:.3g} [{_end(v[1])}, {_end(v[2])}]" for k, v in ev.metrics.items())
     why = f" ({'; '.join(ev.why)})" if ev.why else ""
     return f"{param} = {ev.value:g}: {ms}; {ev.verdict}{why}"
 
@@ -287,9 +296,12 @@ def capacity_answer(answer: CapacityAnswer) -> str:
         if answer.target_rate is not None
         else f"capacity ({answer.param})"
     )
+    methods = sorted({m for e in answer.evaluations for m in e.methods.values()})
+    how = f"; SLO metrics' intervals: {', '.join(methods)}" if methods else ""
     return (
         f"{what} under {' and '.join(answer.slos)}: {f(answer.value)}  95 % CI [{f(answer.ci_low)}, "
-        f"{f(answer.ci_high)}]  ({answer.replications} replications per value, {len(answer.evaluations)} values tried)"
+        f"{f(answer.ci_high)}]  ({answer.replications} replications per value, {len(answer.evaluations)} values tried"
+        f"{how})"
     )
 
 

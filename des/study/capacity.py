@@ -4,7 +4,9 @@ Every candidate value is simulated with ``R`` replications (seeds ``r = 0..R-1``
 same at every value: common random numbers), each through the sweep's runner into its
 own folder ``DIR/capacity/<value>/r<k>/``, so a search is resumable and its runs can be
 read like a sweep's. For each SLO ``metric <= limit`` the replications give a mean and
-a 95 % interval (:func:`des.study.aggregate.metric_interval`). At a value the SLOs
+a 95 % interval (:func:`des.study.intervals.estimate`: a latency's from batches of the
+measured requests of every replication, another metric's over the replications; a
+trace replay's from its resampled traces). At a value the SLOs
 
 - *hold* when every mean is within its limit and every replication is stable;
 - *surely hold* when every interval's far end is within its limit (and all stable);
@@ -30,12 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from des.dotted import get_dotted
 from des.errors import ScenarioError
 from des.output import Staged, remove_stale_staging
 from des.scenario import Scenario, load_scenario
-from des.study.aggregate import metric_interval
+from des.study.aggregate import SHARES, is_replay, measured_requests
 from des.study.runner import CAPACITY, Backend, run_specs, sweep_lock
 from des.study.spec import RunSpec, point_scenario, replication_seed, slug
 
@@ -101,6 +104,7 @@ class Evaluation:
     surely_holds: bool
     surely_fails: bool
     why: list[str] = field(default_factory=list)
+    methods: dict[str, str] = field(default_factory=dict)
 
     @property
     def stable(self) -> bool:
@@ -122,14 +126,28 @@ class Evaluation:
             "surely_fails": self.surely_fails,
             "stable": self.stable,
             "why": self.why,
-            "metrics": {k: {"mean": v[0], "low": v[1], "high": v[2]} for k, v in self.metrics.items()},
+            "metrics": {
+                k: {"mean": v[0], "low": v[1], "high": v[2], "method": self.methods.get(k)}
+                for k, v in self.metrics.items()
+            },
         }
 
 
-def judge(value: float, slos: Sequence[SLOTerm], summaries: Sequence[dict[str, Any]]) -> Evaluation:
-    """The verdicts at ``value`` from its replications' summaries, with the reasons for a failure."""
+def judge(
+    value: float,
+    slos: Sequence[SLOTerm],
+    summaries: Sequence[dict[str, Any]],
+    requests: Sequence[pd.DataFrame] | None = None,
+    replay: bool = False,
+) -> Evaluation:
+    """The verdicts at ``value`` from its replications' summaries (and their measured
+    ``requests``, in arrival order, for the latencies' intervals), with the reasons for a
+    failure. ``replay``: the replications replay a trace, the first as recorded."""
+    from des.study.intervals import estimate, latency_stat
+
     unstable = sum(not s["stable"] for s in summaries)
     metrics: dict[str, tuple[float, float, float]] = {}
+    methods: dict[str, str] = {}
     verdicts, why = [], []
     if unstable:
         why.append(f"unstable in {unstable} of {len(summaries)} replications")
@@ -140,10 +158,16 @@ def judge(value: float, slos: Sequence[SLOTerm], summaries: Sequence[dict[str, A
             verdicts.append((False, False, True))
             why.append(f"{slo.metric} not measured")
             continue
-        mean, lo, hi = metric_interval(slo.metric, vals)
-        if len(vals) < 2:
+        latency = latency_stat(slo.metric)
+        series = [f[latency[0]].to_numpy(dtype=float) for f in requests] if latency and requests else None
+        e = estimate(slo.metric, vals, series, replay, 1.0 if slo.metric in SHARES else None)
+        mean, lo, hi = e.value, e.low, e.high
+        if math.isnan(lo) and math.isnan(hi):  # no interval (one replication): judge by the value
             lo = hi = mean
+        else:  # an end the data cannot bound is open
+            lo, hi = (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(hi) else hi)
         metrics[slo.metric] = (mean, lo, hi)
+        methods[slo.metric] = e.method
         v = slo.verdicts(mean, lo, hi)
         verdicts.append(v)
         bound = f"limit {slo.limit:g}"
@@ -160,6 +184,7 @@ def judge(value: float, slos: Sequence[SLOTerm], summaries: Sequence[dict[str, A
         stable and all(v[1] for v in verdicts),
         (not stable) or any(v[2] for v in verdicts),
         why,
+        methods,
     )
 
 
@@ -193,8 +218,10 @@ class Search:
     def evaluate(self, value: float) -> Evaluation:
         value = int(round(value)) if self.integer else float(value)
         if value not in self.cache:
-            rows = run_specs(self.runner, self.specs(value), self.root)
-            self.cache[value] = judge(value, self.slos, rows)
+            specs = self.specs(value)
+            rows = run_specs(self.runner, specs, self.root)
+            requests = [measured_requests(self.root, s) for s in specs]
+            self.cache[value] = judge(value, self.slos, rows, requests, is_replay(self.base))
             if self.on_eval:
                 self.on_eval(self.cache[value])
         return self.cache[value]
