@@ -27,7 +27,7 @@ import pandas as pd
 from scipy import stats
 
 from des.study.runner import run_dir
-from des.study.spec import RunSpec
+from des.study.spec import RunSpec, is_replay
 
 NOT_METRICS = {"run", "replication", "seed"}
 POOLED = ("ttft", "tpot", "e2e", "queue_delay")
@@ -151,8 +151,3 @@ def measured_requests(root: Path, spec: RunSpec) -> pd.DataFrame:
     """A run's measured requests (its ``latencies.parquet``), in arrival order."""
     frame = pd.read_parquet(run_dir(root, spec) / "latencies.parquet")
     return frame.sort_values("arrival_time", kind="stable").reset_index(drop=True)
-
-
-def is_replay(scenario: dict[str, Any]) -> bool:
-    """Whether a (resolved) scenario replays a trace."""
-    return bool(scenario.get("workload", {}).get("arrival", {}).get("process") == "trace")

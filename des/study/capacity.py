@@ -38,9 +38,9 @@ from des.dotted import get_dotted
 from des.errors import ScenarioError
 from des.output import Staged, remove_stale_staging
 from des.scenario import Scenario, load_scenario
-from des.study.aggregate import SHARES, is_replay, measured_requests
+from des.study.aggregate import SHARES, measured_requests
 from des.study.runner import CAPACITY, Backend, run_specs, sweep_lock
-from des.study.spec import RunSpec, point_scenario, replication_seed, slug
+from des.study.spec import RunSpec, is_replay, point_scenario, replication_seed, resamples, slug
 
 SLO_PATTERN = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=)\s*(\S+)\s*$")
 QUOTE_HINT = "quote it in the shell, e.g. --slo 'ttft_p99<=2' (bash reads < and > as redirections)"
@@ -212,7 +212,8 @@ class Search:
             s = dict(scenario)
             s["seed"] = replication_seed(self.base["seed"], r)
             s["name"] = f"{self.base['name']}/capacity/{where}/r{r}"
-            out.append(RunSpec(r, f"{slug(value)}/r{r}", "capacity", ((self.param, value),), r, s["seed"], s))
+            point = ((self.param, value),)
+            out.append(RunSpec(r, f"{slug(value)}/r{r}", "capacity", point, r, s["seed"], s, resamples(s, r)))
         return out
 
     def evaluate(self, value: float) -> Evaluation:
