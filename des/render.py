@@ -264,9 +264,39 @@ def points_table(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
             str(p["variant"]),
             *(f"{p[k]:g}" if isinstance(p[k], float) else str(p[k]) for k in grid_keys),
             *(_with_ci(p, m) for m, _ in POINT_METRICS),
-            "yes" if p["all_stable"] else "NO",
+            stable_cell(p),
         )
     out().print(table)
+    short_points(points, grid_keys)
+
+
+def stable_cell(p: pd.Series) -> str:
+    """A point's stability: yes, NO, or unsure where every unstable replication may only be
+    filling up (its runs too short to tell, :mod:`des.study.adequacy`)."""
+    if p["all_stable"]:
+        return "yes"
+    transient = int(p.get("unstable_transient") or 0)
+    return "unsure" if transient and transient == int(p.get("unstable_runs") or 0) else "NO"
+
+
+#: At most this many points' warm-up warnings are printed after a sweep's table.
+SHORT_LINES = 8
+
+
+def short_points(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
+    """A warning per point whose runs are too short to judge (the first :data:`SHORT_LINES`)."""
+    if "runs_short" not in points:
+        return
+    short = points[points["runs_short"] > 0]
+    heads = short_headers(grid_keys)
+    for i, (_, p) in enumerate(short.iterrows()):
+        if i == SHORT_LINES:
+            warning(f"and {len(short) - SHORT_LINES} more points (points.parquet: runs_short, adequacy)")
+            break
+        where = " ".join([str(p["variant"]), *(f"{h}={p[k]}" for h, k in zip(heads, grid_keys, strict=True))])
+        replay = str(p.get("interval_method", "")).startswith("replay")
+        fix = "a replay cannot be lengthened" if replay else "lengthen horizon.duration and warmup"
+        warning(f"{where}: {p['adequacy']}; {fix}")
 
 
 def sweep_done(runs: int, points: int, replications: int, seconds: float, out_dir: Path) -> None:
@@ -284,7 +314,8 @@ def probe_line(param: str, ev: Evaluation) -> str:
     """One line per value a capacity search tried: its metrics and verdict, and why."""
     ms = ", ".join(f"{k} {v[0]:.3g} [{_end(v[1])}, {_end(v[2])}]" for k, v in ev.metrics.items())
     why = f" ({'; '.join(ev.why)})" if ev.why else ""
-    return f"{param} = {ev.value:g}: {ms}; {ev.verdict}{why}"
+    notes = "".join(f"\n    note: {n}" for n in ev.notes)
+    return f"{param} = {ev.value:g}: {ms}; {ev.verdict}{why}{notes}"
 
 
 def capacity_answer(answer: CapacityAnswer) -> str:

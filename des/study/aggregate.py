@@ -10,7 +10,10 @@ Student-t interval over three of them routinely reaches below zero. The column
 ``interval_method`` says which method made a point's intervals. A p99 "of the point"
 can mean two things: the mean of the replications' p99s (``ttft_p99``, with its
 interval) or the p99 of all the point's requests pooled (``pooled_ttft_p99``); both are
-given. A trace replay's point is its recorded trace's run (the replications after it
+given. ``runs_short`` counts the replications whose warm-up or horizon is too short to
+judge them by (:mod:`des.study.adequacy`, ``adequacy`` says why), ``unstable_transient``
+the unstable ones whose instability their start-up may explain (the sweep calls such a
+point's stability "unsure", not "NO"). A trace replay's point is its recorded trace's run (the replications after it
 replay resamples of the trace, :mod:`des.study.resample`).
 """
 
@@ -106,6 +109,8 @@ def metric_interval(metric: str, values: np.ndarray) -> tuple[float, float, floa
 
 def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequence[str], root: Path) -> pd.DataFrame:
     """A row per variant and grid point; ``root`` holds the runs' folders (for the measured requests)."""
+    from des.study.adequacy import check, is_closed
+    from des.study.adequacy import describe as describe_short
     from des.study.intervals import describe, estimate, latency_stat
 
     groups: dict[tuple, list[RunSpec]] = {}
@@ -135,6 +140,17 @@ def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequen
         row["interval_method"] = describe(len(members), [len(f) for f in frames], replay)
         row["all_stable"] = bool(sub["stable"].all())
         row["any_drifting"] = bool(sub["drifting"].any())
+        summaries = sub.to_dict("records")
+        closed = is_closed(members[0].scenario)
+        checks = [
+            check(r, (f["e2e"] - f["queue_delay"]).to_numpy(), closed) for r, f in zip(summaries, frames, strict=True)
+        ]
+        row["unstable_runs"] = sum(
+            r.get("stable") is not None and r["stable"] == r["stable"] and not r["stable"] for r in summaries
+        )
+        row["runs_short"] = sum(c.short for c in checks)
+        row["unstable_transient"] = sum(c.explains(r) for c, r in zip(checks, summaries, strict=True))
+        row["adequacy"] = describe_short(checks, summaries)
         pooled = pd.concat(frames)
         for name in POOLED:
             v = pooled[name].to_numpy(dtype=float)
