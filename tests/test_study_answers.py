@@ -410,9 +410,9 @@ def test_the_fill_up_check_measures_what_an_empty_start_leaves(tmp_path):
     s = res.summary
     assert s["stable"] is False and s["backlog_growth_of_level"] < 0.5  # unstable by the fill-up alone
     req = res.requests
-    measured = req[(req["arrival_time"] >= 10) & (req["status"] == "completed")]
+    measured = req[(req["arrival_time"] >= 10) & (req["status"] == "completed")].sort_values("arrival_time")
     served = (measured["e2e"] - measured["queue_delay"]).to_numpy()
-    c = check(s, served)
+    c = check(s, measured)
     assert c.fill == pytest.approx((served.mean() - 10) / 80, rel=1e-9)
     assert c.fill == pytest.approx(0.25, abs=0.01) and c.short and c.explains(s)
     # lengthened four times it is adequate, and stable
@@ -420,7 +420,7 @@ def test_the_fill_up_check_measures_what_an_empty_start_leaves(tmp_path):
     assert res.summary["stable"] is True
     req = res.requests
     measured = req[(req["arrival_time"] >= 40) & (req["status"] == "completed")]
-    fill = check(res.summary, (measured["e2e"] - measured["queue_delay"]).to_numpy()).fill
+    fill = check(res.summary, measured).fill
     assert fill is not None and fill < FILL_LIMIT
 
 
@@ -460,7 +460,7 @@ def test_a_replay_too_short_to_judge_is_not_called_unstable(tmp_path):
     assert s["stable"] is False
     req = res.requests
     measured = req[(req["arrival_time"] >= 10) & (req["status"] == "completed")].sort_values("arrival_time")
-    c = check(s, (measured["e2e"] - measured["queue_delay"]).to_numpy())
+    c = check(s, measured)
     slo = [SLOTerm("e2e_p99", 40.0)]
     old = judge(1.0, slo, [s], [measured])
     assert old.surely_fails  # without the checks: the fill-up is taken for overload
@@ -500,3 +500,19 @@ def test_a_sweep_calls_a_filling_point_unsure_and_says_its_runs_are_short(tmp_pa
     row = next(line for line in out.stdout.splitlines() if "│        9 │" in line)
     assert "unsure" in row and "NO" not in row
     assert "replicas=9: warm-up or horizon short in 2 of 2" in " ".join(out.stderr.split())
+
+
+def test_mser_calls_a_warmup_short_only_when_dropping_it_matters_and_not_on_overload():
+    from des.study.adequacy import check
+
+    flat = pd.DataFrame({"e2e": np.r_[np.full(100, 1.02), np.full(900, 1.0)], "queue_delay": 0.0})
+    high = pd.DataFrame({"e2e": np.r_[np.full(100, 3.0), np.full(900, 1.0)], "queue_delay": 0.0})
+    summary = {"stable": True, "mser_truncation": 100, "num_measured": 1000, "drifting": False,
+               "arrival_window_start": 60.0, "arrival_window_end": 600.0}  # fmt: skip
+    assert not check(summary, flat).short  # 10 % dropped, the mean moves by 0.2 %
+    c = check(summary, high)
+    assert c.short and c.mser_bias == pytest.approx(1.0 / 1.2 - 1)
+    # an overloaded run's latencies never settle: that is its overload, not a short warm-up
+    overloaded = {**summary, "stable": False, "drifting": True, "backlog_growth": 0.3, "backlog_growth_of_level": 2.0}
+    c = check(overloaded, high)
+    assert c.flagged and not c.short and not c.transient

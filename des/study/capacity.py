@@ -246,8 +246,7 @@ class Search:
         rows = run_specs(self.runner, specs, self.root)
         requests = [measured_requests(self.root, s) for s in specs]
         closed = is_closed(self.base)
-        served = [(req["e2e"] - req["queue_delay"]).to_numpy() for req in requests]
-        checks = [check(row, s, closed) for row, s in zip(rows, served, strict=True)]
+        checks = [check(row, req, closed) for row, req in zip(rows, requests, strict=True)]
         ev = judge(value, self.slos, rows, requests, is_replay(self.base), checks)
         ev.scale = scale
         note = describe_short(checks, rows)
