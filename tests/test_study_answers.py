@@ -279,6 +279,11 @@ def test_capacity_of_a_replay_gets_its_interval_from_resampled_traces(tmp_path):
         "capacity", str(path), "--slo", "queue_delay_p90<=2", "--replications", "5", "--workers", "2",
         "--out", str(tmp_path / "cap"),
     ).stdout  # fmt: skip
+    # too few resamples for a useful interval: said before the search starts
+    few = des_cli(
+        "capacity", str(path), "--slo", "queue_delay_p90<=1e-9", "--replications", "2", "--out", str(tmp_path / "few")
+    )
+    assert "1 resampled trace(s)" in few.stderr and "--replications 5 or more" in " ".join(few.stderr.split())
 
 
 def test_a_resample_is_a_block_bootstrap_of_the_trace_drawn_from_its_seed():
