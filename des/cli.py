@@ -415,6 +415,7 @@ def capacity(
     from des import render
     from des.study.capacity import CapacityQuestion
     from des.study.runner import open_backend
+    from des.study.spec import is_replay
     from des.study.sweep import default_workers
 
     sc = _scenario(scenario, overrides)
@@ -425,6 +426,11 @@ def capacity(
         if term.note:
             render.warning(term.note)
     out_dir = _writable(out_dir or _default_folder(sc.name))
+    if is_replay(question.base) and replications < 5:
+        render.warning(
+            f"a replay's interval comes from its {replications - 1} resampled trace(s) "
+            "(des/study/resample.py): with fewer than 4 it is very wide or none; give --replications 5 or more"
+        )
     answer = question.answer(
         open_backend(backend, workers or default_workers(), address),
         out_dir,

@@ -278,11 +278,16 @@ def short_headers(keys: Sequence[str]) -> list[str]:
     return out
 
 
+def _end(v: float) -> str:
+    """An interval's end: '-' where the data leave it open (NaN or infinite)."""
+    return f"{v:.3g}" if v == v and abs(v) != math.inf else "-"
+
+
 def _with_ci(p: pd.Series, m: str) -> str:
     if p[m] != p[m]:
         return "-"
     if p[f"{m}_lo"] == p[f"{m}_lo"]:
-        return f"{p[m]:.3g} [{p[f'{m}_lo']:.3g}, {p[f'{m}_hi']:.3g}]"
+        return f"{p[m]:.3g} [{_end(p[f'{m}_lo'])}, {_end(p[f'{m}_hi'])}]"
     return f"{p[m]:.3g}"
 
 
@@ -295,7 +300,11 @@ POINT_METRICS = (
 
 
 def points_table(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
-    table = Table(title="mean over replications [95 % CI]; latencies in seconds", title_justify="left")
+    title = "mean over replications [95 % interval]; latencies in seconds"
+    methods = points["interval_method"].unique() if "interval_method" in points else []
+    if len(methods) == 1:
+        title += f"; intervals: {methods[0]}"
+    table = Table(title=title, title_justify="left")
     table.add_column("variant", no_wrap=True)
     for head in short_headers(grid_keys):
         table.add_column(head, justify="right", no_wrap=True)
@@ -307,9 +316,39 @@ def points_table(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
             str(p["variant"]),
             *(f"{p[k]:g}" if isinstance(p[k], float) else str(p[k]) for k in grid_keys),
             *(_with_ci(p, m) for m, _ in POINT_METRICS),
-            "yes" if p["all_stable"] else "NO",
+            stable_cell(p),
         )
     out().print(table)
+    short_points(points, grid_keys)
+
+
+def stable_cell(p: pd.Series) -> str:
+    """A point's stability: yes, NO, or unsure where every unstable replication may only be
+    filling up (its runs too short to tell, :mod:`des.study.adequacy`)."""
+    if p["all_stable"]:
+        return "yes"
+    transient = int(p.get("unstable_transient") or 0)
+    return "unsure" if transient and transient == int(p.get("unstable_runs") or 0) else "NO"
+
+
+#: At most this many points' warm-up warnings are printed after a sweep's table.
+SHORT_LINES = 8
+
+
+def short_points(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
+    """A warning per point whose runs are too short to judge (the first :data:`SHORT_LINES`)."""
+    if "runs_short" not in points:
+        return
+    short = points[points["runs_short"] > 0]
+    heads = short_headers(grid_keys)
+    for i, (_, p) in enumerate(short.iterrows()):
+        if i == SHORT_LINES:
+            warning(f"and {len(short) - SHORT_LINES} more points (points.parquet: runs_short, adequacy)")
+            break
+        where = " ".join([str(p["variant"]), *(f"{h}={p[k]}" for h, k in zip(heads, grid_keys, strict=True))])
+        replay = str(p.get("interval_method", "")).startswith("replay")
+        fix = "a replay cannot be lengthened" if replay else "lengthen horizon.duration and warmup"
+        warning(f"{where}: {p['adequacy']}; {fix}")
 
 
 def sweep_done(runs: int, points: int, replications: int, seconds: float, out_dir: Path) -> None:
@@ -325,9 +364,10 @@ def sweep_done(runs: int, points: int, replications: int, seconds: float, out_di
 
 def probe_line(param: str, ev: Evaluation) -> str:
     """One line per value a capacity search tried: its metrics and verdict, and why."""
-    ms = ", ".join(f"{k} {v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]" for k, v in ev.metrics.items())
+    ms = ", ".join(f"{k} {v[0]:.3g} [{_end(v[1])}, {_end(v[2])}]" for k, v in ev.metrics.items())
     why = f" ({'; '.join(ev.why)})" if ev.why else ""
-    return f"{param} = {ev.value:g}: {ms}; {ev.verdict}{why}"
+    notes = "".join(f"\n    note: {n}" for n in ev.notes)
+    return f"{param} = {ev.value:g}: {ms}; {ev.verdict}{why}{notes}"
 
 
 def capacity_answer(answer: CapacityAnswer) -> str:
@@ -339,9 +379,12 @@ def capacity_answer(answer: CapacityAnswer) -> str:
         if answer.target_rate is not None
         else f"capacity ({answer.param})"
     )
+    methods = sorted({m for e in answer.evaluations for m in e.methods.values()})
+    how = f"; SLO metrics' intervals: {', '.join(methods)}" if methods else ""
     return (
         f"{what} under {' and '.join(answer.slos)}: {f(answer.value)}  95 % CI [{f(answer.ci_low)}, "
-        f"{f(answer.ci_high)}]  ({answer.replications} replications per value, {len(answer.evaluations)} values tried)"
+        f"{f(answer.ci_high)}]  ({answer.replications} replications per value, {len(answer.evaluations)} values tried"
+        f"{how})"
     )
 
 

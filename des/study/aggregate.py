@@ -1,12 +1,20 @@
-"""A study's tables: one row per run, and per design point the mean and 95 % CI of
-every metric across replications, plus percentiles of the pooled requests.
+"""A study's tables: one row per run, and per design point the mean and 95 % interval
+of every metric, plus percentiles of the pooled requests.
 
-Confidence intervals are over the replications' values (independent, whatever each
-run's internal autocorrelation) and stay inside the metric's support
-(:func:`interval`): latencies and rates are positive and right-skewed, and a Student-t
-interval over three of them routinely reaches below zero. A p99 "of the point" can
-mean two things: the mean of the replications' p99s (``ttft_p99``, with its CI) or the
-p99 of all the point's requests pooled (``pooled_ttft_p99``); both are given.
+The intervals are :mod:`des.study.intervals`'s: latencies from batches of the measured
+requests of every replication (so that they rest on more than the replications' few
+values, and never leave what a run produced), other metrics over the replications
+(independent, whatever each run's internal autocorrelation), each inside the metric's
+support (:func:`interval`): latencies and rates are positive and right-skewed, and a
+Student-t interval over three of them routinely reaches below zero. The column
+``interval_method`` says which method made a point's intervals. A p99 "of the point"
+can mean two things: the mean of the replications' p99s (``ttft_p99``, with its
+interval) or the p99 of all the point's requests pooled (``pooled_ttft_p99``); both are
+given. ``runs_short`` counts the replications whose warm-up or horizon is too short to
+judge them by (:mod:`des.study.adequacy`, ``adequacy`` says why), ``unstable_transient``
+the unstable ones whose instability their start-up may explain (the sweep calls such a
+point's stability "unsure", not "NO"). A trace replay's point is its recorded trace's run (the replications after it
+replay resamples of the trace, :mod:`des.study.resample`).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import pandas as pd
 from scipy import stats
 
 from des.study.runner import run_dir
-from des.study.spec import RunSpec
+from des.study.spec import RunSpec, is_replay
 
 NOT_METRICS = {"run", "replication", "seed"}
 POOLED = ("ttft", "tpot", "e2e", "queue_delay")
@@ -100,7 +108,11 @@ def metric_interval(metric: str, values: np.ndarray) -> tuple[float, float, floa
 
 
 def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequence[str], root: Path) -> pd.DataFrame:
-    """A row per variant and grid point; ``root`` holds the runs' folders (for the pooled latencies)."""
+    """A row per variant and grid point; ``root`` holds the runs' folders (for the measured requests)."""
+    from des.study.adequacy import check, is_closed
+    from des.study.adequacy import describe as describe_short
+    from des.study.intervals import describe, estimate, latency_stat
+
     groups: dict[tuple, list[RunSpec]] = {}
     for spec in specs:
         groups.setdefault((spec.variant, tuple(cell(v) for _, v in spec.point)), []).append(spec)
@@ -118,12 +130,26 @@ def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequen
     for (variant, values), members in groups.items():
         sub = by_run.loc[[s.index for s in members]]
         row: dict[str, Any] = {"variant": variant, **dict(zip(grid_keys, values, strict=True)), "n": len(members)}
+        frames = [measured_requests(root, s) for s in members]
+        replay = is_replay(members[0].scenario)
         for m in metrics:
-            mean, lo, hi = metric_interval(m, sub[m].to_numpy(dtype=float))
-            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = mean, lo, hi
+            latency = latency_stat(m)
+            series = [f[latency[0]].to_numpy(dtype=float) for f in frames] if latency else None
+            e = estimate(m, sub[m].to_numpy(dtype=float), series, replay, 1.0 if m in SHARES else None)
+            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = e.value, e.low, e.high
+        row["interval_method"] = describe(len(members), [len(f) for f in frames], replay)
         row["all_stable"] = bool(sub["stable"].all())
         row["any_drifting"] = bool(sub["drifting"].any())
-        pooled = pd.concat([pd.read_parquet(run_dir(root, s) / "latencies.parquet") for s in members])
+        summaries = sub.to_dict("records")
+        closed = is_closed(members[0].scenario)
+        checks = [check(r, f, closed) for r, f in zip(summaries, frames, strict=True)]
+        row["unstable_runs"] = sum(
+            r.get("stable") is not None and r["stable"] == r["stable"] and not r["stable"] for r in summaries
+        )
+        row["runs_short"] = sum(c.short for c in checks)
+        row["unstable_transient"] = sum(c.explains(r) for c, r in zip(checks, summaries, strict=True))
+        row["adequacy"] = describe_short(checks, summaries)
+        pooled = pd.concat(frames)
         for name in POOLED:
             v = pooled[name].to_numpy(dtype=float)
             v = v[np.isfinite(v)]
@@ -133,3 +159,9 @@ def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequen
         row["pooled_requests"] = int(len(pooled))
         out.append(row)
     return pd.DataFrame(out)
+
+
+def measured_requests(root: Path, spec: RunSpec) -> pd.DataFrame:
+    """A run's measured requests (its ``latencies.parquet``), in arrival order."""
+    frame = pd.read_parquet(run_dir(root, spec) / "latencies.parquet")
+    return frame.sort_values("arrival_time", kind="stable").reset_index(drop=True)

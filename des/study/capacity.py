@@ -4,12 +4,21 @@ Every candidate value is simulated with ``R`` replications (seeds ``r = 0..R-1``
 same at every value: common random numbers), each through the sweep's runner into its
 own folder ``DIR/capacity/<value>/r<k>/``, so a search is resumable and its runs can be
 read like a sweep's. For each SLO ``metric <= limit`` the replications give a mean and
-a 95 % interval (:func:`des.study.aggregate.metric_interval`). At a value the SLOs
+a 95 % interval (:func:`des.study.intervals.estimate`: a latency's from batches of the
+measured requests of every replication, another metric's over the replications; a
+trace replay's from its resampled traces). At a value the SLOs
 
 - *hold* when every mean is within its limit and every replication is stable;
 - *surely hold* when every interval's far end is within its limit (and all stable);
 - *surely fail* when some interval's near end is beyond its limit, or a replication
-  is unstable.
+  is unstable (and its start-up transient cannot explain it, below).
+
+Every value's runs are checked for a warm-up and horizon long enough to judge them by
+(:mod:`des.study.adequacy`). Where some are too short, and the SLOs do not surely fail
+anyway, the value is run again with horizon and warm-up doubled, into
+``DIR/capacity/<value>/x2/r<k>/`` (then ``x4``); each value's log line says so. If the
+runs are still too short, an instability their start-up transient may explain is not
+taken for a sure failure: the SLOs then neither hold nor surely fail there.
 
 The search brackets the capacity (doubling from the scenario's value until the SLOs
 fail), bisects on "hold", then finds each edge of the confidence interval the same way
@@ -30,15 +39,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from des.config import PLAUSIBLE_LATENCY, parse_seconds, plausible_latency
 from des.dotted import get_dotted
 from des.errors import ScenarioError
 from des.output import Staged, remove_stale_staging
 from des.scenario import Scenario, load_scenario
-from des.study.aggregate import metric_interval
+from des.study.adequacy import MAX_EXTENSIONS, Adequacy, check, extended, is_closed
+from des.study.adequacy import describe as describe_short
+from des.study.aggregate import SHARES, measured_requests
 from des.study.runner import CAPACITY, Backend, run_specs, sweep_lock
-from des.study.spec import RunSpec, point_scenario, replication_seed, slug
+from des.study.spec import RunSpec, is_replay, point_scenario, replication_seed, resamples, slug
 
 SLO_PATTERN = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=)\s*(\S+(?:\s+[a-zµ]+)?)\s*$")
 QUOTE_HINT = "quote it in the shell, e.g. --slo 'ttft_p99<=2' (bash reads < and > as redirections)"
@@ -106,6 +118,10 @@ class Evaluation:
     surely_holds: bool
     surely_fails: bool
     why: list[str] = field(default_factory=list)
+    methods: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    scale: int = 1
+    short: int = 0
 
     @property
     def stable(self) -> bool:
@@ -127,17 +143,40 @@ class Evaluation:
             "surely_fails": self.surely_fails,
             "stable": self.stable,
             "why": self.why,
-            "metrics": {k: {"mean": v[0], "low": v[1], "high": v[2]} for k, v in self.metrics.items()},
+            "runs_short": self.short,
+            "horizon_scale": self.scale,
+            "notes": self.notes,
+            "metrics": {
+                k: {"mean": v[0], "low": v[1], "high": v[2], "method": self.methods.get(k)}
+                for k, v in self.metrics.items()
+            },
         }
 
 
-def judge(value: float, slos: Sequence[SLOTerm], summaries: Sequence[dict[str, Any]]) -> Evaluation:
-    """The verdicts at ``value`` from its replications' summaries, with the reasons for a failure."""
+def judge(
+    value: float,
+    slos: Sequence[SLOTerm],
+    summaries: Sequence[dict[str, Any]],
+    requests: Sequence[pd.DataFrame] | None = None,
+    replay: bool = False,
+    checks: Sequence[Adequacy] | None = None,
+) -> Evaluation:
+    """The verdicts at ``value`` from its replications' summaries (and their measured
+    ``requests``, in arrival order, for the latencies' intervals), with the reasons for a
+    failure. ``replay``: the replications replay a trace, the first as recorded.
+    ``checks``: the runs' warm-up and horizon checks; an instability a run's start-up
+    transient may explain keeps the SLOs from holding but is no sure failure."""
+    from des.study.intervals import estimate, latency_stat
+
+    checks = checks or []
     unstable = sum(not s["stable"] for s in summaries)
+    transient = sum(c.explains(s) for c, s in zip(checks, summaries, strict=True)) if checks else 0
     metrics: dict[str, tuple[float, float, float]] = {}
+    methods: dict[str, str] = {}
     verdicts, why = [], []
     if unstable:
-        why.append(f"unstable in {unstable} of {len(summaries)} replications")
+        maybe = f", {transient} of them perhaps only filling up (runs too short to tell)" if transient else ""
+        why.append(f"unstable in {unstable} of {len(summaries)} replications{maybe}")
     for slo in slos:
         vals = np.array([np.nan if s.get(slo.metric) is None else s[slo.metric] for s in summaries], float)
         if not np.isfinite(vals).all():  # the metric could not be measured (no completed request)
@@ -145,10 +184,16 @@ def judge(value: float, slos: Sequence[SLOTerm], summaries: Sequence[dict[str, A
             verdicts.append((False, False, True))
             why.append(f"{slo.metric} not measured")
             continue
-        mean, lo, hi = metric_interval(slo.metric, vals)
-        if len(vals) < 2:
+        latency = latency_stat(slo.metric)
+        series = [f[latency[0]].to_numpy(dtype=float) for f in requests] if latency and requests else None
+        e = estimate(slo.metric, vals, series, replay, 1.0 if slo.metric in SHARES else None)
+        mean, lo, hi = e.value, e.low, e.high
+        if math.isnan(lo) and math.isnan(hi):  # no interval (one replication): judge by the value
             lo = hi = mean
+        else:  # an end the data cannot bound is open
+            lo, hi = (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(hi) else hi)
         metrics[slo.metric] = (mean, lo, hi)
+        methods[slo.metric] = e.method
         v = slo.verdicts(mean, lo, hi)
         verdicts.append(v)
         bound = f"limit {slo.limit:g}"
@@ -163,8 +208,10 @@ def judge(value: float, slos: Sequence[SLOTerm], summaries: Sequence[dict[str, A
         unstable,
         stable and all(v[0] for v in verdicts),
         stable and all(v[1] for v in verdicts),
-        (not stable) or any(v[2] for v in verdicts),
+        unstable > transient or any(v[2] for v in verdicts),
         why,
+        methods,
+        short=sum(c.short for c in checks),
     )
 
 
@@ -183,26 +230,68 @@ class Search:
     cache: dict[float, Evaluation] = field(default_factory=dict)
     on_eval: Callable[[Evaluation], None] | None = None
 
-    def specs(self, value: float) -> list[RunSpec]:
-        """The replications at ``value``, common random numbers across values."""
+    def specs(self, value: float, scale: int = 1) -> list[RunSpec]:
+        """The replications at ``value``, common random numbers across values; with
+        ``scale`` > 1, their horizon and warm-up lengthened as many times, in ``<value>/x<scale>/``."""
         where = f"{self.param}={slug(value)}"
-        scenario = point_scenario(self.base, [(self.param, value)], where)
+        longer = extended(self.base, scale)
+        scenario = point_scenario(self.base, [(self.param, value), *longer], where)
+        folder, named = (f"{slug(value)}/x{scale}", f"{where}/x{scale}") if longer else (slug(value), where)
         out = []
         for r in range(self.replications):
             s = dict(scenario)
             s["seed"] = replication_seed(self.base["seed"], r)
-            s["name"] = f"{self.base['name']}/capacity/{where}/r{r}"
-            out.append(RunSpec(r, f"{slug(value)}/r{r}", "capacity", ((self.param, value),), r, s["seed"], s))
+            s["name"] = f"{self.base['name']}/capacity/{named}/r{r}"
+            point = ((self.param, value),)
+            out.append(RunSpec(r, f"{folder}/r{r}", "capacity", point, r, s["seed"], s, resamples(s, r)))
         return out
 
+    def _judge(self, value: float, scale: int) -> Evaluation:
+        specs = self.specs(value, scale)
+        rows = run_specs(self.runner, specs, self.root)
+        requests = [measured_requests(self.root, s) for s in specs]
+        closed = is_closed(self.base)
+        checks = [check(row, req, closed) for row, req in zip(rows, requests, strict=True)]
+        ev = judge(value, self.slos, rows, requests, is_replay(self.base), checks)
+        ev.scale = scale
+        note = describe_short(checks, rows)
+        if note:
+            ev.notes.append(note)
+        return ev
+
     def evaluate(self, value: float) -> Evaluation:
+        """The verdicts at ``value``, its runs lengthened while they are too short to judge
+        (and the SLOs do not surely fail anyway), at most :data:`MAX_EXTENSIONS` times."""
         value = int(round(value)) if self.integer else float(value)
         if value not in self.cache:
-            rows = run_specs(self.runner, self.specs(value), self.root)
-            self.cache[value] = judge(value, self.slos, rows)
+            ev = self._judge(value, 1)
+            first, tried = list(ev.notes), []
+            while ev.short and not ev.surely_fails and ev.scale < 2**MAX_EXTENSIONS and extended(self.base, 2):
+                tried.append(self._length(ev.scale))
+                ev = self._judge(value, ev.scale * 2)
+            if tried:
+                also = f", then at {', '.join(tried[1:])}" if len(tried) > 1 else ""
+                ev.notes.insert(0, f"runs lengthened to {self._length(ev.scale)}; at {tried[0]}: {first[0]}{also}")
+            if ev.short and not ev.surely_fails:
+                ev.notes.append(
+                    "a replay cannot be lengthened: an instability the start-up may explain is no sure failure"
+                    if not extended(self.base, 2)
+                    else "still short after lengthening: the verdict may reflect the start-up; "
+                    "lengthen horizon.duration and warmup"
+                )
+            self.cache[value] = ev
             if self.on_eval:
                 self.on_eval(self.cache[value])
         return self.cache[value]
+
+    def _length(self, scale: int) -> str:
+        """The horizon and warm-up of runs lengthened ``scale`` times, in words."""
+        horizon, warmup = self.base["horizon"], float(self.base.get("warmup") or 0.0)
+        if horizon.get("duration") is not None:
+            size = f"{float(horizon['duration']) * scale:g} s"
+        else:
+            size = f"{int(horizon['num_requests']) * scale:,} requests"
+        return f"{size} with {warmup * scale:g} s of warm-up"
 
 
 @dataclass

@@ -4,7 +4,9 @@ resumable, on a local process pool or on dask.
 Each run writes into its folder under a root (``DIR/runs/<run_id>/`` for a sweep,
 ``DIR/capacity/<value>/r<k>/`` for a capacity search): ``scenario.yaml``,
 ``summary.json``, ``latencies.parquet`` (the measured requests' latencies, for pooled
-percentiles) and, with ``keep_tables``, ``requests.parquet`` and ``steps.parquet``; then
+percentiles and intervals), ``trace-resample.jsonl`` for a run replaying a resample of a
+trace (the scenario then replays it), and, with ``keep_tables``, ``requests.parquet``
+and ``steps.parquet``; then
 ``run.json`` (its seed, wall time and scenario digest) last, as the mark of a finished
 run. :func:`run_specs` skips every run whose ``run.json`` matches its scenario, so an
 interrupted sweep or search resumes where it stopped. The folder's lock keeps a second
@@ -41,7 +43,15 @@ from des.study.spec import RunSpec
 #: The folder of a sweep's runs, and of a capacity search's, under its results folder.
 RUNS, CAPACITY = "runs", "capacity"
 #: The files :func:`execute` writes in a run's folder.
-RUN_FILES = ("scenario.yaml", "summary.json", "latencies.parquet", "requests.parquet", "steps.parquet", "run.json")
+RUN_FILES = (
+    "scenario.yaml",
+    "summary.json",
+    "latencies.parquet",
+    "requests.parquet",
+    "steps.parquet",
+    "trace-resample.jsonl",
+    "run.json",
+)
 LATENCY_COLUMNS = ["arrival_time", "prompt_tokens", "output_tokens", "ttft", "tpot", "e2e", "queue_delay"]
 
 
@@ -91,13 +101,18 @@ def execute(spec: RunSpec, root: str, keep_tables: bool) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.json").unlink(missing_ok=True)
     t0 = time.perf_counter()
-    result = simulate(load_scenario(spec.scenario))
+    scenario = spec.scenario
+    if spec.resample:  # a resample of the trace, written beside the run (des.study.resample)
+        from des.study.resample import resampled_scenario
+
+        scenario = resampled_scenario(scenario, folder, spec.seed)
+    result = simulate(load_scenario(scenario))
     wall = time.perf_counter() - t0
     req = result.requests
     duration = result.scenario.horizon.duration
     measured = req[measured_mask(req, result.scenario.warmup, math.inf if duration is None else duration)]
     with Staged(folder) as staged:  # a failed write (a full disk) leaves no staging file behind
-        staged.write("scenario.yaml", lambda p: p.write_text(yaml.safe_dump(spec.scenario, sort_keys=False)))
+        staged.write("scenario.yaml", lambda p: p.write_text(yaml.safe_dump(scenario, sort_keys=False)))
         staged.write("summary.json", lambda p: p.write_text(json_text(result.summary)))
         staged.write("latencies.parquet", parquet_writer(measured[LATENCY_COLUMNS].reset_index(drop=True)))
         if keep_tables:

@@ -48,6 +48,10 @@ grid:
 A problem found at many points of the design (a bad value, a bad level) is reported
 once, where it first occurs.
 
+A trace replays the same requests at every seed: replication ``r >= 1`` of a point
+that replays a trace replays a block-bootstrap resample of it instead (``RunSpec.resample``,
+:mod:`des.study.resample`), replication 0 the recording.
+
 Merging is key by key, except that a mapping naming a different ``kind``,
 ``process`` or ``dist`` than the base replaces the base's mapping whole (a static
 scheduler shares no keys with a continuous one). Replication ``r`` runs with seed
@@ -169,7 +173,10 @@ def axis_points(spec: StudySpec, axis: str) -> list[tuple[Any, list[tuple[str, A
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One simulation of a study: where it sits in the design and its full scenario."""
+    """One simulation of a study: where it sits in the design and its full scenario.
+
+    ``resample``: the scenario replays a trace, and this run replays a block-bootstrap
+    resample of it drawn with ``seed`` instead (:mod:`des.study.resample`)."""
 
     index: int
     run_id: str
@@ -178,12 +185,29 @@ class RunSpec:
     replication: int
     seed: int
     scenario: dict[str, Any]
+    resample: bool = False
 
     @property
     def digest(self) -> str:
-        """A hash of the resolved scenario: a finished run is reused only if it matches."""
+        """A hash of the resolved scenario (and of the resampling, if any): a finished run
+        is reused only if it matches."""
         text = json.dumps(self.scenario, sort_keys=True, default=str)
+        if self.resample:
+            from des.study.resample import KIND
+
+            text += f"\nresample: {KIND} v1"
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def is_replay(scenario: Mapping[str, Any]) -> bool:
+    """Whether a (resolved) scenario replays a trace."""
+    return bool(scenario.get("workload", {}).get("arrival", {}).get("process") == "trace")
+
+
+def resamples(scenario: Mapping[str, Any], replication: int) -> bool:
+    """Whether replication ``replication`` of ``scenario`` replays a resample of its trace:
+    every replication but the first of a trace replay (the first replays the recording)."""
+    return replication > 0 and is_replay(scenario)
 
 
 @dataclass(frozen=True)
@@ -387,7 +411,8 @@ def _expand(
                     s = dict(checked)
                     s["seed"] = replication_seed(seed, r)
                     s["name"] = f"{spec.name}/{where}/r{r}"
-                    runs.append(RunSpec(len(runs), f"{where}/r{r}", vname, (*pre, *point.shown), r, s["seed"], s))
+                    shown = (*pre, *point.shown)
+                    runs.append(RunSpec(len(runs), f"{where}/r{r}", vname, shown, r, s["seed"], s, resamples(s, r)))
     return runs, problems
 
 

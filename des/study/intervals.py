@@ -1,0 +1,216 @@
+"""95 % intervals of a design point's metrics, and the method behind each.
+
+A point's replications give one value of each summary metric per run. An interval over
+those values alone rests on as many numbers as there are replications: three values of
+a p99 put the log-scale (Cox) interval's lower end far below anything a run can produce
+(``tpot_p99 0.027 [0.00968, 0.0791]`` under a 16 ms decode floor). The latency metrics
+(``{ttft,tpot,e2e,queue_delay}_{mean,p50,p90,p95,p99}``) are therefore estimated from
+the measured requests themselves (each run's ``latencies.parquet``, in arrival order):
+
+- **batch means** (:func:`batch_interval`): each replication's requests are cut into
+  ``b`` consecutive batches, ``b = MAX_BATCHES // R`` (8 batches in all for 1, 2 or 4
+  replications, 6 for 3, one per replication from 5 on) and fewer when a batch would
+  hold under :data:`MIN_BATCH` requests. A mean gets the interval of
+  :func:`des.study.aggregate.interval` over the batches' means (positive and skewed:
+  the modified Cox interval, ``K - 1`` degrees of freedom for ``K`` batches). A
+  percentile ``q`` is the pooled requests' percentile ``x_q``; each batch gives the
+  share of its requests at or below ``x_q``, their Student-t interval ``q ± d`` is
+  inverted through the pooled requests' distribution: ``[x_(q-d), x_(q+d)]``, two
+  measured latencies, so the interval never leaves what the runs produced. When the
+  batches are too few requests to bound a tail percentile from above (``q + d`` past
+  the largest request), the upper end is the replications' own interval (Cox over
+  their percentiles) or the largest latency measured, whichever is higher. Batches of
+  one run are correlated where requests queue behind each other; few, long batches
+  keep that correlation from shrinking the interval (Schmeiser, Oper. Res. 30(3),
+  1982: 10 to 30 batches at most; on M/M/1 sojourn times at 80 % load, 6 batches of 3
+  runs cover the mean 95 % of the time, 12 batches 93 %).
+- **replications** (:func:`des.study.aggregate.metric_interval`) for every other metric
+  (rates, levels, counts): their values over the replications.
+- **replay bootstrap** (:func:`replay_interval`) for a trace replay, whose replications
+  after the first replay block-bootstrap resamples of the trace
+  (:mod:`des.study.resample`): the recorded trace's value, plus or minus
+  ``t_{R-2}`` times the resamples' standard deviation (on the log scale for latencies).
+  The spread is not divided by the square root of the number of resamples: they are
+  draws of what another trace of this traffic might have been, and the recorded trace is
+  one such draw. With fewer than two resamples a replay's latencies get batch means of
+  the recorded replay, its other metrics no interval.
+
+Every latency interval holds its point estimate and stays at or above the smallest
+latency any of the point's runs measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from des.metrics.summary import LATENCIES, PERCENTILES
+from des.study.aggregate import interval, metric_interval
+
+#: Batches per point across its replications (at most), and the fewest requests a batch holds.
+MAX_BATCHES = 8
+MIN_BATCH = 10
+LEVEL = 0.95
+
+BATCH_MEANS = "batch means"
+REPLICATIONS = "replications"
+REPLAY = "replay bootstrap"
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A metric at a point: its value, a 95 % interval and how the interval was made."""
+
+    value: float
+    low: float
+    high: float
+    method: str
+
+
+def latency_stat(metric: str) -> tuple[str, str] | None:
+    """``("ttft", "p99")`` for a latency metric the measured requests give, else None."""
+    for name in LATENCIES:
+        if metric.startswith(name + "_"):
+            stat = metric[len(name) + 1 :]
+            if stat == "mean" or stat in {f"p{p}" for p in PERCENTILES}:
+                return name, stat
+    return None
+
+
+def batches_per_run(replications: int, sizes: Sequence[int]) -> int:
+    """How many batches each replication's requests are cut into (see the module)."""
+    b = max(1, MAX_BATCHES // max(replications, 1))
+    smallest = min(sizes) if sizes else 0
+    while b > 1 and smallest < b * MIN_BATCH:
+        b -= 1
+    return b
+
+
+def batch_interval(stat: str, series: Sequence[np.ndarray], point: float) -> Estimate:
+    """The interval of ``stat`` (``mean`` or ``pNN``) from batches of the runs' request
+    latencies ``series`` (finite, in arrival order, one array per replication); ``point``
+    is the value reported (the replications' mean), which the interval is made to hold."""
+    series = [np.asarray(x, float) for x in series]
+    series = [x[np.isfinite(x)] for x in series]
+    series = [x for x in series if x.size]
+    if not series or not math.isfinite(point):
+        return Estimate(point, math.nan, math.nan, NONE)
+    b = batches_per_run(len(series), [x.size for x in series])
+    parts = [p for x in series for p in np.array_split(x, b) if p.size]
+    k = len(parts)
+    if k < 2:
+        return Estimate(point, math.nan, math.nan, NONE)
+    pooled = np.sort(np.concatenate(series))
+    if stat == "mean":
+        _, lo, hi = interval(np.array([p.mean() for p in parts]), LEVEL)
+    else:
+        q = float(stat[1:]) / 100
+        lo, hi = _quantile_interval(q, parts, pooled)
+        if not math.isfinite(hi):  # the batches cannot bound this tail from above
+            per_run = np.array([np.percentile(x, 100 * q) for x in series])
+            cox_hi = interval(per_run, LEVEL)[2] if len(series) > 1 else math.nan
+            hi = max(float(pooled[-1]), cox_hi) if math.isfinite(cox_hi) else math.nan
+    lo, hi = _hold(point, lo, hi, float(pooled[0]))
+    return Estimate(point, lo, hi, BATCH_MEANS)
+
+
+def _quantile_interval(q: float, parts: Sequence[np.ndarray], pooled: np.ndarray) -> tuple[float, float]:
+    """``[x_(q-d), x_(q+d)]``: the batches' shares at or below the pooled ``q``-quantile,
+    their Student-t half-width ``d``, inverted through the pooled (sorted) values; an
+    upper end past the largest value is NaN."""
+    k = len(parts)
+    x_q = float(np.quantile(pooled, q))
+    shares = np.array([np.count_nonzero(p <= x_q) / p.size for p in parts])
+    d = float(stats.t.ppf(0.5 + LEVEL / 2, k - 1)) * float(shares.std(ddof=1)) / math.sqrt(k)
+    lo = float(np.quantile(pooled, q - d, method="inverted_cdf")) if q - d > 0 else float(pooled[0])
+    hi = float(np.quantile(pooled, q + d, method="inverted_cdf")) if q + d < 1 else math.nan
+    return lo, hi
+
+
+def _hold(point: float, lo: float, hi: float, floor: float) -> tuple[float, float]:
+    """The interval widened to hold ``point``, its low end at least ``floor``."""
+    lo = max(min(lo, point), floor) if math.isfinite(lo) else lo
+    hi = max(hi, point) if math.isfinite(hi) else hi
+    return lo, hi
+
+
+def replay_interval(
+    metric: str, values: np.ndarray, floor: float | None = None, upper: float | None = None
+) -> Estimate:
+    """A trace replay's interval: ``values[0]`` is the recorded trace's value, the rest
+    its resamples'; ``floor`` (the smallest latency measured) bounds a latency's low end,
+    ``upper`` a share's high end."""
+    x0 = float(values[0])
+    ys = values[1:][np.isfinite(values[1:])]
+    if not math.isfinite(x0) or ys.size < 2:
+        return Estimate(x0, math.nan, math.nan, NONE)
+    t = float(stats.t.ppf(0.5 + LEVEL / 2, ys.size - 1))
+    if latency_stat(metric) is not None and x0 > 0 and (ys > 0).all():
+        half = t * float(np.log(ys).std(ddof=1))
+        lo, hi = x0 * math.exp(-half), x0 * math.exp(half)
+    else:
+        half = t * float(ys.std(ddof=1))
+        lo, hi = x0 - half, x0 + half
+        if x0 >= 0 and (ys >= 0).all():
+            lo = max(lo, 0.0)
+    if upper is not None:
+        hi = min(hi, max(upper, x0))
+    if floor is not None and math.isfinite(floor):
+        lo = max(lo, min(floor, x0))
+    return Estimate(x0, lo, hi, REPLAY)
+
+
+def estimate(
+    metric: str,
+    values: np.ndarray,
+    series: Sequence[np.ndarray] | None = None,
+    replay: bool = False,
+    upper: float | None = None,
+) -> Estimate:
+    """The value and 95 % interval of ``metric`` at a point.
+
+    ``values`` are the replications' summary values (the recorded replay's first for a
+    ``replay``); ``series`` each replication's measured requests' latency of the metric
+    (in arrival order), when it is a latency (:func:`latency_stat`).
+    """
+    values = np.asarray(values, float)
+    latency = latency_stat(metric)
+    floor = _smallest(series) if latency is not None and series is not None else None
+    if replay:
+        if values.size >= 3:
+            return replay_interval(metric, values, floor, upper)
+        if latency is not None and series is not None and len(series):
+            return batch_interval(latency[1], series[:1], float(values[0]))
+        return Estimate(float(values[0]) if values.size else math.nan, math.nan, math.nan, NONE)
+    if latency is not None and series is not None and len(series):
+        finite = values[np.isfinite(values)]
+        return batch_interval(latency[1], series, float(finite.mean()) if finite.size else math.nan)
+    mean, lo, hi = metric_interval(metric, values)
+    return Estimate(mean, lo, hi, REPLICATIONS if math.isfinite(lo) else NONE)
+
+
+def _smallest(series: Sequence[np.ndarray]) -> float | None:
+    values = [float(np.nanmin(x)) for x in series if np.isfinite(x).any()]
+    return min(values) if values else None
+
+
+def describe(replications: int, sizes: Sequence[int], replay: bool) -> str:
+    """The methods of a point's intervals, in words (the ``interval_method`` column)."""
+    if replay:
+        if replications >= 3:
+            return (
+                f"{REPLAY}: the recorded trace's value ± t x the spread of {replications - 1} resampled traces "
+                f"(latencies on the log scale)"
+            )
+        b = batches_per_run(1, sizes[:1])
+        return f"{BATCH_MEANS} of the recorded replay ({b} batches) for latencies; no interval for other metrics"
+    b = batches_per_run(replications, sizes)
+    return (
+        f"latencies: {BATCH_MEANS} of the measured requests, {replications} replication(s) x {b} batch(es); "
+        f"other metrics: {REPLICATIONS}"
+    )
