@@ -86,9 +86,9 @@ PUBLIC = [
 
 def drift(fit: Fit) -> dict[str, tuple[float | None, float | None]]:
     """Factors whose refitted value differs from the catalog's rtx4090 entry."""
-    shipped = catalog.gpu("rtx4090").efficiency.model_dump(exclude={"source"})
+    shipped = catalog.gpu("rtx4090").efficiency.model_dump(exclude={"source", "provenance", "basis", "uncertainty"})
     out = {}
-    for key, value in fit.efficiency.model_dump(exclude={"source"}).items():
+    for key, value in fit.efficiency.model_dump(exclude={"source", "provenance", "basis", "uncertainty"}).items():
         ref = shipped[key]
         if value is None or ref is None:
             if value != ref:

@@ -62,8 +62,9 @@ def test_fit_reproduces_the_profile_within_the_stated_errors(fit, group):
 
 
 def test_refitting_the_shipped_profile_reproduces_the_shipped_factors(fit):
-    shipped = catalog.gpu("rtx4090").efficiency.model_dump(exclude={"source"})
-    fitted = fit.efficiency.model_dump(exclude={"source"})
+    provenance = {"source", "provenance", "basis", "uncertainty"}
+    shipped = catalog.gpu("rtx4090").efficiency.model_dump(exclude=provenance)
+    fitted = fit.efficiency.model_dump(exclude=provenance)
     assert fitted.keys() == shipped.keys()
     for key, value in fitted.items():
         if value is None or shipped[key] is None:
@@ -145,8 +146,9 @@ def test_calibrate_command_writes_a_file_a_scenario_can_name(tmp_path):
     cal = read_calibration(out)
     assert cal.gpu == "rtx4090" and cal.model == "llama-3.1-8b" and set(cal.fit) == set(GROUPS)
     assert cal.profile["vllm_version"] == "0.19.0"
-    shipped = catalog.gpu("rtx4090").efficiency.model_dump(exclude={"source"})
-    for key, value in cal.efficiency.model_dump(exclude={"source"}).items():
+    provenance = {"source", "provenance", "basis", "uncertainty"}
+    shipped = catalog.gpu("rtx4090").efficiency.model_dump(exclude=provenance)
+    for key, value in cal.efficiency.model_dump(exclude=provenance).items():
         assert value == pytest.approx(shipped[key], rel=1e-3) if value is not None else shipped[key] is None
     # the same inputs write the same bytes
     first = out.read_bytes()

@@ -20,7 +20,7 @@ name and leave the others.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -39,6 +39,21 @@ LEGACY: dict[str, tuple[str, ...]] = {
     "mfu_prefill": ("gemm_compute", "attention_compute"),
     "mfu_decode": ("decode_compute",),
 }
+
+#: Where a GPU's factors come from: ``fitted`` to a kernel profile of that GPU's
+#: architecture, ``transferred`` from fitted architectures by a rule, or ``spec`` (set by
+#: hand or left at a default: nothing measured behind them). A run is as fitted as its
+#: least-fitted GPU (:data:`PROVENANCE_ORDER`).
+Provenance = Literal["fitted", "transferred", "spec"]
+PROVENANCE_ORDER: tuple[Provenance, ...] = ("fitted", "transferred", "spec")
+
+#: Groups of work whose step-time factors carry one uncertainty each (``uncertainty``):
+#: ``gemm`` (GEMMs and LM head: weight_bandwidth, gemm_compute, decode_compute,
+#: lm_head_bandwidth, gemm_knee), ``attention`` (attention_* and kv_* factors),
+#: ``elementwise`` (element-wise kernels and sampler), ``communication`` (tensor-parallel
+#: all-reduces) and ``cpu`` (the serving stack's CPU time per step and per sequence).
+UncertaintyGroup = Literal["gemm", "attention", "elementwise", "communication", "cpu"]
+UNCERTAINTY_GROUPS: tuple[UncertaintyGroup, ...] = ("gemm", "attention", "elementwise", "communication", "cpu")
 
 #: Factors above 1 are allowed (cards boost above the spec sheet's clock; data small
 #: enough to stay in L2 streams faster than DRAM), up to these bounds.
@@ -87,6 +102,12 @@ class Efficiency(Strict):
     to ``weight_bandwidth``; ``kv_stream`` and ``mixed_kv_bandwidth`` to ``kv_bandwidth``;
     fixed and per-sequence times to 0.
 
+    Provenance: ``provenance`` says whether the factors are ``fitted`` (to ``basis``, a
+    kernel profile), ``transferred`` (``basis`` names the architectures and the rule) or
+    ``spec`` only; ``uncertainty`` maps a group of :data:`UNCERTAINTY_GROUPS` to the
+    standard deviation of the natural log of (true time / predicted time) of that group's
+    work that the factors' error implies (0.1: about ±10 %); groups left out carry none.
+
     CPU: ``step_overhead`` seconds per step plus ``seq_overhead`` per scheduled
     sequence (scheduling, input preparation, output processing); whether it adds to the
     GPU time or overlaps it is the engine's setting (``cost_model.async_scheduling``).
@@ -121,6 +142,9 @@ class Efficiency(Strict):
     step_overhead: float = Field(ge=0, le=10)
     seq_overhead: float = Field(0.0, ge=0, le=1)
     source: str = ""
+    provenance: Provenance = "spec"
+    basis: str = ""
+    uncertainty: dict[UncertaintyGroup, Annotated[float, Field(ge=0, le=2)]] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
