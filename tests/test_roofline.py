@@ -14,6 +14,7 @@ import des
 from des import catalog
 from des.catalog.efficiency import Efficiency
 from des.catalog.memory import Precision, plan_memory, weight_bytes
+from des.catalog.specs import GPUSpec
 from des.cost.base import BatchShape, CostContext
 from des.cost.report import decode_shape, prefill_shape
 from des.cost.roofline import Engine, activation_bytes, build_roofline, graph_size
@@ -187,10 +188,13 @@ OLD_ENGINE = Engine(enforce_eager=True, async_scheduling=False)
     overhead=st.floats(0.0, 0.01),
 )
 def test_single_factor_efficiency_gives_the_old_model_exactly(shape, gpu, model, tp, weights, mfu, mbu, overhead):
-    """With only mfu_prefill, mfu_decode, mbu and step_overhead (every refinement at its default)
-    and the old engine (no CUDA graphs, CPU time added), step times are those of the old model."""
+    """With only mfu_prefill, mfu_decode, mbu and step_overhead (every refinement at its default),
+    the two-number interconnect shorthand and the old engine (no CUDA graphs, CPU time added),
+    step times are those of the old model."""
     old = {"mfu_prefill": mfu[0], "mfu_decode": mfu[1], "mbu": mbu, "step_overhead": overhead}
-    g, m, p = catalog.gpu(gpu), catalog.model(model), Precision(weights=weights)
+    legacy = {"interconnect_bandwidth": 3.0e11, "interconnect_latency": 8e-6}
+    g = GPUSpec.model_validate({**catalog.resolve("gpus", gpu), **legacy})
+    m, p = catalog.model(model), Precision(weights=weights)
     r = build_roofline(g, m, p, tp, Efficiency.model_validate(old), OLD_ENGINE)
     assert r.step_time(shape) == pytest.approx(old_step_time(g, m, p, tp, old, shape), rel=1e-12)
 
@@ -353,11 +357,7 @@ def test_tensor_parallel_splits_what_is_split_and_adds_exactly_its_all_reduces(g
         assert b2["sampler"] == b1["sampler"]
         tokens = shape.prefill_tokens + shape.decode_tokens
         tokens = graph_size(tokens) if tokens <= 512 else tokens
-        allreduce = (
-            2
-            * m.num_layers
-            * (g.interconnect_latency + 2 * (2 - 1) / 2 * tokens * m.hidden_size * 2 / g.interconnect_bandwidth)
-        )
+        allreduce = 2 * m.num_layers * g.link.seconds(tokens * m.hidden_size * 2, 2)
         assert b1["allreduce"] == 0.0 and b2["allreduce"] == pytest.approx(allreduce)
         assert r2.step_time(shape) == pytest.approx(max(b2["gpu"], b2["cpu"]))
         assert r2.step_time(shape) < r1.step_time(shape)

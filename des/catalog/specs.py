@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, model_validator
 
 from des.catalog.efficiency import Efficiency
+from des.catalog.interconnect import InterconnectSpec
 from des.config import Strict, resolve_path
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8"]
@@ -38,8 +39,9 @@ class GPUSpec(Strict):
     memory_bytes: PositiveInt
     memory_bandwidth: PositiveFloat
     flops: dict[Dtype, PositiveFloat]
-    interconnect_bandwidth: PositiveFloat = 25.0e9
-    interconnect_latency: float = Field(20e-6, ge=0)
+    interconnect: InterconnectSpec | None = None
+    interconnect_bandwidth: PositiveFloat | None = None
+    interconnect_latency: float | None = Field(None, ge=0, le=1.0)
     l2_bytes: int = Field(0, ge=0)
     runtime_reserve_bytes: int = Field(1 << 30, ge=0)
     kv_link: KVLinkSpec | None = None
@@ -72,6 +74,24 @@ class GPUSpec(Strict):
         if "bf16" not in self.flops:
             raise ValueError("flops: needs a 'bf16' entry (FLOP/s)")
         return self
+
+    @property
+    def link(self) -> InterconnectSpec:
+        """The interconnect in effect for tensor parallelism (:mod:`des.catalog.interconnect`).
+
+        ``interconnect_bandwidth`` (bus bytes/s) and ``interconnect_latency`` (seconds per
+        call), the older two-number shorthand, replace ``interconnect`` when given: NCCL at
+        that cost for every TP degree (a missing one of the two is taken from
+        ``interconnect``'s NCCL cost at its smallest TP degree, else the default). Without
+        either, a GPU given with no ``interconnect`` gets the shorthand's defaults (25 GB/s,
+        20 us: PCIe through host memory).
+        """
+        bw, lat = self.interconnect_bandwidth, self.interconnect_latency
+        if bw is None and lat is None:
+            return self.interconnect or InterconnectSpec.legacy()
+        base = InterconnectSpec.legacy() if self.interconnect is None else self.interconnect
+        first = base.nccl_cost(min(base.nccl))
+        return InterconnectSpec.legacy(first.bus_bandwidth if bw is None else bw, first.latency if lat is None else lat)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor FLOP/s for ``dtype``, falling back to bf16 when not listed."""

@@ -20,8 +20,12 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
 - **element-wise kernels** (RMSNorms, SiLU-and-mul, rotary, embedding): a fixed time
   per kernel plus their bytes per token, faster while a layer's activations fit in L2;
 - **sampler** for the ``E`` emitting rows: a fixed time plus their fp32 logits;
-- **all-reduces** with tensor parallelism: two ring all-reduces of the ``T' × hidden``
-  activations per layer, ``2 (tp - 1) / tp × bytes / interconnect_bandwidth + latency``.
+- **all-reduces** with tensor parallelism: two of the ``T' × hidden`` bf16 activations
+  (``S`` bytes) per layer, each ``latency + 2 (tp - 1) / tp × S / bus_bandwidth`` on the
+  GPU's interconnect (:mod:`des.catalog.interconnect`): vLLM's own all-reduce with its
+  shorter latency for messages below its size limit at this TP degree, NCCL's fitted
+  latency above (both at NCCL's bus bandwidth), so the term is piecewise linear in ``T'``
+  with one step at ``T' = limit / (2 · hidden)``.
 
 ``B`` is the memory bandwidth, ``F`` the dense tensor FLOP/s, ``kv`` the KV bytes per
 token and layer. With tensor parallelism each GPU does ``1/tp`` of the GEMMs, attention
@@ -47,6 +51,7 @@ from typing import Literal
 from pydantic import Field
 
 from des.catalog.efficiency import Efficiency
+from des.catalog.interconnect import ring_factor
 from des.catalog.memory import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
@@ -151,7 +156,9 @@ class Roofline:
     samp_spill_s_per_byte: float
     # communication and CPU
     allreduce_s_per_token: float
-    allreduce_fixed_s: float
+    allreduce_fixed_s: float  # NCCL's latencies, per step
+    allreduce_small_fixed_s: float  # vLLM's own all-reduce's latencies, per step
+    allreduce_split_tokens: float  # steps of fewer (padded) tokens run vLLM's own all-reduce
     cpu_step_s: float
     cpu_seq_s: float
     overlap_cpu: bool
@@ -166,6 +173,13 @@ class Roofline:
         if memory > compute:
             return memory + self.knee * compute
         return compute + self.knee * memory
+
+    def allreduce(self, tokens: int) -> float:
+        """Seconds of a step's all-reduces over ``tokens`` (padded) tokens: 0 without tensor parallelism."""
+        if not self.allreduce_s_per_token:
+            return 0.0
+        fixed = self.allreduce_small_fixed_s if tokens < self.allreduce_split_tokens else self.allreduce_fixed_s
+        return fixed + self.allreduce_s_per_token * tokens
 
     def breakdown(self, shape: BatchShape) -> dict[str, float]:
         """Seconds of each group of work in a step of ``shape``; ``gpu`` is their sum,
@@ -215,7 +229,7 @@ class Roofline:
             )
         else:
             out["sampler"] = 0.0
-        out["allreduce"] = self.allreduce_fixed_s + self.allreduce_s_per_token * tg if self.allreduce_fixed_s else 0.0
+        out["allreduce"] = self.allreduce(tg)
         out["gpu"] = sum(out.values())
         out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs
         return out
@@ -273,8 +287,11 @@ class Roofline:
             over = tg * self.el_step_bytes - self.el_threshold
             if over > 0.0:
                 gpu += self.el_spill_s_per_byte * over
-        if self.allreduce_fixed_s:
-            gpu += self.allreduce_fixed_s + self.allreduce_s_per_token * tg
+        if self.allreduce_s_per_token:
+            if tg < self.allreduce_split_tokens:
+                gpu += self.allreduce_small_fixed_s + self.allreduce_s_per_token * tg
+            else:
+                gpu += self.allreduce_fixed_s + self.allreduce_s_per_token * tg
         cpu = self.cpu_step_s + self.cpu_seq_s * s.num_seqs
         if self.overlap_cpu:
             return gpu if gpu > cpu else cpu
@@ -316,12 +333,16 @@ def build_roofline(
     act_layer, act_step = activation_bytes(model, tp)
     el_on = e.elementwise_bandwidth is not None
 
-    if tp > 1:
-        ring = 2 * (tp - 1) / tp
-        ar_per_token = 2 * L * ring * h * ACT_BYTES / gpu.interconnect_bandwidth
-        ar_fixed = 2 * L * gpu.interconnect_latency
-    else:
-        ar_per_token = ar_fixed = 0.0
+    ar_per_token = ar_fixed = ar_small = ar_split = 0.0
+    if tp > 1:  # two all-reduces per layer of h bf16 values per token
+        link = gpu.link
+        cost = link.nccl_cost(tp)
+        ar_per_token = 2 * L * ring_factor(tp) * h * ACT_BYTES / cost.bus_bandwidth
+        ar_fixed = 2 * L * cost.latency
+        limit = link.custom_limit(tp)
+        if limit and link.custom_latency is not None:
+            ar_small = 2 * L * link.custom_latency
+            ar_split = limit / (h * ACT_BYTES)
     return Roofline(
         layers=L,
         gemm_weight_s=p_lin * precision.weight_bytes_per_param * seconds_per_byte(e.weight_bandwidth) / tp,
@@ -354,6 +375,8 @@ def build_roofline(
         samp_spill_s_per_byte=seconds_per_byte(e.sampler_spill),
         allreduce_s_per_token=ar_per_token,
         allreduce_fixed_s=ar_fixed,
+        allreduce_small_fixed_s=ar_small,
+        allreduce_split_tokens=ar_split,
         cpu_step_s=e.step_overhead,
         cpu_seq_s=e.seq_overhead,
         overlap_cpu=engine.async_scheduling,
