@@ -446,9 +446,16 @@ def capacity(
 
 
 @main.command()
-@click.argument("profile_dir", metavar="PROFILE_DIR", type=click.Path(path_type=Path))
-@click.option("--gpu", "gpu_name", required=True, help="Catalog GPU the profile was measured on (its spec sheet).")
-@click.option("--model", "model_name", required=True, help="Catalog model whose shapes the profile measured.")
+@click.argument("profile_dir", metavar="PROFILE_DIR", required=False, type=click.Path(path_type=Path))
+@click.option("--gpu", "gpu_name", help="Catalog GPU the profile was measured on (its spec sheet).")
+@click.option("--model", "model_name", help="Catalog model whose shapes the profile measured.")
+@click.option(
+    "--network",
+    "network_dir",
+    type=click.Path(path_type=Path),
+    help="Fit NCCL's all-reduce cost per TP degree to the collective profiles in this folder instead "
+    "(Vidur's network/ format) and print its errors.",
+)
 @click.option(
     "--out",
     "out_path",
@@ -462,12 +469,31 @@ def capacity(
     help="Figure of predicted against measured time per op group (default: --out with .png).",
 )
 @user_errors()
-def calibrate(profile_dir: Path, gpu_name: str, model_name: str, out_path: Path | None, plot_path: Path | None) -> None:
-    """Fit the roofline's efficiency factors to the kernel profile in PROFILE_DIR."""
+def calibrate(
+    profile_dir: Path | None,
+    gpu_name: str | None,
+    model_name: str | None,
+    network_dir: Path | None,
+    out_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """Fit the roofline's efficiency factors to the kernel profile in PROFILE_DIR (--gpu and
+    --model required), or, with --network DIR, the all-reduce cost to NCCL profiles."""
     from des import figures, render
     from des.output import write_files
     from des.tools.calibrate import fit_profile, read_profile
 
+    if network_dir is not None:
+        from des.tools.network import fit_networks
+
+        if profile_dir is not None:
+            raise ScenarioError(("--network", "fits the NCCL profiles alone: give no PROFILE_DIR with it"))
+        render.network_fit(fit_networks(network_dir))
+        return
+    if profile_dir is None:
+        raise ScenarioError(("PROFILE_DIR", "missing: the kernel profile's folder (or --network DIR)"))
+    if gpu_name is None or model_name is None:
+        raise ScenarioError(("--gpu" if gpu_name is None else "--model", "required with PROFILE_DIR"))
     gpu, model = _specs(gpu_name, model_name)
     fit = fit_profile(read_profile(profile_dir), gpu, model)
     out_path = out_path or Path(f"{gpu.name}.calibration.yaml")

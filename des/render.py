@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from des.tools.bench import Measure
     from des.tools.calibrate import Fit
     from des.tools.compare import Comparison
+    from des.tools.network import NetworkFit
 
 ERR = Console(stderr=True)
 LATENCY_COLUMNS = ("mean", "p50", "p90", "p95", "p99")
@@ -433,6 +434,39 @@ def cost_report(rep: CostReport) -> None:
     for row in rep.prefill_table():
         pre.add_row(f"{row['prompt']:,}", f"{row['ms']:.1f}", f"{row['tok/s']:,.0f}")
     console.print(pre)
+    comm_table(rep)
+
+
+def comm_table(rep: CostReport) -> None:
+    """The share of a decode and a prefill step spent in all-reduces, per TP degree, and the link behind it."""
+    from des.cost.report import COMM_DECODE, COMM_PREFILL
+
+    console, link = out(), rep.gpu.link
+    basis = f": {link.basis}" if link.basis else ""
+    console.print(
+        f"link     {link.kind}, all-reduce cost {link.provenance}{basis}; "
+        f"uncertainty {link.uncertainty:g} (sd of ln true/predicted)",
+        highlight=False,
+    )
+    n, c = COMM_DECODE
+    table = Table(
+        title=f"all-reduces per TP degree: decode of {n} sequences at {c:,} context, prefill of {COMM_PREFILL:,} "
+        "tokens (runs: vllm = its own all-reduce, nccl)",
+        title_justify="left",
+    )
+    for col in ("tp", "decode ms", "all-reduce ms", "share", "runs", "prefill ms", "all-reduce ms ", "share ", "runs "):
+        table.add_column(col, justify="left" if col.startswith("runs") else "right")
+    for row in rep.comm_table():
+        cells = [str(row["tp"])]
+        for kind in ("decode", "prefill"):
+            cells += [
+                f"{row[f'{kind}_ms']:.2f}",
+                f"{row[f'{kind}_comm_ms']:.2f}",
+                f"{100 * row[f'{kind}_share']:.1f} %",
+                row[f"{kind}_runs"],
+            ]
+        table.add_row(*cells)
+    console.print(table)
 
 
 def wrote(path: Path) -> None:
@@ -471,6 +505,37 @@ def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
         f"  gpu: {{base: {gpu.name}, calibration: {out_path}}}",
         highlight=False,
     )
+
+
+def network_fit(fits: list[NetworkFit]) -> None:
+    """NCCL's all-reduce fitted per profile and TP degree, with its errors, and which catalog GPU carries which."""
+    from des.tools.network import CATALOG, CUSTOM_SD, network_table
+
+    console = out()
+    console.print(
+        "fitted   latency + 2 (n-1)/n x bytes / bus_bandwidth per TP degree n, least squares in log time "
+        "(rows within one node)",
+        highlight=False,
+    )
+    table = Table(title="NCCL all-reduce fit (errors of predicted against measured time)", title_justify="left")
+    for col in ("profile", "tp", "points", "latency", "bus bandwidth", "median |err|", "max |err|", "sd ln"):
+        table.add_column(col, justify="left" if col == "profile" else "right")
+    for row in network_table(fits):
+        table.add_row(
+            str(row["profile"]), str(row["tp"]), f"{row['points']:,}", f"{row['latency_us']:.1f} us",
+            f"{row['bus_gb_s']:.1f} GB/s", f"{row['median_abs_pct']:.1f} %", f"{row['max_abs_pct']:.0f} %",
+            f"{row['log_sd']:.3f}",
+        )  # fmt: skip
+    console.print(table)
+    carried = {f.name: f for f in fits}
+    for gpu, name in CATALOG.items():
+        if name in carried:
+            f = carried[name]
+            console.print(
+                f"{gpu}: carries {name}'s fit; uncertainty {f.uncertainty:g} (sd ln: {f.pooled_log_sd:.3f} of the "
+                f"fit, {CUSTOM_SD:g} for vLLM's own all-reduce below its size limit)",
+                highlight=False,
+            )
 
 
 # -- des compare ---------------------------------------------------------------------------

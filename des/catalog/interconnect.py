@@ -87,7 +87,7 @@ class InterconnectSpec(Strict):
 
     kind: InterconnectKind
     link_bandwidth: PositiveFloat | None = None
-    nccl: dict[PositiveInt, AllReduceCost] = Field(min_length=1)
+    nccl: dict[PositiveInt, AllReduceCost]
     custom_latency: float | None = Field(None, ge=0, le=1.0)
     custom_max_bytes: dict[PositiveInt, PositiveInt] = Field(default_factory=dict)
     provenance: Provenance = "spec"
@@ -96,7 +96,9 @@ class InterconnectSpec(Strict):
     source: str = ""
 
     @model_validator(mode="after")
-    def _custom_needs_a_latency(self) -> InterconnectSpec:
+    def _consistent(self) -> InterconnectSpec:
+        if not self.nccl:
+            raise ValueError("nccl: needs the cost at one TP degree at least ({2: {latency: s, bus_bandwidth: B/s}})")
         if self.custom_max_bytes and self.custom_latency is None:
             raise ValueError("custom_latency: required with custom_max_bytes (seconds per call of vLLM's all-reduce)")
         if self.custom_max_bytes and self.kind == "pcie_host":

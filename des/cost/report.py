@@ -2,8 +2,9 @@
 
 Decode step time and tokens/s against batch size and context, prefill time against
 prompt length, the ridge point (tokens per step at which the GEMMs' compute time equals
-their weight streaming) and the KV capacity, under vLLM V1's engine defaults (CUDA
-graphs, async scheduling). :mod:`des.render` prints them and :func:`des.figures.plot_roofline`
+their weight streaming), the KV capacity, and the share of a step the tensor-parallel
+all-reduces take per TP degree, under vLLM V1's engine defaults (CUDA graphs, async
+scheduling). :mod:`des.render` prints them and :func:`des.figures.plot_roofline`
 draws them.
 """
 
@@ -14,9 +15,13 @@ from dataclasses import dataclass
 from des.catalog.memory import Precision, plan_memory, weight_bytes
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.base import BatchShape
-from des.cost.roofline import Engine, Roofline, build_roofline
+from des.cost.roofline import ACT_BYTES, Engine, Roofline, build_roofline, graph_size
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: TP degrees, decode step and prefill of the communication table.
+COMM_TPS = (1, 2, 4, 8)
+COMM_DECODE = (32, 2048)  # sequences, context tokens each
+COMM_PREFILL = 2048  # prompt tokens
 CONTEXTS = (512, 2048, 8192)
 PROMPTS = (128, 512, 1024, 2048, 4096, 8192)
 
@@ -40,6 +45,7 @@ class CostReport:
     precision: Precision
     tp: int
     roofline: Roofline
+    engine: Engine | None = None
 
     @classmethod
     def build(
@@ -51,7 +57,28 @@ class CostReport:
         engine: Engine | None = None,
     ) -> CostReport:
         precision = precision or Precision()
-        return cls(gpu, model, precision, tp, build_roofline(gpu, model, precision, tp, engine=engine))
+        return cls(gpu, model, precision, tp, build_roofline(gpu, model, precision, tp, engine=engine), engine)
+
+    def comm_table(self, tps: tuple[int, ...] = COMM_TPS) -> list[dict]:
+        """Per TP degree, a decode step (:data:`COMM_DECODE`) and a prefill step
+        (:data:`COMM_PREFILL`): step time, all-reduce time (ms), the all-reduces' share of
+        the step and which all-reduce vLLM runs (``vllm``: its own, ``nccl``, ``none``)."""
+        link, h = self.gpu.link, self.model.hidden_size
+        shapes = {"decode": decode_shape(*COMM_DECODE), "prefill": prefill_shape(COMM_PREFILL)}
+        rows = []
+        for tp in tps:
+            r = build_roofline(self.gpu, self.model, self.precision, tp, engine=self.engine)
+            row: dict = {"tp": tp}
+            for name, shape in shapes.items():
+                t = shape.prefill_tokens + shape.decode_tokens
+                tg = graph_size(t) if t <= r.graph_max else t
+                step, comm = r.step_time(shape), r.allreduce(tg)
+                row[f"{name}_ms"] = step * 1e3
+                row[f"{name}_comm_ms"] = comm * 1e3
+                row[f"{name}_share"] = comm / step
+                row[f"{name}_runs"] = link.algorithm(tg * h * ACT_BYTES, tp)
+            rows.append(row)
+        return rows
 
     def decode_table(self, batches=BATCHES, contexts=CONTEXTS) -> list[dict]:
         rows = []

@@ -1,6 +1,6 @@
 """Fit NCCL's all-reduce cost to measured collectives: ``des calibrate --network DIR``.
 
-The profiles are Vidur's (``/work/shared/data/vidur-kernel-profiles/network/``, MIT;
+The profiles are Vidur's (``data/vidur-kernel-profiles/network/``, MIT;
 profiler ``vidur/profiling/collectives/``): one folder per system
 (``a100_dgx``, ``h100_pairwise_nvlink``, ...) with ``all_reduce.csv``, one row per
 (``num_workers``, ``devices_per_node``, ``size``) with the median NCCL kernel time in
