@@ -1,8 +1,8 @@
 """GPU and model specifications as validated data.
 
-A :class:`GPUSpec` holds spec-sheet numbers (bytes, bytes/s, FLOP/s) and the
-efficiency factors of the roofline cost model (:mod:`des.catalog.efficiency`), given
-inline or read from a ``des calibrate`` file; a :class:`ModelSpec` holds a
+A :class:`GPUSpec` holds spec-sheet numbers (bytes, bytes/s, FLOP/s), its interconnect
+(:mod:`des.catalog.interconnect`) and the efficiency factors of the roofline cost model
+(:mod:`des.catalog.efficiency`), given inline or read from a ``des calibrate`` file; a :class:`ModelSpec` holds a
 decoder-only transformer's architecture, from which the parameter count and the
 per-token sizes are derived.
 """
@@ -32,7 +32,9 @@ class KVLinkSpec(Strict):
 
 
 class GPUSpec(Strict):
-    """One accelerator. Units: bytes, bytes/s, FLOP/s."""
+    """One accelerator. Units: bytes, bytes/s, FLOP/s. ``interconnect``: how a
+    tensor-parallel group of it all-reduces (:mod:`des.catalog.interconnect`; read it
+    through :attr:`link`, which applies the older two-number shorthand)."""
 
     name: str = "custom"
     description: str = ""
