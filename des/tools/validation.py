@@ -45,7 +45,7 @@ README = ROOT / "README.md"
 BEGIN = "<!-- validation table: written by `python -m des.tools.validation --write`; do not edit by hand -->"
 END = "<!-- end of validation table -->"
 
-Metric = Literal["output_rate", "total_rate", "decode_rate", "ttft"]
+Metric = Literal["output_rate", "total_rate", "decode_rate", "ttft", "tpot"]
 
 #: How each metric is counted, and its unit, as the table shows them.
 METRICS: dict[str, tuple[str, str]] = {
@@ -53,13 +53,14 @@ METRICS: dict[str, tuple[str, str]] = {
     "total_rate": ("(prompt + generated) tok/s of the request", "tok/s"),
     "decode_rate": ("1 / TPOT", "tok/s"),
     "ttft": ("TTFT", "ms"),
+    "tpot": ("time per output token (ITL)", "ms"),
 }
 
 
 class Measurement(Strict):
     """One public single-stream measurement: a request of ``prompt_tokens`` prompt and
     ``output_tokens`` generated tokens, alone on ``tp`` GPUs, and the ``value`` of its
-    ``metric`` (tok/s for rates, ms for ``ttft``) as ``source`` published it (``url``,
+    ``metric`` (tok/s for rates, ms for ``ttft`` and ``tpot``) as ``source`` published it (``url``,
     ``where``: the table and row). ``gpu`` is a catalog name or a mapping as a scenario's
     ``gpu`` (``base`` and overrides); ``set`` holds dotted des settings that match engine
     settings the source states."""
@@ -116,7 +117,7 @@ def one_request_scenario(m: Measurement) -> Scenario:
 def predict(m: Measurement) -> float:
     """des's value of ``m.metric`` for ``m``'s request: a run of :func:`one_request_scenario`,
     its request's ``e2e`` (arrival to last token: nothing else queues), ``tpot`` or ``ttft``
-    counted as the source counts them. Tokens per second, or milliseconds for ``ttft``."""
+    counted as the source counts them. Tokens per second, or milliseconds for ``ttft`` and ``tpot``."""
     from des.simulation import simulate
 
     req = simulate(one_request_scenario(m)).requests.iloc[0]
@@ -128,6 +129,8 @@ def predict(m: Measurement) -> float:
         return (m.prompt_tokens + m.output_tokens) / float(req["e2e"])
     if m.metric == "decode_rate":
         return 1.0 / float(req["tpot"])
+    if m.metric == "tpot":
+        return 1e3 * float(req["tpot"])
     return 1e3 * float(req["ttft"])
 
 
