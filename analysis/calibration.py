@@ -235,7 +235,11 @@ def public_facts(rows: Sequence[validation.Row] | None = None) -> dict[str, Any]
     times), each predicted as a des run of that one request
     (:func:`des.tools.validation.predict`): a table row each, and the ratio of des to the
     measurement on the RTX 4090 (its first check) and on the H20."""
-    rates = [r for r in (validation.rows() if rows is None else rows) if r.measurement.metric != "ttft"]
+    rates = [
+        r
+        for r in (validation.rows() if rows is None else rows)
+        if validation.METRICS[r.measurement.metric][1] == "tok/s"
+    ]
     table: list[str] = []
     ratios: dict[str, list[float]] = {}
     for r in rates:
@@ -243,7 +247,7 @@ def public_facts(rows: Sequence[validation.Row] | None = None) -> dict[str, Any]
         ratios.setdefault(r.gpu, []).append(r.predicted / m.value)
         how = validation.METRICS[m.metric][0]
         table.append(
-            f"| {m.engine}, {m.prompt_tokens:,} → {m.output_tokens:,} tokens; {how} | {r.gpu} | {m.model} | "
+            f"| {m.engine}, {m.prompt_tokens:,} → {m.output_tokens:,} tokens; {how} | {r.gpu} | {r.model} | "
             f"{m.value:g} | {r.predicted:.1f} | {r.predicted / m.value:.2f} | [{m.source}]({m.url}) |"
         )
     own, h20 = ratios["rtx4090"][0], ratios["h20"]

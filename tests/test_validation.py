@@ -45,8 +45,8 @@ def test_every_measurement_has_a_row_with_its_source(rows):
         assert f"[{m.source}]({m.url}): {m.where}" in line  # the table cites it
         assert f"| {m.value:g} " in line
     # no measurement twice
-    keys = [(m.gpu if isinstance(m.gpu, str) else m.gpu["name"], m.model, m.precision, m.tp, m.engine,
-             m.prompt_tokens, m.output_tokens, m.metric) for m in measurements]  # fmt: skip
+    keys = [(r.gpu, r.model, m.precision, m.tp, m.engine, m.prompt_tokens, m.output_tokens, m.metric)
+            for m, r in zip(measurements, rows, strict=True)]  # fmt: skip
     assert len(set(map(repr, keys))) == len(keys)
 
 
@@ -63,7 +63,7 @@ def test_each_row_says_where_its_gpus_factors_come_from(rows):
     for r in rows:
         sc = v.one_request_scenario(r.measurement)
         assert r.provenance == sc.gpu.efficiency.provenance in ("fitted", "transferred", "spec")
-        assert r.gpu == sc.gpu.name
+        assert (r.gpu, r.model) == (sc.gpu.name, sc.model.name)
 
 
 def test_no_fit_reads_the_measurements():
@@ -105,6 +105,8 @@ def test_a_prediction_is_a_des_run_of_the_one_request():
     assert v.predict(m.model_copy(update={"metric": "total_rate"})) == pytest.approx(150 / e2e, rel=1e-12)
     decode_time = sum(cost.step_time(s) for s in steps[1:]) / 49
     assert v.predict(m.model_copy(update={"metric": "decode_rate"})) == pytest.approx(1 / decode_time, rel=1e-12)
+    assert v.predict(m.model_copy(update={"metric": "tpot"})) == pytest.approx(1e3 * decode_time, rel=1e-12)
+    assert v.predict(m.model_copy(update={"metric": "e2e"})) == pytest.approx(e2e, rel=1e-12)
     one = m.model_copy(update={"metric": "ttft", "output_tokens": 1})
     assert v.predict(one) == pytest.approx(1e3 * cost.step_time(prefill), rel=1e-12)
 

@@ -45,7 +45,7 @@ README = ROOT / "README.md"
 BEGIN = "<!-- validation table: written by `python -m des.tools.validation --write`; do not edit by hand -->"
 END = "<!-- end of validation table -->"
 
-Metric = Literal["output_rate", "total_rate", "decode_rate", "ttft", "tpot"]
+Metric = Literal["output_rate", "total_rate", "decode_rate", "ttft", "tpot", "e2e"]
 
 #: How each metric is counted, and its unit, as the table shows them.
 METRICS: dict[str, tuple[str, str]] = {
@@ -54,19 +54,20 @@ METRICS: dict[str, tuple[str, str]] = {
     "decode_rate": ("1 / TPOT", "tok/s"),
     "ttft": ("TTFT", "ms"),
     "tpot": ("time per output token (ITL)", "ms"),
+    "e2e": ("time of the whole request", "s"),
 }
 
 
 class Measurement(Strict):
     """One public single-stream measurement: a request of ``prompt_tokens`` prompt and
     ``output_tokens`` generated tokens, alone on ``tp`` GPUs, and the ``value`` of its
-    ``metric`` (tok/s for rates, ms for ``ttft`` and ``tpot``) as ``source`` published it (``url``,
-    ``where``: the table and row). ``gpu`` is a catalog name or a mapping as a scenario's
-    ``gpu`` (``base`` and overrides); ``set`` holds dotted des settings that match engine
-    settings the source states."""
+    ``metric`` (tok/s for rates, ms for ``ttft`` and ``tpot``, s for ``e2e``) as ``source`` published it (``url``,
+    ``where``: the table and row). ``gpu`` and ``model`` are catalog names or mappings as
+    in a scenario (a ``base`` and overrides, or a whole spec with its ``source``); ``set``
+    holds dotted des settings that match engine settings the source states."""
 
     gpu: str | dict[str, Any]
-    model: str
+    model: str | dict[str, Any]
     precision: Precision = Precision()
     tp: PositiveInt = 1
     engine: str = Field(min_length=1)
@@ -117,7 +118,8 @@ def one_request_scenario(m: Measurement) -> Scenario:
 def predict(m: Measurement) -> float:
     """des's value of ``m.metric`` for ``m``'s request: a run of :func:`one_request_scenario`,
     its request's ``e2e`` (arrival to last token: nothing else queues), ``tpot`` or ``ttft``
-    counted as the source counts them. Tokens per second, or milliseconds for ``ttft`` and ``tpot``."""
+    counted as the source counts them: tokens per second, milliseconds (``ttft``, ``tpot``)
+    or seconds (``e2e``)."""
     from des.simulation import simulate
 
     req = simulate(one_request_scenario(m)).requests.iloc[0]
@@ -131,16 +133,20 @@ def predict(m: Measurement) -> float:
         return 1.0 / float(req["tpot"])
     if m.metric == "tpot":
         return 1e3 * float(req["tpot"])
+    if m.metric == "e2e":
+        return float(req["e2e"])
     return 1e3 * float(req["ttft"])
 
 
 @dataclass(frozen=True)
 class Row:
-    """A measurement, des's prediction of it, and where the GPU's factors come from."""
+    """A measurement, des's prediction of it, the names of its GPU and model, and where the
+    GPU's factors come from."""
 
     measurement: Measurement
     predicted: float
     gpu: str
+    model: str
     provenance: str
 
     @property
@@ -154,12 +160,17 @@ def rows(measurements: Sequence[Measurement] | None = None) -> list[Row]:
     out = []
     for m in load() if measurements is None else measurements:
         sc = one_request_scenario(m)
-        out.append(Row(m, predict(m), sc.gpu.name, sc.gpu.efficiency.provenance))
+        out.append(Row(m, predict(m), sc.gpu.name, sc.model.name, sc.gpu.efficiency.provenance))
     return out
 
 
 def _precision(p: Precision) -> str:
     return p.weights if p.kv_cache_dtype == "bf16" else f"{p.weights}, {p.kv_cache_dtype} KV"
+
+
+def _num(x: float) -> str:
+    """Three or more significant figures: 1804, 97.3, 9.91, 0.80."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
 
 
 def _cell(text: str) -> str:
@@ -178,7 +189,7 @@ def table(rs: Sequence[Row]) -> str:
         tp = f", TP {m.tp}" if m.tp > 1 else ""
         what = f"{m.engine}; {_precision(m.precision)}{tp}; {m.prompt_tokens:,} → {m.output_tokens:,} tokens: {how}"
         lines.append(
-            f"| {r.gpu} | {m.model} | {_cell(what)} | {m.value:g} {unit} | {r.predicted:.1f} {unit} | "
+            f"| {r.gpu} | {r.model} | {_cell(what)} | {m.value:g} {unit} | {_num(r.predicted)} {unit} | "
             f"{100 * r.error:+.0f} % | {r.provenance} | [{_cell(m.source)}]({m.url}): {_cell(m.where)} |"
         )
     return "\n".join(lines)
