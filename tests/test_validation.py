@@ -106,9 +106,29 @@ def test_a_prediction_is_a_des_run_of_the_one_request():
     decode_time = sum(cost.step_time(s) for s in steps[1:]) / 49
     assert v.predict(m.model_copy(update={"metric": "decode_rate"})) == pytest.approx(1 / decode_time, rel=1e-12)
     assert v.predict(m.model_copy(update={"metric": "tpot"})) == pytest.approx(1e3 * decode_time, rel=1e-12)
-    assert v.predict(m.model_copy(update={"metric": "e2e"})) == pytest.approx(e2e, rel=1e-12)
+    assert v.predict(m.model_copy(update={"metric": "e2e"})) == pytest.approx(1e3 * e2e, rel=1e-12)
     one = m.model_copy(update={"metric": "ttft", "output_tokens": 1})
     assert v.predict(one) == pytest.approx(1e3 * cost.step_time(prefill), rel=1e-12)
+
+
+def test_a_batch_is_submitted_at_once_and_timed_to_its_last_token():
+    """``batch`` equal requests arrive together: one prefill step of all their prompts, then
+    one decode step of all of them per further token (a static batch, as benchmark_latency runs)."""
+    m = v.Measurement(
+        gpu="rtx4090", model="qwen2.5-7b", engine="e", batch=4, prompt_tokens=32, output_tokens=20,
+        metric="e2e", value=1.0, source="s", url="https://example.org", where="w",
+    )  # fmt: skip
+    sc = v.one_request_scenario(m)
+    cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.cluster.tp))
+    prefill = BatchShape()
+    for _ in range(4):
+        prefill.add_chunk(0, 32, True)
+    total = cost.step_time(prefill)
+    for i in range(1, 20):
+        total += cost.step_time(BatchShape.decodes(4, 4 * (32 + i - 1)))
+    assert v.predict(m) == pytest.approx(1e3 * total, rel=1e-12)
+    with pytest.raises(ValueError, match="wall time, e2e"):
+        m.model_validate(m.model_dump() | {"metric": "output_rate"})
 
 
 def test_a_measurement_carries_the_engine_settings_it_names():

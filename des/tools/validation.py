@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from des.catalog.memory import Precision
 from des.config import Strict, load_yaml
@@ -54,14 +54,15 @@ METRICS: dict[str, tuple[str, str]] = {
     "decode_rate": ("1 / TPOT", "tok/s"),
     "ttft": ("TTFT", "ms"),
     "tpot": ("time per output token (ITL)", "ms"),
-    "e2e": ("time of the whole request", "s"),
+    "e2e": ("time of the whole request", "ms"),
 }
 
 
 class Measurement(Strict):
     """One public single-stream measurement: a request of ``prompt_tokens`` prompt and
-    ``output_tokens`` generated tokens, alone on ``tp`` GPUs, and the ``value`` of its
-    ``metric`` (tok/s for rates, ms for ``ttft`` and ``tpot``, s for ``e2e``) as ``source`` published it (``url``,
+    ``output_tokens`` generated tokens, alone on ``tp`` GPUs (or ``batch`` such requests
+    submitted at once, a static batch whose ``e2e`` is its wall time), and the ``value`` of its
+    ``metric`` (tok/s for rates, ms for times: ``ttft``, ``tpot``, ``e2e``) as ``source`` published it (``url``,
     ``where``: the table and row). ``gpu`` and ``model`` are catalog names or mappings as
     in a scenario (a ``base`` and overrides, or a whole spec with its ``source``); ``set``
     holds dotted des settings that match engine settings the source states."""
@@ -70,6 +71,7 @@ class Measurement(Strict):
     model: str | dict[str, Any]
     precision: Precision = Precision()
     tp: PositiveInt = 1
+    batch: PositiveInt = 1
     engine: str = Field(min_length=1)
     prompt_tokens: PositiveInt
     output_tokens: PositiveInt
@@ -79,6 +81,12 @@ class Measurement(Strict):
     url: str = Field(pattern=r"^https://\S+$")
     where: str = Field(min_length=1)
     set: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _batch_has_one_time(self) -> Measurement:
+        if self.batch > 1 and self.metric != "e2e":
+            raise ValueError(f"metric: a batch of {self.batch} requests is measured by its wall time, e2e")
+        return self
 
 
 class ValidationFile(Strict):
@@ -96,17 +104,21 @@ def load(path: Path = DATA) -> list[Measurement]:
 def one_request_scenario(m: Measurement) -> Scenario:
     """The scenario of ``m``'s request alone: its GPU, model, precision and ``tp``, one
     request of its prompt and output lengths, ``m.set`` applied; everything else at the
-    defaults ``des run`` fills in (:class:`des.scenario.Scenario`)."""
+    defaults ``des run`` fills in (:class:`des.scenario.Scenario`). A batch of ``m.batch``
+    requests arrives at once: ``m.batch`` users with no think time, one request each."""
     from des.scenario import load_scenario
 
+    arrival: dict[str, Any] = {"process": "poisson", "rate": 1.0}
+    if m.batch > 1:
+        arrival = {"process": "closed", "concurrency": m.batch, "think_time": 0.0}
     data = {
         "name": "validation",
         "gpu": m.gpu,
         "model": m.model,
         "precision": m.precision.model_dump(),
-        "horizon": {"num_requests": 1},
+        "horizon": {"num_requests": m.batch},
         "workload": {
-            "arrival": {"process": "poisson", "rate": 1.0},
+            "arrival": arrival,
             "prompt_tokens": {"dist": "fixed", "value": m.prompt_tokens},
             "output_tokens": {"dist": "fixed", "value": m.output_tokens},
         },
@@ -118,13 +130,18 @@ def one_request_scenario(m: Measurement) -> Scenario:
 def predict(m: Measurement) -> float:
     """des's value of ``m.metric`` for ``m``'s request: a run of :func:`one_request_scenario`,
     its request's ``e2e`` (arrival to last token: nothing else queues), ``tpot`` or ``ttft``
-    counted as the source counts them: tokens per second, milliseconds (``ttft``, ``tpot``)
-    or seconds (``e2e``)."""
+    counted as the source counts them: tokens per second, or milliseconds (the ``e2e`` of a
+    batch runs from its arrival to its last request's last token)."""
     from des.simulation import simulate
 
-    req = simulate(one_request_scenario(m)).requests.iloc[0]
-    if req["status"] != "completed":
-        raise ValueError(f"{m.where}: des did not complete the request ({req['status']}, {req['reason']})")
+    requests = simulate(one_request_scenario(m)).requests
+    done = requests["status"] == "completed"
+    if not done.all():
+        bad = requests[~done].iloc[0]
+        raise ValueError(f"{m.where}: des did not complete the request ({bad['status']}, {bad['reason']})")
+    if m.batch > 1:
+        return 1e3 * float(requests["finish_time"].max() - requests["arrival_time"].min())
+    req = requests.iloc[0]
     if m.metric == "output_rate":
         return m.output_tokens / float(req["e2e"])
     if m.metric == "total_rate":
@@ -134,7 +151,7 @@ def predict(m: Measurement) -> float:
     if m.metric == "tpot":
         return 1e3 * float(req["tpot"])
     if m.metric == "e2e":
-        return float(req["e2e"])
+        return 1e3 * float(req["e2e"])
     return 1e3 * float(req["ttft"])
 
 
@@ -187,7 +204,10 @@ def table(rs: Sequence[Row]) -> str:
         m = r.measurement
         how, unit = METRICS[m.metric]
         tp = f", TP {m.tp}" if m.tp > 1 else ""
-        what = f"{m.engine}; {_precision(m.precision)}{tp}; {m.prompt_tokens:,} → {m.output_tokens:,} tokens: {how}"
+        batch = f"a batch of {m.batch} × " if m.batch > 1 else ""
+        what = (
+            f"{m.engine}; {_precision(m.precision)}{tp}; {batch}{m.prompt_tokens:,} → {m.output_tokens:,} tokens: {how}"
+        )
         lines.append(
             f"| {r.gpu} | {r.model} | {_cell(what)} | {m.value:g} {unit} | {_num(r.predicted)} {unit} | "
             f"{100 * r.error:+.0f} % | {r.provenance} | [{_cell(m.source)}]({m.url}): {_cell(m.where)} |"
