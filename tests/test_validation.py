@@ -37,16 +37,19 @@ def test_the_readme_table_is_current(rows):
 
 def test_every_measurement_has_a_row_with_its_source(rows):
     measurements = v.load()
-    lines = [line for line in v.table(rows).splitlines()[2:]]
+    lines = v.table(rows).splitlines()[2:]
     assert len(measurements) == len(rows) == len(lines) > 0
-    for m, line in zip(measurements, lines, strict=True):
+    assert sorted(map(repr, measurements)) == sorted(repr(r.measurement) for r in rows)  # each once
+    assert [r.gpu for r in rows] == sorted(r.gpu for r in rows)  # GPU by GPU
+    for r, line in zip(rows, lines, strict=True):
+        m = r.measurement
         assert m.source.strip() and m.where.strip() and m.engine.strip()
         assert re.fullmatch(r"https://\S+", m.url)
         assert f"[{m.source}]({m.url}): {m.where}" in line  # the table cites it
         assert f"| {m.value:g} " in line
     # no measurement twice
-    keys = [(r.gpu, r.model, m.precision, m.tp, m.engine, m.prompt_tokens, m.output_tokens, m.metric)
-            for m, r in zip(measurements, rows, strict=True)]  # fmt: skip
+    keys = [(r.gpu, r.model, r.measurement.precision, r.measurement.tp, r.measurement.engine, r.measurement.batch,
+             r.measurement.prompt_tokens, r.measurement.output_tokens, r.measurement.metric) for r in rows]  # fmt: skip
     assert len(set(map(repr, keys))) == len(keys)
 
 

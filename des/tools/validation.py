@@ -173,12 +173,13 @@ class Row:
 
 
 def rows(measurements: Sequence[Measurement] | None = None) -> list[Row]:
-    """Each measurement (default: :data:`DATA`'s) with des's prediction."""
+    """Each measurement (default: :data:`DATA`'s) with des's prediction, GPU by GPU (by name;
+    in the file's order within a GPU)."""
     out = []
     for m in load() if measurements is None else measurements:
         sc = one_request_scenario(m)
         out.append(Row(m, predict(m), sc.gpu.name, sc.model.name, sc.gpu.efficiency.provenance))
-    return out
+    return sorted(out, key=lambda r: r.gpu)
 
 
 def _precision(p: Precision) -> str:
