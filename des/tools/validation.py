@@ -1,8 +1,9 @@
 """des against public single-stream measurements: the README's validation table.
 
 Each measurement in ``data/validation/single-stream.yaml`` is one request served alone on
-a GPU: its decode rate, its time to first token, or the rate of the whole request, as a
-public source published it (the file says where, table and row). des predicts it the way
+a GPU (or a static batch of equal requests submitted at once): its time per output token or
+decode rate, its time to first token, or the rate or time of the whole request, as a public
+source published it (the file says where, table and row). des predicts it the way
 ``des run`` would: :func:`one_request_scenario` is a scenario of exactly that request
 (the GPU, model, precision and tensor-parallel degree of the measurement, every other
 setting at des's defaults but the few engine settings the source states, ``set``), and
@@ -60,12 +61,13 @@ METRICS: dict[str, tuple[str, str]] = {
 
 class Measurement(Strict):
     """One public single-stream measurement: a request of ``prompt_tokens`` prompt and
-    ``output_tokens`` generated tokens, alone on ``tp`` GPUs (or ``batch`` such requests
-    submitted at once, a static batch whose ``e2e`` is its wall time), and the ``value`` of its
-    ``metric`` (tok/s for rates, ms for times: ``ttft``, ``tpot``, ``e2e``) as ``source`` published it (``url``,
-    ``where``: the table and row). ``gpu`` and ``model`` are catalog names or mappings as
-    in a scenario (a ``base`` and overrides, or a whole spec with its ``source``); ``set``
-    holds dotted des settings that match engine settings the source states."""
+    ``output_tokens`` generated tokens alone on ``tp`` GPUs (or ``batch`` such requests
+    submitted at once, a static batch whose ``e2e`` is its wall time), and the ``value`` of
+    its ``metric`` (tok/s for rates, ms for times: ``ttft``, ``tpot``, ``e2e``) as
+    ``source`` published it (``url``, ``where``: the table and row). ``gpu`` and ``model``
+    are catalog names or mappings as in a scenario (a ``base`` and overrides, or a whole
+    spec with its ``source``); ``set`` holds dotted des settings that match engine settings
+    the source states."""
 
     gpu: str | dict[str, Any]
     model: str | dict[str, Any]
