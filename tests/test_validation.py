@@ -135,11 +135,12 @@ def test_a_batch_is_submitted_at_once_and_timed_to_its_last_token():
 
 
 def test_a_measurement_carries_the_engine_settings_it_names():
-    eager = next(m for m in v.load() if m.set)
-    assert eager.set == {"cost_model.enforce_eager": True}
-    assert v.one_request_scenario(eager).cost_model.model_dump()["enforce_eager"] is True
-    plain = eager.model_copy(update={"set": {}})
-    assert v.one_request_scenario(plain).cost_model.model_dump()["enforce_eager"] is False
+    eager = next(m for m in v.load() if "cost_model.enforce_eager" in m.set)
+    assert eager.set == {"cost_model.enforce_eager": True, "scheduler.gpu_memory_utilization": 1.0}
+    sc = v.one_request_scenario(eager)
+    assert sc.cost_model.model_dump()["enforce_eager"] is True and sc.scheduler.gpu_memory_utilization == 1.0
+    plain = v.one_request_scenario(eager.model_copy(update={"set": {}}))
+    assert plain.cost_model.model_dump()["enforce_eager"] is False and plain.scheduler.gpu_memory_utilization < 1
 
 
 def test_write_replaces_only_the_table(tmp_path):
