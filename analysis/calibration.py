@@ -18,6 +18,7 @@ blind checks, one small function each) filled into ``analysis/templates/calibrat
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,9 @@ from analysis.markdown import render
 from des import catalog
 from des.catalog.specs import ModelSpec
 from des.cost.report import CostReport, decode_shape, prefill_shape
-from des.cost.roofline import DEFAULT_CAPTURE, Engine, Roofline, build_roofline
+from des.cost.roofline import DEFAULT_CAPTURE, Engine, build_roofline
 from des.figures import GROUP_TITLES, plot_fit, plot_roofline
+from des.tools import validation
 from des.tools.calibrate import ENGINE_CPU, Fit, fit_profile, fit_table, read_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,41 +50,6 @@ README_DECODE = {
 }  # fmt: skip
 README_PREFILL = {64: 18.8, 256: 25.5, 512: 48.3, 1024: 95.5, 2048: 193.0}
 
-#: Public single-request decode measurements (never used in the fit): (label, gpu, model,
-#: prompt tokens, generated tokens, measured tok/s, how the rate is counted, source).
-PUBLIC = [
-    (
-        "vLLM, one request, 300 tokens",
-        "rtx4090",
-        "qwen3-8b",
-        0,
-        300,
-        58.7,
-        "generated tokens / wall time",
-        "llmfit community benchmark, github.com/AlexsJones/llmfit PR #1046 (2026)",
-    ),
-    (
-        "SGLang 0.4.6, batch 1, input 1, 2048 generated",
-        "h20",
-        "qwen3-8b",
-        1,
-        2048,
-        81.73,
-        "(prompt + generated) tokens / time",
-        "Qwen speed benchmark, github.com/QwenLM/Qwen2.5 docs/source/getting_started/speed_benchmark.md",
-    ),
-    (
-        "SGLang 0.4.6, batch 1, input 1, 2048 generated",
-        "h20",
-        "qwen3-32b",
-        1,
-        2048,
-        20.72,
-        "(prompt + generated) tokens / time",
-        "Qwen speed benchmark, github.com/QwenLM/Qwen2.5 docs/source/getting_started/speed_benchmark.md",
-    ),
-]
-
 
 def drift(fit: Fit) -> dict[str, tuple[float | None, float | None]]:
     """Factors whose refitted value differs from the catalog's rtx4090 entry."""
@@ -96,13 +63,6 @@ def drift(fit: Fit) -> dict[str, tuple[float | None, float | None]]:
         elif abs(value - ref) > DRIFT * abs(ref):
             out[key] = (value, ref)
     return out
-
-
-def single_request_tok_s(r: Roofline, prompt: int, generated: int, count_prompt: bool) -> float:
-    """Tokens per second of one request alone: its prefill, then one decode step per further token."""
-    t = r.step_time(prefill_shape(max(prompt, 1)))
-    t += sum(r.step_time(decode_shape(1, max(prompt, 1) + i)) for i in range(1, generated))
-    return (generated + (prompt if count_prompt else 0)) / t
 
 
 def composition_facts(fit: Fit) -> dict[str, Any]:
@@ -269,17 +229,26 @@ def catalog_facts(model: ModelSpec) -> dict[str, Any]:
     return {"gpu_table": "\n".join(table)}
 
 
-def public_facts(checks: list[tuple] = PUBLIC) -> dict[str, Any]:
-    """des against the public single-request measurements: a table row each, and the ratio of
-    des to the measurement on the RTX 4090 (its first check) and on the H20."""
+def public_facts(rows: Sequence[validation.Row] | None = None) -> dict[str, Any]:
+    """des against the public single-request rates of ``data/validation/single-stream.yaml``
+    (never used in the fit; the README's validation table shows them with the prefill
+    times), each predicted as a des run of that one request
+    (:func:`des.tools.validation.predict`): a table row each, and the ratio of des to the
+    measurement on the RTX 4090 (its first check) and on the H20."""
+    rates = [
+        r
+        for r in (validation.rows() if rows is None else rows)
+        if validation.METRICS[r.measurement.metric][1] == "tok/s"
+    ]
     table: list[str] = []
     ratios: dict[str, list[float]] = {}
-    for label, gname, mname, prompt, generated, measured, how, source in checks:
-        r = build_roofline(catalog.gpu(gname), catalog.model(mname))
-        pred = single_request_tok_s(r, prompt, generated, count_prompt=how.startswith("(prompt"))
-        ratios.setdefault(gname, []).append(pred / measured)
+    for r in rates:
+        m = r.measurement
+        ratios.setdefault(r.gpu, []).append(r.predicted / m.value)
+        how = validation.METRICS[m.metric][0]
         table.append(
-            f"| {label}; {how} | {gname} | {mname} | {measured:g} | {pred:.1f} | {pred / measured:.2f} | {source} |"
+            f"| {m.engine}, {m.prompt_tokens:,} → {m.output_tokens:,} tokens; {how} | {r.gpu} | {r.model} | "
+            f"{m.value:g} | {r.predicted:.1f} | {r.predicted / m.value:.2f} | [{m.source}]({m.url}) |"
         )
     own, h20 = ratios["rtx4090"][0], ratios["h20"]
     return {

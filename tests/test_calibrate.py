@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -213,47 +212,46 @@ def test_the_report_is_current_and_fails_when_the_catalog_drifts(tmp_path, monke
 # --- the report's facts (analysis/calibration.py) -----------------------------------------
 
 
-class FlatRoofline:
-    """Every step takes 20 ms, whatever it computes."""
-
-    def step_time(self, shape) -> float:
-        return 0.02
-
-
-def test_single_request_rate_is_its_prefill_then_a_decode_step_per_further_token():
-    from analysis.calibration import single_request_tok_s
-
-    r: Any = FlatRoofline()
-    # 11 tokens: the prefill's, then 10 decode steps: 11 steps of 20 ms
-    assert single_request_tok_s(r, 0, 11, count_prompt=False) == pytest.approx(11 / 0.22)
-    assert single_request_tok_s(r, 1, 11, count_prompt=True) == pytest.approx(12 / 0.22)
-
-
 def test_public_facts_set_des_against_each_measurement():
-    from analysis.calibration import public_facts, single_request_tok_s
+    from analysis.calibration import public_facts
+    from des.tools.validation import Measurement, Row
 
-    def des_rate(gpu: str, prompt: int, count_prompt: bool) -> float:
-        r = build_roofline(catalog.gpu(gpu), catalog.model("qwen2.5-7b"))
-        return single_request_tok_s(r, prompt, 100, count_prompt)
+    def row(gpu: str, measured: float, predicted: float, metric: str = "output_rate", source: str = "src") -> Row:
+        m = Measurement.model_validate(
+            {"gpu": gpu, "model": "qwen2.5-7b", "engine": "vLLM", "prompt_tokens": 1, "output_tokens": 100,
+             "metric": metric, "value": measured, "source": source, "url": "https://example.org", "where": "w"}
+        )  # fmt: skip
+        return Row(m, predicted, gpu, "qwen2.5-7b", "spec")
 
-    own = des_rate("rtx4090", 0, False)
-    h20 = des_rate("h20", 1, True)
-    checks = [
-        ("mine", "rtx4090", "qwen2.5-7b", 0, 100, own * 0.98, "generated tokens / wall time", "src"),
-        ("x", "h20", "qwen2.5-7b", 1, 100, h20 / 2, "(prompt + generated) tokens / time", "a"),
-        ("y", "h20", "qwen2.5-7b", 1, 100, h20 / 4, "(prompt + generated) tokens / time", "b"),
+    rows = [
+        row("rtx4090", 98, 100),
+        row("h20", 50, 100, "total_rate", "a"),
+        row("h20", 25, 100, "total_rate", "b"),
+        row("h20", 30, 10, "ttft"),  # a prefill time, not a rate: left out
     ]
-    facts = public_facts(checks)
-    assert facts["own_off_pct"] == pytest.approx(100 * (1 / 0.98 - 1))
+    facts = public_facts(rows)
+    assert facts["own_off_pct"] == pytest.approx(100 * (100 / 98 - 1))
     assert (facts["h20_low"], facts["h20_high"]) == pytest.approx((2, 4))
     assert facts["h20_reach_pct"] == pytest.approx(100 / 3)  # the measurements reach 1/3 of des's rate on average
     assert facts["h20_weight_bandwidth"] == catalog.gpu("h20").efficiency.weight_bandwidth
-    rows = facts["public_table"].split("\n")
-    assert (
-        rows[0]
-        == f"| mine; generated tokens / wall time | rtx4090 | qwen2.5-7b | {own * 0.98:g} | {own:.1f} | 1.02 | src |"
+    table = facts["public_table"].split("\n")
+    assert len(table) == 3
+    assert table[0] == (
+        "| vLLM, 1 → 100 tokens; generated tok/s of the request | rtx4090 | qwen2.5-7b | 98 | 100.0 | 1.02 | "
+        "[src](https://example.org) |"
     )
-    assert rows[2].endswith(f"| {h20 / 4:g} | {h20:.1f} | 4.00 | b |")
+    assert table[2].endswith("| 25 | 100.0 | 4.00 | [b](https://example.org) |")
+
+
+def test_public_facts_default_to_the_validation_measurements():
+    from analysis.calibration import public_facts
+    from des.tools import validation
+
+    rates = [r for r in validation.rows() if validation.METRICS[r.measurement.metric][1] == "tok/s"]
+    facts = public_facts()
+    assert len(facts["public_table"].split("\n")) == len(rates) > 3
+    own = next(r for r in rates if r.gpu == "rtx4090")
+    assert facts["own_off_pct"] == pytest.approx(100 * abs(own.predicted / own.measurement.value - 1))
 
 
 def test_fit_facts_and_the_composition_of_the_profile(fit):
