@@ -27,6 +27,7 @@ from des.catalog.memory import (
 )
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.render import memory_line
+from tests.helpers import des_cli
 
 GIB = 1 << 30
 #: vLLM 0.19.0's startup report for the setting above ("GPU KV cache size: 41,408 tokens").
@@ -172,3 +173,14 @@ def test_the_plan_is_shown_term_by_term(llama):
         assert part in line, line
     eager = memory_line(serve(g, m, graphs=GraphCapture(0)))
     assert "no CUDA graphs" in eager
+
+
+def test_des_run_prints_the_memory_plan_and_refuses_a_bad_graph_setting(tmp_path):
+    res = des_cli("run", "--out", str(tmp_path / "run"), "--set", "horizon.duration=20", "--set", "warmup=5")
+    assert res.returncode == 0, res.stderr
+    row = next(line for line in res.stdout.splitlines() if line.startswith("memory"))
+    assert "weights 14.19" in row and "activation peak" in row and "runtime reserve 1.00" in row
+    assert "(122,352 tokens)" in row and "CUDA graphs" in row
+    bad = des_cli("run", "--out", str(tmp_path / "bad"), "--set", "cost_model.estimate_cudagraph_memory=maybe")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "cost_model.estimate_cudagraph_memory" in bad.stderr and "Traceback" not in bad.stderr
