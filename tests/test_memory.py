@@ -184,3 +184,10 @@ def test_des_run_prints_the_memory_plan_and_refuses_a_bad_graph_setting(tmp_path
     bad = des_cli("run", "--out", str(tmp_path / "bad"), "--set", "cost_model.estimate_cudagraph_memory=maybe")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "cost_model.estimate_cudagraph_memory" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_kv_heads_are_replicated_when_gpus_outnumber_them():
+    g, m = catalog.gpu("h100-80gb"), catalog.model("llama-3.1-8b")  # 32 heads, 8 KV heads
+    per_token = [plan_memory(g, m, tp=tp).kv_bytes_per_token for tp in (1, 2, 8, 16)]
+    assert per_token == [m.kv_bytes_per_token()] * 3 + [2 * m.kv_bytes_per_token()]
+    assert plan_memory(g, m, tp=16).num_blocks < 2 * plan_memory(g, m, tp=8).num_blocks

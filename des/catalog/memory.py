@@ -123,6 +123,17 @@ GRAPH_OVERHEAD_BYTES = 1 << 20
 DEFAULT_CAPTURE = 512
 
 
+def kv_bytes_per_token(model: ModelSpec, precision: Precision, tp: int = 1) -> int:
+    """Bytes one token's K and V take over the ``tp`` GPUs of an instance.
+
+    Each GPU holds ``max(1, kv_heads // tp)`` KV heads (vLLM replicates a head on several
+    GPUs when there are fewer heads than GPUs), so past ``tp = kv_heads`` the total grows
+    with ``tp`` instead of staying the model's.
+    """
+    heads = max(1, model.num_key_value_heads // tp)
+    return int(2 * model.num_layers * heads * model.d_head * precision.kv_bytes) * tp
+
+
 def rope_cache_bytes(model: ModelSpec) -> int:
     """Bytes of the rotary embedding's cos/sin cache: ``max_position × head_dim`` bf16 values,
     built once per model when the weights load (``RotaryEmbedding.cos_sin_cache``)."""
@@ -225,6 +236,7 @@ def graph_pool_bytes(
 class MemoryPlan:
     """Where the memory of one instance (``tp`` GPUs) goes. All sizes in bytes, summed over the GPUs.
 
+    ``kv_bytes_per_token`` counts a token's KV on every GPU (replicated heads included).
     ``budget`` = ``weights`` + ``rope_cache`` + ``activations`` + ``runtime_reserve``
     (+ ``graph_pool`` when ``graph_pool_charged``) + the KV blocks + what is too small for a block.
     """
@@ -290,7 +302,7 @@ def plan_memory(
     forward, sampler = profile_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp, gpu.sm_count)
     reserve = gpu.runtime_reserve_bytes * tp
     pool = graph_pool_bytes(model, graphs, max_num_batched_tokens, max_num_seqs, tp) * tp
-    kv_per_token = model.kv_bytes_per_token(precision.kv_bytes)
+    kv_per_token = kv_bytes_per_token(model, precision, tp)
     acts = max(forward, sampler) * tp
     left = budget - weights - rope - acts - reserve - (pool if graphs.charged else 0)
     blocks = left // (kv_per_token * block_size) if left > 0 else 0
@@ -322,6 +334,7 @@ __all__ = [
     "plan_memory",
     "weight_bytes",
     "rope_cache_bytes",
+    "kv_bytes_per_token",
     "forward_activation_bytes",
     "sampler_bytes",
     "profile_peak_bytes",
