@@ -21,6 +21,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     import pandas as pd
 
+    from des.catalog.memory import MemoryPlan
     from des.cost.report import CostReport
     from des.metrics import Result
     from des.scenario import Scenario
@@ -217,6 +218,28 @@ def hardware_line(sc: Scenario) -> str:
     return f"{gpus}, {sc.model.name}, {sc.scheduler.kind} batching, {sc.cost_model.kind} cost"
 
 
+def memory_line(plan: MemoryPlan) -> str:
+    """Where one instance's memory goes, as vLLM's profiler splits it (GiB): the budget,
+    weights (with the rotary cache), the profile run's activation peak and which part of
+    it sets the peak, the runtime reserve, the KV cache, and the CUDA graph pool, charged
+    to the budget or captured beside it (vLLM 0.19's default)."""
+
+    def gib(b: int) -> str:
+        return f"{b / (1 << 30):.2f}"
+
+    gpus = f" over {plan.tp} GPUs" if plan.tp > 1 else ""
+    which = "sampler" if plan.sampler_peak >= plan.forward_peak else "forward"
+    if plan.graph_pool == 0:
+        graphs = "no CUDA graphs"
+    else:
+        graphs = f"CUDA graphs {gib(plan.graph_pool)} {'charged' if plan.graph_pool_charged else 'uncharged'}"
+    return (
+        f"{gib(plan.budget)} GiB{gpus}: weights {gib(plan.weights + plan.rope_cache)}, "
+        f"activation peak {gib(plan.activations)} ({which}), runtime reserve {gib(plan.runtime_reserve)}, "
+        f"KV {gib(plan.kv_bytes)} ({plan.kv_capacity_tokens:,} tokens); {graphs}"
+    )
+
+
 def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files: Sequence[str] = ()) -> None:
     from des.metrics.summary import rejections
 
@@ -233,6 +256,9 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
         f"GPU busy {fmt(s['gpu_busy_fraction'])}, mean batch {fmt(s['mean_batch_size'])}, "
         f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens",
     )
+    pools = sc.plan().pools
+    for pool, plan in zip(pools, sc.memory_plans(), strict=True):
+        head.add_row("memory" if len(pools) == 1 else f"{pool.role} memory", memory_line(plan))
     if s.get("roofline_share") is not None:
         head.add_row("utilisation", utilisation_line(s))
     if s.get("prefix_cache_hit_tokens"):
@@ -413,8 +439,11 @@ def cost_report(rep: CostReport) -> None:
     )
     head.add_row("ridge", f"{facts['ridge_tokens']:.0f} tokens per step (compute overtakes weight reads)")
     head.add_row(
-        "kv", f"{facts['kv_tokens_0.90']:,} tokens at gpu_memory_utilization 0.90, {facts['kv_tokens_0.92']:,} at 0.92"
+        "kv",
+        f"{facts['kv_tokens_0.90']:,} tokens at gpu_memory_utilization 0.90, {facts['kv_tokens_0.92']:,} at 0.92 "
+        f"({rep.memory_settings()})",
     )
+    head.add_row("memory", f"at 0.90: {memory_line(rep.memory_plan(0.90))}")
     console.print(head)
     contexts = (512, 2048, 8192)
     dec = Table(title="decode step (ms) and output tokens/s, by batch size and context", title_justify="left")

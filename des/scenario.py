@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from des import catalog
-from des.catalog.memory import MemoryPlan, Precision
+from des.catalog.memory import GraphCapture, MemoryPlan, Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import MAX_TIME, DuplicateKey, Seconds, Strict, load_yaml, plausible_latency
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
@@ -237,7 +237,11 @@ class Scenario(Strict):
     def plan(self) -> Plan:
         """The pools of instances the scheduler kind asks for (:mod:`des.engine.plan`)."""
         c = self.cluster
-        return self.scheduler.plan(PlanContext(self.gpu, self.model, self.precision, c.replicas, c.tp, c.router))
+        cost = self.cost_model
+        graphs = cost.graphs if isinstance(cost, RooflineConfig) else GraphCapture()
+        return self.scheduler.plan(
+            PlanContext(self.gpu, self.model, self.precision, c.replicas, c.tp, c.router, graphs)
+        )
 
     def memory_plan(self) -> MemoryPlan:
         """The KV cache of one instance of the pool requests finish in (the only pool of

@@ -162,16 +162,17 @@ COSTS = st.one_of(
 def with_kv_tokens(data: dict[str, Any], kv_tokens: int) -> dict[str, Any]:
     """``data`` with the GPU's memory shrunk so the KV cache holds about ``kv_tokens`` tokens.
 
-    Exactly ``max(1, kv_tokens // block_size)`` blocks: the budget is the weights,
-    activations and runtime reserve of the scenario's own memory plan plus that many
-    blocks and half a block of slack (against the rounding of ``memory × utilization``).
+    Exactly ``max(1, kv_tokens // block_size)`` blocks: the budget is everything but the KV
+    cache in the scenario's own memory plan (weights, rotary cache, activation peak,
+    runtime reserve) plus that many blocks and half a block of slack (against the
+    rounding of ``memory × utilization``).
     """
     gmu = data["scheduler"]["gpu_memory_utilization"]
     probe = dict(data, scheduler=dict(data["scheduler"], gpu_memory_utilization=0.92), gpu=BASE_GPU)
     plan = des.load_scenario(probe).memory_plan()
     block_bytes = plan.kv_bytes_per_token * plan.block_size
     blocks = max(1, kv_tokens // plan.block_size)
-    need = plan.weights + plan.activations + plan.runtime_reserve + blocks * block_bytes + block_bytes // 2
+    need = plan.non_kv + blocks * block_bytes + block_bytes // 2
     out = dict(data)
     out["gpu"] = {"base": BASE_GPU, "memory_bytes": math.ceil(need / gmu)}
     return out

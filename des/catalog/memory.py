@@ -1,16 +1,46 @@
 """Memory arithmetic: weight bytes, KV bytes per token, and KV-cache capacity in blocks.
 
-The KV budget follows vLLM's accounting: the engine may use
-``gpu_memory_utilization × memory_bytes``; from that it subtracts the weights, the
-activation peak of a profiling step of ``max_num_batched_tokens`` tokens, and a
-runtime reserve (CUDA context, cuBLAS workspace, CUDA graphs). What is left holds
-``floor(left / (kv_bytes_per_token × block_size))`` blocks of ``block_size`` tokens.
-With tensor parallelism every GPU holds ``1/tp`` of the weights and of each token's
-KV, so the blocks are counted over the ``tp`` GPUs together.
+The KV budget follows vLLM 0.19's ``Worker.determine_available_memory``
+(``vllm/v1/worker/gpu_worker.py``, with ``memory_profiling`` in ``vllm/utils/mem_utils.py``):
+the engine may use ``requested = ceil(gpu_memory_utilization × memory_bytes)``, measured
+against a memory snapshot taken *after* the CUDA context (and NCCL) exist, so the
+context itself lives in the ``1 − gpu_memory_utilization`` headroom. From the request it
+subtracts
+
+- the **weights** as loading them grew PyTorch's allocation: the parameters plus the
+  rotary embedding's cos/sin cache (``max_position_embeddings × rotary_dim`` in bf16,
+  ``rotary_embedding/base.py``);
+- the **activation peak**: how far PyTorch's allocated-bytes peak rose during
+  ``GPUModelRunner.profile_run`` (``gpu_model_runner.py``): a dummy forward over
+  ``T = max_num_batched_tokens`` tokens split into ``R = min(T, max_num_seqs)``
+  requests, then ``_dummy_sampler_run`` on the ``R`` last hidden states: the LM head's
+  bf16 logits, their fp32 copy, the softmax probabilities and the exponential noise of
+  ``random_sample`` (``R × vocab`` each), and the Triton top-k/top-p kernel's per-program
+  buffer (``min(R, SMs) × vocab`` fp32, ``sample/ops/topk_topp_triton.py``). The
+  forward's own peak is the gated MLP's: residual and normed input (``2 h``), the
+  gate/up product (``2 I``) and its SiLU-and-mul (``I``) per token. The larger of the
+  two is the peak;
+- the **runtime reserve**: memory that grew outside PyTorch's allocator while the engine
+  started (vLLM's "non-torch memory": kernel images loaded on first use, library handles).
+  It depends on the driver and libraries, not on the model's shapes, so it is a per-GPU
+  constant of the catalog (``runtime_reserve_bytes``, whose entry says where it comes from);
+- the **CUDA graph pool**, only when vLLM is told to (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``,
+  off in 0.19, the default from 0.21): ``profile_cudagraph_memory`` captures the largest
+  size first (its pool holds that step's activations) and charges every further graph at
+  least 1 MiB. Otherwise the graphs are captured after the KV cache is allocated, in the
+  headroom, and the plan shows the pool without charging it. ``enforce_eager``: no graphs.
+
+What is left holds ``floor(left / (kv_bytes_per_token × block_size))`` blocks
+(``kv_cache_utils.get_num_blocks``: available memory // page size // layers). With tensor
+parallelism every GPU holds ``1/tp`` of the weights, of each token's KV and of the
+split activations (the residual stream and the all-gathered logits are whole on every
+GPU), so budgets, activation peaks and reserves add over the ``tp`` GPUs and the blocks
+are counted over them together.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -77,30 +107,164 @@ def weight_bytes(model: ModelSpec, precision: Precision | None = None) -> int:
     return int(round(linear * precision.weight_bytes_per_param + rest * 2.0))
 
 
-def activation_bytes(model: ModelSpec, num_tokens: int, num_seqs: int) -> int:
-    """Peak activation memory of one profiling step, in bytes.
+#: Bytes of one activation value: vLLM runs bf16/fp16 activations whatever the weights' format.
+ACT_BYTES = 2
+#: Bytes of one logit once the sampler has cast it to fp32.
+LOGIT_BYTES = 4
+#: vLLM pads the LM head's vocabulary to a multiple of this (``DEFAULT_VOCAB_PADDING_SIZE``).
+VOCAB_PADDING = 64
+#: Below this many rows the sampler sorts the logits in PyTorch instead of the Triton kernel
+#: (``apply_top_k_top_p``): fp32 sorted values and int64 indices.
+TRITON_TOPK_MIN_ROWS = 8
+#: What vLLM's CUDA-graph profiler charges each graph after the first, at least (1 MiB).
+GRAPH_OVERHEAD_BYTES = 1 << 20
+#: vLLM's default ``max_cudagraph_capture_size`` (min(2 × max_num_seqs, 512) with its default
+#: 256 sequences).
+DEFAULT_CAPTURE = 512
 
-    ``num_tokens`` tokens flow through a layer in bf16: the residual stream and the
-    attention projections (4 × hidden) and the gated MLP's gate, up and product
-    (3 × intermediate); the sampler holds fp32 logits for ``num_seqs`` sequences.
+
+def kv_bytes_per_token(model: ModelSpec, precision: Precision, tp: int = 1) -> int:
+    """Bytes one token's K and V take over the ``tp`` GPUs of an instance.
+
+    Each GPU holds ``max(1, kv_heads // tp)`` KV heads (vLLM replicates a head on several
+    GPUs when there are fewer heads than GPUs), so past ``tp = kv_heads`` the total grows
+    with ``tp`` instead of staying the model's.
     """
-    per_token = 2 * (4 * model.hidden_size + 3 * model.intermediate_size)
-    return num_tokens * per_token + num_seqs * model.vocab_size * 4
+    heads = max(1, model.num_key_value_heads // tp)
+    return int(2 * model.num_layers * heads * model.d_head * precision.kv_bytes) * tp
+
+
+def rope_cache_bytes(model: ModelSpec) -> int:
+    """Bytes of the rotary embedding's cos/sin cache: ``max_position × head_dim`` bf16 values,
+    built once per model when the weights load (``RotaryEmbedding.cos_sin_cache``)."""
+    return model.max_model_len * model.d_head * ACT_BYTES
+
+
+def forward_activation_bytes(model: ModelSpec, num_tokens: int, tp: int = 1) -> int:
+    """Peak bytes PyTorch allocates on one GPU during a forward pass of ``num_tokens`` tokens.
+
+    Layers run one after another and free their intermediates, so the peak is one
+    layer's widest point: the gated MLP holds the residual and the normed input
+    (``2 h``), the gate/up product (``2 I / tp``) and the SiLU-and-mul output (``I / tp``)
+    per token; attention holds the residual and normed input, the fused q/k/v projection
+    and the attention output. The profile run skips the attention kernel itself (no KV
+    cache yet), so it adds no workspace. bf16 values.
+    """
+    h, i = model.hidden_size, model.intermediate_size
+    mlp = 2 * h + 3 * i // tp
+    attention = 2 * h + (2 * model.q_dim + 2 * model.kv_dim) // tp
+    return num_tokens * ACT_BYTES * max(mlp, attention)
+
+
+def sampler_bytes(model: ModelSpec, num_rows: int, sm_count: int | None = None) -> int:
+    """Bytes ``_dummy_sampler_run`` allocates for ``num_rows`` sequences (one GPU; the
+    logits are all-gathered, so every tensor-parallel GPU holds them whole).
+
+    bf16 logits from the LM head (padded vocabulary), their fp32 copy, the softmax
+    probabilities and the exponential noise ``q`` (``rows × vocab`` fp32 each), plus the
+    top-k/top-p buffer: the Triton kernel's ``min(next_pow2(min(SMs, rows)), SMs) × vocab``
+    fp32 scratch (``sm_count`` None: one row per sequence), or PyTorch's sort (fp32
+    values and int64 indices) below 8 rows.
+    """
+    v = model.vocab_size
+    padded = -(-v // VOCAB_PADDING) * VOCAB_PADDING
+    logits = num_rows * padded * ACT_BYTES + 3 * num_rows * v * LOGIT_BYTES
+    if num_rows < TRITON_TOPK_MIN_ROWS:
+        topk = num_rows * v * (LOGIT_BYTES + 8)
+    else:
+        sms = sm_count or num_rows
+        programs = min(sms, num_rows)
+        topk = min(1 << (programs - 1).bit_length(), sms) * v * LOGIT_BYTES
+    return logits + topk
+
+
+def profile_peak_bytes(
+    model: ModelSpec, num_tokens: int, num_seqs: int, tp: int = 1, sm_count: int | None = None
+) -> tuple[int, int]:
+    """The profile run's two peaks on one GPU, in bytes: ``(forward, sampler)``.
+
+    The forward runs ``num_tokens`` tokens; the sampler then runs on ``R = min(num_tokens,
+    num_seqs)`` rows while the forward's output (``num_tokens × h``), the gathered last
+    hidden states and their random stand-in (``R × h`` each) are still held.
+    """
+    rows = min(num_tokens, num_seqs)
+    held = (num_tokens + 2 * rows) * model.hidden_size * ACT_BYTES
+    return forward_activation_bytes(model, num_tokens, tp), held + sampler_bytes(model, rows, sm_count)
+
+
+def capture_sizes(max_size: int) -> list[int]:
+    """vLLM's CUDA-graph capture sizes up to ``max_size``: 1, 2, 4, multiples of 8 below 256,
+    then multiples of 16 (``vllm/config/vllm.py: _set_cudagraph_sizes``)."""
+    ladder = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
+    return [s for s in ladder if s <= max_size]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphCapture:
+    """The CUDA graphs vLLM captures, for the memory plan.
+
+    ``max_size``: the largest captured step in tokens (0: ``enforce_eager``, no graphs);
+    ``charged``: whether the graph pool comes out of the KV budget
+    (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``; off in vLLM 0.19, on from 0.21).
+    """
+
+    max_size: int = DEFAULT_CAPTURE
+    charged: bool = False
+
+
+def graph_pool_bytes(
+    model: ModelSpec, graphs: GraphCapture, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1
+) -> int:
+    """vLLM's estimate of its CUDA-graph pool on one GPU, in bytes (0 without graphs).
+
+    ``profile_cudagraph_memory`` (vLLM 0.19) captures the largest size of each mode first
+    (the pool then holds that step's activations) and charges each further graph what the
+    second capture added, at least 1 MiB. Under the default ``FULL_AND_PIECEWISE`` mode
+    every size is captured piecewise, and the sizes up to ``max_num_seqs`` once more as
+    full graphs of decode steps. No size exceeds ``max_num_batched_tokens``.
+    """
+    sizes = capture_sizes(min(graphs.max_size, max_num_batched_tokens))
+    if not sizes:
+        return 0
+    full = [s for s in sizes if s <= max_num_seqs]
+    first = forward_activation_bytes(model, sizes[-1], tp)
+    further = (len(sizes) - 1) + max(len(full) - 1, 0)
+    return first + further * GRAPH_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryPlan:
-    """Where the memory of one instance (``tp`` GPUs) goes. All sizes in bytes."""
+    """Where the memory of one instance (``tp`` GPUs) goes. All sizes in bytes, summed over the GPUs.
+
+    ``kv_bytes_per_token`` counts a token's KV on every GPU (replicated heads included).
+    ``budget`` = ``weights`` + ``rope_cache`` + ``activations`` + ``runtime_reserve``
+    (+ ``graph_pool`` when ``graph_pool_charged``) + the KV blocks + what is too small for a block.
+    """
 
     tp: int
     budget: int
     weights: int
-    activations: int
+    rope_cache: int
+    forward_peak: int  # the profile run's forward pass
+    sampler_peak: int  # the profile run's sampler, with the forward's outputs still held
     runtime_reserve: int
+    graph_pool: int
+    graph_pool_charged: bool
     kv_bytes_per_token: int
     block_size: int
     num_blocks: int
     fitting_blocks: int  # the blocks the memory left holds (num_blocks differs when overridden)
+
+    @property
+    def activations(self) -> int:
+        """The activation peak vLLM subtracts: the larger of the forward and sampler peaks."""
+        return max(self.forward_peak, self.sampler_peak)
+
+    @property
+    def non_kv(self) -> int:
+        """Everything the budget gives before the KV cache."""
+        charged = self.graph_pool if self.graph_pool_charged else 0
+        return self.weights + self.rope_cache + self.activations + self.runtime_reserve + charged
 
     @property
     def kv_bytes(self) -> int:
@@ -122,41 +286,58 @@ def plan_memory(
     max_num_seqs: int = 128,
     tp: int = 1,
     num_blocks_override: int | None = None,
+    graphs: GraphCapture | None = None,
 ) -> MemoryPlan:
     """KV-cache capacity of one instance of ``tp`` GPUs; raises if nothing is left for KV.
 
     ``num_blocks_override`` fixes the number of blocks (vLLM's ``num_gpu_blocks_override``)
     once the model is known to fit; ``fitting_blocks`` says how many the memory holds.
+    ``graphs``: the CUDA graphs captured (default: vLLM 0.19's, pool not charged).
     """
     precision = precision or Precision()
-    budget = int(gpu.memory_bytes * gpu_memory_utilization) * tp
+    graphs = graphs or GraphCapture()
+    budget = math.ceil(gpu.memory_bytes * gpu_memory_utilization) * tp
     weights = weight_bytes(model, precision)
-    acts = activation_bytes(model, max_num_batched_tokens, max_num_seqs)
+    rope = rope_cache_bytes(model) * tp
+    forward, sampler = profile_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp, gpu.sm_count)
     reserve = gpu.runtime_reserve_bytes * tp
-    kv_per_token = model.kv_bytes_per_token(precision.kv_bytes)
-    left = budget - weights - acts - reserve
+    pool = graph_pool_bytes(model, graphs, max_num_batched_tokens, max_num_seqs, tp) * tp
+    kv_per_token = kv_bytes_per_token(model, precision, tp)
+    acts = max(forward, sampler) * tp
+    left = budget - weights - rope - acts - reserve - (pool if graphs.charged else 0)
     blocks = left // (kv_per_token * block_size) if left > 0 else 0
     if blocks < 1:
         gib = 1 << 30
+        graph_part = f" + CUDA graphs {pool / gib:.2f} GiB" if graphs.charged else ""
         raise ScenarioError(
             (
                 "model",
-                f"{model.name} does not fit on {tp} x {gpu.name}: weights {weights / gib:.2f} GiB "
-                f"+ activations {acts / gib:.2f} GiB + reserve {reserve / gib:.2f} GiB leave no room "
-                f"for a KV block in the {budget / gib:.2f} GiB budget "
+                f"{model.name} does not fit on {tp} x {gpu.name}: weights {(weights + rope) / gib:.2f} GiB "
+                f"+ activations {acts / gib:.2f} GiB + reserve {reserve / gib:.2f} GiB{graph_part} leave no "
+                f"room for a KV block in the {budget / gib:.2f} GiB budget "
                 f"(gpu_memory_utilization {gpu_memory_utilization})",
             )
         )
     fitting = int(blocks)
     if num_blocks_override is not None:
         blocks = num_blocks_override
-    return MemoryPlan(tp, budget, weights, acts, reserve, kv_per_token, block_size, int(blocks), fitting)
+    return MemoryPlan(
+        tp, budget, weights, rope, forward * tp, sampler * tp, reserve, pool, graphs.charged,
+        kv_per_token, block_size, int(blocks), fitting,
+    )  # fmt: skip
 
 
 __all__ = [
     "Precision",
+    "GraphCapture",
     "MemoryPlan",
     "plan_memory",
     "weight_bytes",
-    "activation_bytes",
+    "rope_cache_bytes",
+    "kv_bytes_per_token",
+    "forward_activation_bytes",
+    "sampler_bytes",
+    "profile_peak_bytes",
+    "graph_pool_bytes",
+    "capture_sizes",
 ]

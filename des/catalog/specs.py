@@ -32,9 +32,15 @@ class KVLinkSpec(Strict):
 
 
 class GPUSpec(Strict):
-    """One accelerator. Units: bytes, bytes/s, FLOP/s. ``interconnect``: how a
-    tensor-parallel group of it all-reduces (:mod:`des.catalog.interconnect`; read it
-    through :attr:`link`, which applies the older two-number shorthand)."""
+    """One accelerator. Units: bytes, bytes/s, FLOP/s.
+
+    ``interconnect``: how a tensor-parallel group of it all-reduces
+    (:mod:`des.catalog.interconnect`; read it through :attr:`link`, which applies the older
+    two-number shorthand). ``runtime_reserve_bytes``: memory the serving engine's runtime
+    takes outside PyTorch's allocator while it starts (vLLM's "non-torch memory";
+    :mod:`des.catalog.memory`). ``sm_count``: streaming multiprocessors (compute units on
+    AMD), which size vLLM's sampler scratch buffer.
+    """
 
     name: str = "custom"
     description: str = ""
@@ -46,6 +52,7 @@ class GPUSpec(Strict):
     interconnect_latency: float | None = Field(None, ge=0, le=1.0)
     l2_bytes: int = Field(0, ge=0)
     runtime_reserve_bytes: int = Field(1 << 30, ge=0)
+    sm_count: PositiveInt | None = None
     kv_link: KVLinkSpec | None = None
     source: str = ""
     efficiency: Efficiency

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from des.catalog.memory import Precision, plan_memory, weight_bytes
+from des.catalog.memory import GraphCapture, MemoryPlan, Precision, plan_memory, weight_bytes
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.base import BatchShape
 from des.cost.roofline import ACT_BYTES, Engine, Roofline, build_roofline, graph_size
+from des.engine.schedulers.continuous import ContinuousSettings
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: TP degrees, decode step and prefill of the communication table.
@@ -24,6 +25,8 @@ COMM_DECODE = (32, 2048)  # sequences, context tokens each
 COMM_PREFILL = 2048  # prompt tokens
 CONTEXTS = (512, 2048, 8192)
 PROMPTS = (128, 512, 1024, 2048, 4096, 8192)
+#: The engine settings the KV capacity is planned with: des's continuous-batching defaults.
+DEFAULTS = ContinuousSettings()
 
 
 def decode_shape(batch: int, context: int) -> BatchShape:
@@ -98,15 +101,27 @@ class CostReport:
             rows.append({"prompt": p, "ms": t * 1e3, "tok/s": p / t})
         return rows
 
-    def kv_capacity(self, utilization: float, block_size: int = 16) -> int:
+    def memory_plan(self, utilization: float, block_size: int = 16) -> MemoryPlan:
+        """The memory of one instance under des's default engine settings
+        (:meth:`memory_settings`) and this report's CUDA graphs."""
         return plan_memory(
             self.gpu,
             self.model,
             precision=self.precision,
             gpu_memory_utilization=utilization,
             block_size=block_size,
+            max_num_batched_tokens=DEFAULTS.max_num_batched_tokens,
+            max_num_seqs=DEFAULTS.max_num_seqs,
             tp=self.tp,
-        ).kv_capacity_tokens
+            graphs=GraphCapture(self.roofline.graph_max),
+        )
+
+    @staticmethod
+    def memory_settings() -> str:
+        return f"max_num_batched_tokens {DEFAULTS.max_num_batched_tokens:,}, max_num_seqs {DEFAULTS.max_num_seqs}"
+
+    def kv_capacity(self, utilization: float, block_size: int = 16) -> int:
+        return self.memory_plan(utilization, block_size).kv_capacity_tokens
 
     def facts(self) -> dict:
         r = self.roofline

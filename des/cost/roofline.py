@@ -52,7 +52,7 @@ from pydantic import Field
 
 from des.catalog.efficiency import Efficiency
 from des.catalog.interconnect import ring_factor
-from des.catalog.memory import Precision
+from des.catalog.memory import GraphCapture, Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.cost.base import BatchShape, CostContext
@@ -390,7 +390,9 @@ class RooflineConfig(Strict):
     Engine settings (vLLM V1's defaults): ``enforce_eager`` turns CUDA graphs off;
     steps of up to ``max_cudagraph_capture_size`` tokens are padded to the captured
     sizes; ``async_scheduling`` overlaps the CPU's work on the next step with the GPU's
-    on this one (otherwise the two add up).
+    on this one (otherwise the two add up). ``estimate_cudagraph_memory`` takes the CUDA
+    graphs' pool out of the KV budget, as vLLM does with
+    ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` (off in vLLM 0.19, on from 0.21).
     """
 
     kind: Literal["roofline"] = "roofline"
@@ -398,10 +400,16 @@ class RooflineConfig(Strict):
     enforce_eager: bool = False
     max_cudagraph_capture_size: int = Field(DEFAULT_CAPTURE, ge=1, le=1 << 20)
     async_scheduling: bool = True
+    estimate_cudagraph_memory: bool = False
 
     @property
     def engine(self) -> Engine:
         return Engine(self.enforce_eager, self.max_cudagraph_capture_size, self.async_scheduling)
+
+    @property
+    def graphs(self) -> GraphCapture:
+        """The CUDA graphs the memory plan accounts for (none under ``enforce_eager``)."""
+        return GraphCapture(self.engine.graph_max, self.estimate_cudagraph_memory)
 
     def build(self, ctx: CostContext) -> Roofline:
         return build_roofline(ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine)

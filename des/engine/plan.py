@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from des.catalog.memory import MemoryPlan, Precision, plan_memory
+from des.catalog.memory import GraphCapture, MemoryPlan, Precision, plan_memory
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.engine.policy import PolicyConfig, Role
 
@@ -23,7 +23,8 @@ MAX_INSTANCES = 10_000
 
 @dataclass(frozen=True)
 class PlanContext:
-    """The scenario's defaults a scheduler kind plans with: hardware, model and cluster."""
+    """The scenario's defaults a scheduler kind plans with: hardware, model, cluster and
+    the CUDA graphs the engine captures (for the memory plan)."""
 
     gpu: GPUSpec
     model: ModelSpec
@@ -31,11 +32,13 @@ class PlanContext:
     replicas: int = 1
     tp: int = 1
     router: str = "round_robin"
+    graphs: GraphCapture = GraphCapture()
 
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """``instances`` instances of ``tp`` x ``gpu`` playing ``role`` with batching ``policy``."""
+    """``instances`` instances of ``tp`` x ``gpu`` playing ``role`` with batching ``policy``,
+    capturing the CUDA graphs ``graphs``."""
 
     role: Role
     instances: int
@@ -43,6 +46,7 @@ class PoolPlan:
     gpu: GPUSpec
     tp: int
     router: str
+    graphs: GraphCapture = GraphCapture()
 
     def memory(self, model: ModelSpec, precision: Precision) -> MemoryPlan:
         """The KV cache of one instance; raises ScenarioError if the model does not fit."""
@@ -57,6 +61,7 @@ class PoolPlan:
             max_num_seqs=p.max_batch,
             tp=self.tp,
             num_blocks_override=p.num_gpu_blocks_override,
+            graphs=self.graphs,
         )
 
     @property
@@ -105,4 +110,4 @@ class SchedulerKind(Protocol):
 
 def colocated(policy: PolicyConfig, ctx: PlanContext) -> Plan:
     """One pool of ``ctx.replicas`` identical instances serving whole requests with ``policy``."""
-    return Plan((PoolPlan("colocated", ctx.replicas, policy, ctx.gpu, ctx.tp, ctx.router),))
+    return Plan((PoolPlan("colocated", ctx.replicas, policy, ctx.gpu, ctx.tp, ctx.router, ctx.graphs),))

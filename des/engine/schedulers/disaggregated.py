@@ -156,7 +156,7 @@ class DisaggregatedConfig(ContinuousSettings):
         policy = cfg.settings(
             ContinuousSettings.model_validate(self.model_dump(include=set(ContinuousSettings.model_fields)))
         )
-        return PoolPlan(role, cfg.instances, policy, cfg.gpu or ctx.gpu, cfg.tp or ctx.tp, router)
+        return PoolPlan(role, cfg.instances, policy, cfg.gpu or ctx.gpu, cfg.tp or ctx.tp, router, ctx.graphs)
 
     def _link(self, a: GPUSpec, b: GPUSpec) -> LinkPlan:
         """``kv_transfer``, else the catalog's links of the two ends: the slower's bandwidth and latency."""
