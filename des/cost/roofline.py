@@ -26,8 +26,12 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
 ``B`` is the memory bandwidth, ``F`` the dense tensor FLOP/s, ``kv`` the KV bytes per
 token and layer. With tensor parallelism each GPU does ``1/tp`` of the GEMMs, attention
 heads, KV, activation and LM head; norms, the sampler and fixed kernel times are not
-split. CPU time per step (``step_overhead + seq_overhead × sequences``) overlaps the GPU
-time under vLLM's async scheduling (the step takes the longer of the two) or adds to it.
+split. The engine core's CPU time per step (``step_overhead + seq_overhead × sequences``,
+plus the serving front-end's share of that thread: ``core_step_s + core_seq_s × emitting``,
+:mod:`des.cost.frontend`) overlaps the GPU time under vLLM's async scheduling (the step
+takes the longer of the two) or adds to it; the front-end's own process (the API
+server's ``stage_step_s + stage_seq_s × emitting``) is a pipeline stage after the
+engine, so a step is never shorter than it.
 
 CUDA graphs (vLLM V1, ``vllm/config/vllm.py: _set_cudagraph_sizes``): steps of up to
 ``max_cudagraph_capture_size`` tokens run as graphs captured for 1, 2, 4, then multiples
@@ -51,6 +55,7 @@ from des.catalog.memory import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.cost.base import BatchShape, CostContext
+from des.cost.frontend import FrontendSpec
 
 #: vLLM's default ``max_cudagraph_capture_size``: min(2 × max_num_seqs, 512), and decode
 #: batches never exceed max_num_seqs, so 512 pads exactly what vLLM pads.
@@ -154,6 +159,9 @@ class Roofline:
     allreduce_fixed_s: float
     cpu_step_s: float
     cpu_seq_s: float
+    cpu_emit_s: float
+    stage_step_s: float
+    stage_seq_s: float
     overlap_cpu: bool
     graph_max: int
 
@@ -217,7 +225,8 @@ class Roofline:
             out["sampler"] = 0.0
         out["allreduce"] = self.allreduce_fixed_s + self.allreduce_s_per_token * tg if self.allreduce_fixed_s else 0.0
         out["gpu"] = sum(out.values())
-        out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs
+        out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * rows
+        out["frontend"] = self.stage_step_s + self.stage_seq_s * rows
         return out
 
     def step_time(self, shape: BatchShape) -> float:
@@ -275,10 +284,13 @@ class Roofline:
                 gpu += self.el_spill_s_per_byte * over
         if self.allreduce_fixed_s:
             gpu += self.allreduce_fixed_s + self.allreduce_s_per_token * tg
-        cpu = self.cpu_step_s + self.cpu_seq_s * s.num_seqs
+        cpu = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * rows
         if self.overlap_cpu:
-            return gpu if gpu > cpu else cpu
-        return gpu + cpu
+            step = gpu if gpu > cpu else cpu
+        else:
+            step = gpu + cpu
+        stage = self.stage_step_s + self.stage_seq_s * rows
+        return step if step > stage else stage
 
 
 def build_roofline(
@@ -288,11 +300,14 @@ def build_roofline(
     tp: int = 1,
     efficiency: Efficiency | None = None,
     engine: Engine | None = None,
+    frontend: FrontendSpec | None = None,
 ) -> Roofline:
-    """The roofline of ``model`` on ``tp`` × ``gpu`` with ``precision`` under ``engine``'s settings."""
+    """The roofline of ``model`` on ``tp`` × ``gpu`` with ``precision`` under ``engine``'s
+    settings, behind ``frontend`` (None: the engine core's CPU time alone)."""
     precision = precision or Precision()
     engine = engine or Engine()
     e = efficiency or gpu.efficiency
+    fe = frontend
     bw = gpu.memory_bandwidth
     peak = gpu.peak_flops(precision.compute_dtype)
     peak16 = gpu.peak_flops("bf16")
@@ -354,8 +369,11 @@ def build_roofline(
         samp_spill_s_per_byte=seconds_per_byte(e.sampler_spill),
         allreduce_s_per_token=ar_per_token,
         allreduce_fixed_s=ar_fixed,
-        cpu_step_s=e.step_overhead,
+        cpu_step_s=e.step_overhead + (fe.core_step_s if fe else 0.0),
         cpu_seq_s=e.seq_overhead,
+        cpu_emit_s=fe.core_seq_s if fe else 0.0,
+        stage_step_s=fe.stage_step_s if fe else 0.0,
+        stage_seq_s=fe.stage_seq_s if fe else 0.0,
         overlap_cpu=engine.async_scheduling,
         graph_max=engine.graph_max,
     )
@@ -381,4 +399,4 @@ class RooflineConfig(Strict):
         return Engine(self.enforce_eager, self.max_cudagraph_capture_size, self.async_scheduling)
 
     def build(self, ctx: CostContext) -> Roofline:
-        return build_roofline(ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine)
+        return build_roofline(ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.frontend)

@@ -144,7 +144,7 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
     index = 0
     for pool_plan, rng in zip(plan.pools, routers[: len(plan.pools)], strict=True):
         memory = pool_plan.memory(model, precision)
-        cost_model = ctx.cost.build(CostContext(pool_plan.gpu, model, precision, pool_plan.tp))
+        cost_model = ctx.cost.build(CostContext(pool_plan.gpu, model, precision, pool_plan.tp, ctx.frontend))
         work = step_work(pool_plan.gpu, model, precision, pool_plan.tp)
         instances = []
         for _ in range(pool_plan.instances):
