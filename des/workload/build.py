@@ -11,7 +11,7 @@ the engine's ``submit``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import simpy
@@ -91,8 +91,7 @@ def arrival_processes(
     w = workload
     src = Sources(env, submit, duration, Budget(num_requests), streams, ContentIds(), shared_prefix=w.shared_prefix)
     if frontend is not None:
-        rng, mu, sigma = streams["client"], frontend.turnaround_mu, frontend.turnaround_sigma
-        src.turnaround = Buffered(lambda n: rng.lognormal(mu, sigma, n))
+        src.turnaround = turnaround_sampler(frontend, streams["client"])
     if w.prompt_tokens is not None and w.output_tokens is not None:
         prompt = LengthStream(w.prompt_tokens, streams["prompt_tokens"])
         output = LengthStream(w.output_tokens, streams["output_tokens"])
@@ -100,6 +99,14 @@ def arrival_processes(
         if w.conversations is not None:
             src.start = _conversations(src, w.conversations, prompt, output, context_limit)
     return [env.process(p) for p in w.arrival.processes(src)]
+
+
+def turnaround_sampler(frontend: FrontendSpec, rng: np.random.Generator) -> Callable[[], float]:
+    """Successive gaps (seconds) a closed-loop client behind ``frontend`` leaves between an
+    answer and its next request: lognormal of median ``turnaround_median`` and log-sd
+    ``turnaround_sigma``, drawn from ``rng`` alone (the run's ``client`` stream)."""
+    mu, sigma = frontend.turnaround_mu, frontend.turnaround_sigma
+    return Buffered(lambda n: rng.lognormal(mu, sigma, n))
 
 
 def _new_requests(
