@@ -8,8 +8,10 @@ to the first pool. Every instance hands each request that leaves it to
 stage (a KV link to the decode pool), or none, and then the request is completed and
 its KV blocks freed on the instance it left. Whatever is neither completed nor
 rejected when the simulation stops stays ``unfinished``. Behind a serving front-end a
-request reaches the first pool the front-end's ingress time after it arrived (HTTP,
-tokenizing: :meth:`~des.cost.frontend.FrontendSpec.ingress`), which its TTFT includes.
+request is routed to an instance of the first pool when it arrives (a load balancer in
+front of the servers) and reaches that instance's scheduler the front-end's ingress time
+later (HTTP, tokenizing: :meth:`~des.cost.frontend.FrontendSpec.ingress`), which its
+TTFT includes.
 
 The cluster also knows when it is *drained*: once :meth:`close` says no more
 requests will arrive, the :attr:`drained` event fires as soon as no admitted request
@@ -96,10 +98,7 @@ class Cluster:
             req.done = env.event()
         self.in_system += 1
         fe = self.frontend
-        if fe is None:
-            self.topology.entry.admit(req)
-        else:
-            env.timeout(fe.ingress(req.prompt_tokens)).callbacks.append(lambda _: self.topology.entry.admit(req))
+        self.topology.entry.admit(req, fe.ingress(req.prompt_tokens) if fe is not None else 0.0)
         return req.done
 
     def leave(self, req: Request, inst: Instance) -> None:

@@ -114,14 +114,22 @@ class Instance:
         self.scheduler.free(req_id)
         self._wake_up()
 
-    def submit(self, req: Request, blocks: int = 0) -> None:
-        """Hand a request (holding ``blocks`` KV blocks here) to the scheduler; wake the instance if idle."""
+    def submit(self, req: Request, blocks: int = 0, delay: float = 0.0) -> None:
+        """Route a request (holding ``blocks`` KV blocks here) to this instance now and hand it
+        to the scheduler ``delay`` seconds later (its front-end's ingress time: parsing,
+        tokenizing), waking the instance if idle."""
         req.instance = self.index
         if self.role == "prefill":
             req.prefill_instance = self.index
         elif self.role == "decode":
             req.decode_instance = self.index
         self.outstanding += 1
+        if delay > 0:
+            self.env.timeout(delay).callbacks.append(lambda _: self._enqueue(req, blocks))
+        else:
+            self._enqueue(req, blocks)
+
+    def _enqueue(self, req: Request, blocks: int) -> None:
         self.scheduler.add(req, blocks)
         self._wake_up()
 

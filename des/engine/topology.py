@@ -67,8 +67,9 @@ class Pool:
         """The instance the router sends the next request to."""
         return self.instances[self.router.pick(self.instances)]
 
-    def admit(self, req: Request) -> None:
-        self.pick().submit(req)
+    def admit(self, req: Request, delay: float = 0.0) -> None:
+        """Route ``req`` to an instance now; its scheduler sees it ``delay`` seconds later."""
+        self.pick().submit(req, delay=delay)
 
     def rejection(self, req: Request) -> str | None:
         """Why ``req`` can never be served by this pool (its instances are identical)."""
