@@ -127,12 +127,14 @@ class Scenario(Strict):
     @classmethod
     def _serving_needs_roofline(cls, v: Serving | None, info: ValidationInfo) -> Serving | None:
         """The serving front-end's CPU time is the roofline's (``api_server`` unless given);
-        a constant or linear cost model states whole step times and has no serving stack."""
+        a constant or linear cost model states whole step times and has no serving stack, so
+        it drops the default section (a resolved roofline scenario carries one) and refuses
+        any other."""
         cost = info.data.get("cost_model")
         if cost is None:
             return v
         if not isinstance(cost, RooflineConfig):
-            if v is not None:
+            if v is not None and v != Serving():
                 raise ValueError(
                     f"frontend: a {cost.kind} cost model states whole step times, with no serving stack around "
                     "them (the front-end's CPU time is the roofline's: cost_model.kind: roofline)"
