@@ -209,13 +209,14 @@ def requests_line(s: dict[str, Any], rejected: dict[str, int]) -> str:
 
 
 def hardware_line(sc: Scenario) -> str:
-    """GPUs, model, batching and cost model: ``2 x 1 x rtx4090`` colocated, or the pools."""
+    """GPUs, model, batching, cost model and serving front-end: ``2 x 1 x rtx4090`` colocated, or the pools."""
     pools = sc.plan().pools
     if len(pools) == 1:
         gpus = f"{pools[0].instances} x {pools[0].tp} x {pools[0].gpu.name}"
     else:
         gpus = " + ".join(f"{p.instances} {p.role} x {p.tp} x {p.gpu.name}" for p in pools)
-    return f"{gpus}, {sc.model.name}, {sc.scheduler.kind} batching, {sc.cost_model.kind} cost"
+    behind = f", {sc.serving.frontend} front-end" if sc.serving is not None else ""
+    return f"{gpus}, {sc.model.name}, {sc.scheduler.kind} batching, {sc.cost_model.kind} cost{behind}"
 
 
 def memory_line(plan: MemoryPlan) -> str:

@@ -35,6 +35,7 @@ from des.catalog.memory import GraphCapture, MemoryPlan, Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import MAX_TIME, DuplicateKey, Seconds, Strict, load_yaml, plausible_latency
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
+from des.cost.frontend import FrontendSpec, Serving
 from des.dotted import deep_copy, set_dotted
 from des.engine.plan import MAX_INSTANCES, Plan, PlanContext, PoolPlan
 from des.engine.router import RouterName
@@ -102,6 +103,7 @@ class Scenario(Strict):
     warmup: NonNegativeFloat = 0.0
     workload: Workload
     cost_model: CostConfig = RooflineConfig()
+    serving: Serving | None = None
     scheduler: SchedulerConfig = ContinuousConfig()
     cluster: ClusterConfig = ClusterConfig()
     slo: SLO | None = None
@@ -120,6 +122,30 @@ class Scenario(Strict):
             if known <= set(default.model_fields):
                 return {"kind": default.model_fields["kind"].default, **v}
         return v
+
+    @field_validator("serving")
+    @classmethod
+    def _serving_needs_roofline(cls, v: Serving | None, info: ValidationInfo) -> Serving | None:
+        """The serving front-end's CPU time is the roofline's (``api_server`` unless given);
+        a constant or linear cost model states whole step times and has no serving stack, so
+        it drops the default section (a resolved roofline scenario carries one) and refuses
+        any other."""
+        cost = info.data.get("cost_model")
+        if cost is None:
+            return v
+        if not isinstance(cost, RooflineConfig):
+            if v is not None and v != Serving():
+                raise ValueError(
+                    f"frontend: a {cost.kind} cost model states whole step times, with no serving stack around "
+                    "them (the front-end's CPU time is the roofline's: cost_model.kind: roofline)"
+                )
+            return None
+        return v if v is not None else Serving()
+
+    @property
+    def frontend(self) -> FrontendSpec | None:
+        """The serving front-end around the engine (None: the cost model has no serving stack)."""
+        return self.serving.spec if self.serving is not None else None
 
     @field_validator("gpu", mode="before")
     @classmethod

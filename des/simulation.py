@@ -1,9 +1,9 @@
 """Build a scenario's SimPy model, run it, and hand the records to :mod:`des.metrics`.
 
 Random streams: one ``numpy.random.SeedSequence(seed)`` spawns a child generator per
-component — arrivals, prompt lengths, output lengths, router, think times — so
-changing one component's draws never shifts another's, and the same scenario and
-seed give identical results.
+component — arrivals, prompt lengths, output lengths, router, think times, closed-loop
+clients' turnaround — so changing one component's draws never shifts another's, and the
+same scenario and seed give identical results.
 """
 
 from __future__ import annotations
@@ -28,7 +28,17 @@ if TYPE_CHECKING:
 
 #: Named random streams, spawned in this order from the run's seed. New streams go at
 #: the end, so the existing ones keep their draws.
-STREAMS = ("arrivals", "prompt_tokens", "output_tokens", "router", "think", "router_decode", "prefix", "turns")
+STREAMS = (
+    "arrivals",
+    "prompt_tokens",
+    "output_tokens",
+    "router",
+    "think",
+    "router_decode",
+    "prefix",
+    "turns",
+    "client",
+)
 #: The router stream of each pool, in pool order.
 ROUTER_STREAMS = ("router", "router_decode")
 
@@ -48,11 +58,16 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     streams = _generators(scenario.seed)
     plan = scenario.plan()
     routers = [streams[name] for name in ROUTER_STREAMS]
-    cluster = Cluster(env, plan, scenario.model, scenario.precision, scenario.cost_model, routers, fast_forward)
+    frontend = scenario.frontend
+    cluster = Cluster(
+        env, plan, scenario.model, scenario.precision, scenario.cost_model, routers, fast_forward, frontend
+    )
     h = scenario.horizon
     duration = h.duration if h.duration is not None else math.inf
     limit = plan.context_limit(scenario.model)
-    procs = arrival_processes(env, scenario.workload, streams, cluster.submit, duration, h.num_requests, limit)
+    procs = arrival_processes(
+        env, scenario.workload, streams, cluster.submit, duration, h.num_requests, limit, frontend
+    )
     return env, cluster, procs
 
 

@@ -451,11 +451,13 @@ def check_step_membership(scn, res) -> None:
         check_static_batches(scn, done, steps)
         if s.max_wait > 0:
             return
-    # an idle instance starts a step as soon as work arrives (no max_wait to honour)
+    # an idle instance starts a step as soon as work reaches its scheduler (no max_wait to
+    # honour): at arrival, or behind a serving front-end its ingress time later
+    fe = scn.frontend
     for i, g in done.groupby("instance"):
-        counts = g["arrival_time"].value_counts()
-        for r in g.itertuples():
-            t = r.arrival_time
+        reach = g["arrival_time"] if fe is None else g["arrival_time"] + [fe.ingress(p) for p in g["prompt_tokens"]]
+        counts = reach.value_counts()
+        for r, t in zip(g.itertuples(), reach, strict=True):
             if counts[t] > 1:
                 continue
             busy = any(a < t <= b for a, b in spans[int(i)])

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from des.catalog.memory import Precision
     from des.catalog.specs import GPUSpec, ModelSpec
+    from des.cost.frontend import FrontendSpec
 
 
 @dataclass(slots=True)
@@ -72,12 +73,14 @@ class CostModel(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class CostContext:
-    """What a cost model is built for: ``tp`` GPUs of ``gpu`` serving ``model`` at ``precision``."""
+    """What a cost model is built for: ``tp`` GPUs of ``gpu`` serving ``model`` at ``precision``
+    behind ``frontend`` (None: no serving stack around the steps)."""
 
     gpu: GPUSpec
     model: ModelSpec
     precision: Precision
     tp: int = 1
+    frontend: FrontendSpec | None = None
 
 
 class CostKind(Protocol):

@@ -30,8 +30,12 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
 ``B`` is the memory bandwidth, ``F`` the dense tensor FLOP/s, ``kv`` the KV bytes per
 token and layer. With tensor parallelism each GPU does ``1/tp`` of the GEMMs, attention
 heads, KV, activation and LM head; norms, the sampler and fixed kernel times are not
-split. CPU time per step (``step_overhead + seq_overhead × sequences``) overlaps the GPU
-time under vLLM's async scheduling (the step takes the longer of the two) or adds to it.
+split. The engine core's CPU time per step (``step_overhead + seq_overhead × sequences``,
+plus the serving front-end's share of that thread: ``core_step_s + core_seq_s × emitting``,
+:mod:`des.cost.frontend`) overlaps the GPU time under vLLM's async scheduling (the step
+takes the longer of the two) or adds to it; the front-end's own process (the API
+server's ``stage_step_s + stage_seq_s × emitting``) is a pipeline stage after the
+engine, so a step is never shorter than it.
 
 CUDA graphs (vLLM V1, ``vllm/config/vllm.py: _set_cudagraph_sizes``): steps of up to
 ``max_cudagraph_capture_size`` tokens run as graphs captured for 1, 2, 4, then multiples
@@ -56,6 +60,7 @@ from des.catalog.memory import GraphCapture, Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.cost.base import BatchShape, CostContext
+from des.cost.frontend import FrontendSpec
 
 #: vLLM's default ``max_cudagraph_capture_size``: min(2 × max_num_seqs, 512), and decode
 #: batches never exceed max_num_seqs, so 512 pads exactly what vLLM pads.
@@ -161,6 +166,9 @@ class Roofline:
     allreduce_split_tokens: float  # steps of fewer (padded) tokens run vLLM's own all-reduce
     cpu_step_s: float
     cpu_seq_s: float
+    cpu_emit_s: float
+    stage_step_s: float
+    stage_seq_s: float
     overlap_cpu: bool
     graph_max: int
 
@@ -231,7 +239,8 @@ class Roofline:
             out["sampler"] = 0.0
         out["allreduce"] = self.allreduce(tg)
         out["gpu"] = sum(out.values())
-        out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs
+        out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * rows
+        out["frontend"] = self.stage_step_s + self.stage_seq_s * rows
         return out
 
     def step_time(self, shape: BatchShape) -> float:
@@ -292,10 +301,13 @@ class Roofline:
                 gpu += self.allreduce_small_fixed_s + self.allreduce_s_per_token * tg
             else:
                 gpu += self.allreduce_fixed_s + self.allreduce_s_per_token * tg
-        cpu = self.cpu_step_s + self.cpu_seq_s * s.num_seqs
+        cpu = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * rows
         if self.overlap_cpu:
-            return gpu if gpu > cpu else cpu
-        return gpu + cpu
+            step = gpu if gpu > cpu else cpu
+        else:
+            step = gpu + cpu
+        stage = self.stage_step_s + self.stage_seq_s * rows
+        return step if step > stage else stage
 
 
 def build_roofline(
@@ -305,11 +317,14 @@ def build_roofline(
     tp: int = 1,
     efficiency: Efficiency | None = None,
     engine: Engine | None = None,
+    frontend: FrontendSpec | None = None,
 ) -> Roofline:
-    """The roofline of ``model`` on ``tp`` × ``gpu`` with ``precision`` under ``engine``'s settings."""
+    """The roofline of ``model`` on ``tp`` × ``gpu`` with ``precision`` under ``engine``'s
+    settings, behind ``frontend`` (None: the engine core's CPU time alone)."""
     precision = precision or Precision()
     engine = engine or Engine()
     e = efficiency or gpu.efficiency
+    fe = frontend
     bw = gpu.memory_bandwidth
     peak = gpu.peak_flops(precision.compute_dtype)
     peak16 = gpu.peak_flops("bf16")
@@ -377,8 +392,11 @@ def build_roofline(
         allreduce_fixed_s=ar_fixed,
         allreduce_small_fixed_s=ar_small,
         allreduce_split_tokens=ar_split,
-        cpu_step_s=e.step_overhead,
+        cpu_step_s=e.step_overhead + (fe.core_step_s if fe else 0.0),
         cpu_seq_s=e.seq_overhead,
+        cpu_emit_s=fe.core_seq_s if fe else 0.0,
+        stage_step_s=fe.stage_step_s if fe else 0.0,
+        stage_seq_s=fe.stage_seq_s if fe else 0.0,
         overlap_cpu=engine.async_scheduling,
         graph_max=engine.graph_max,
     )
@@ -412,4 +430,4 @@ class RooflineConfig(Strict):
         return GraphCapture(self.engine.graph_max, self.estimate_cudagraph_memory)
 
     def build(self, ctx: CostContext) -> Roofline:
-        return build_roofline(ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine)
+        return build_roofline(ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.frontend)

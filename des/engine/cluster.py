@@ -7,7 +7,11 @@ to the first pool. Every instance hands each request that leaves it to
 :meth:`Cluster.leave`, its only exit: the topology's route names the request's next
 stage (a KV link to the decode pool), or none, and then the request is completed and
 its KV blocks freed on the instance it left. Whatever is neither completed nor
-rejected when the simulation stops stays ``unfinished``.
+rejected when the simulation stops stays ``unfinished``. Behind a serving front-end a
+request is routed to an instance of the first pool when it arrives (a load balancer in
+front of the servers) and reaches that instance's scheduler the front-end's ingress time
+later (HTTP, tokenizing: :meth:`~des.cost.frontend.FrontendSpec.ingress`), which its
+TTFT includes.
 
 The cluster also knows when it is *drained*: once :meth:`close` says no more
 requests will arrive, the :attr:`drained` event fires as soon as no admitted request
@@ -27,6 +31,7 @@ import simpy
 from des.catalog.memory import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind
+from des.cost.frontend import FrontendSpec
 from des.engine.instance import BuildContext, Instance
 from des.engine.ledger import RequestLog
 from des.engine.plan import Plan
@@ -39,7 +44,7 @@ from des.workload.spec import RequestSpec
 
 class Cluster:
     """The pools ``plan`` asks for (of ``model`` at ``precision``, step times from
-    ``cost``), router ``i`` drawing from ``routers[i]``; every step logged."""
+    ``cost``, behind ``frontend``), router ``i`` drawing from ``routers[i]``; every step logged."""
 
     def __init__(
         self,
@@ -50,12 +55,14 @@ class Cluster:
         cost: CostKind,
         routers: Sequence[np.random.Generator],
         fast_forward: bool = True,
+        frontend: FrontendSpec | None = None,
     ):
         self.env = env
         self.plan = plan
+        self.frontend = frontend
         self.log = StepLog()
         self.transfers = TransferLog()
-        ctx = BuildContext(env, model, precision, cost, self.log, self.transfers, self.leave, fast_forward)
+        ctx = BuildContext(env, model, precision, cost, self.log, self.transfers, self.leave, fast_forward, frontend)
         self.topology = build_topology(ctx, plan, routers)
         self.ledger = RequestLog()
         self.in_system = 0  # admitted requests not yet completed
@@ -90,7 +97,8 @@ class Cluster:
         if notify:
             req.done = env.event()
         self.in_system += 1
-        self.topology.entry.admit(req)
+        fe = self.frontend
+        self.topology.entry.admit(req, fe.ingress(req.prompt_tokens) if fe is not None else 0.0)
         return req.done
 
     def leave(self, req: Request, inst: Instance) -> None:

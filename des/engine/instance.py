@@ -30,6 +30,7 @@ from simpy.events import Event
 from des.catalog.memory import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind, CostModel
+from des.cost.frontend import FrontendSpec
 from des.cost.work import StepWork
 from des.engine.events import Barrier, ExactlyAt
 from des.engine.kvcache import BlockManager
@@ -46,8 +47,9 @@ Leave = Callable[[Request, "Instance"], None]
 class BuildContext:
     """What every part of a cluster is built with: the clock ``env``; the ``model`` served
     at ``precision``, with step times from the ``cost`` kind; the run's records (``log``
-    of steps, ``transfers`` of KV); the exit ``leave``; and whether steps run
-    back to back when nothing else can happen (``fast_forward``)."""
+    of steps, ``transfers`` of KV); the exit ``leave``; whether steps run
+    back to back when nothing else can happen (``fast_forward``); and the serving
+    front-end around every engine (``frontend``, None: none)."""
 
     env: simpy.Environment
     model: ModelSpec
@@ -57,6 +59,7 @@ class BuildContext:
     transfers: TransferLog
     leave: Leave
     fast_forward: bool = True
+    frontend: FrontendSpec | None = None
 
 
 class Instance:
@@ -111,14 +114,22 @@ class Instance:
         self.scheduler.free(req_id)
         self._wake_up()
 
-    def submit(self, req: Request, blocks: int = 0) -> None:
-        """Hand a request (holding ``blocks`` KV blocks here) to the scheduler; wake the instance if idle."""
+    def submit(self, req: Request, blocks: int = 0, delay: float = 0.0) -> None:
+        """Route a request (holding ``blocks`` KV blocks here) to this instance now and hand it
+        to the scheduler ``delay`` seconds later (its front-end's ingress time: parsing,
+        tokenizing), waking the instance if idle."""
         req.instance = self.index
         if self.role == "prefill":
             req.prefill_instance = self.index
         elif self.role == "decode":
             req.decode_instance = self.index
         self.outstanding += 1
+        if delay > 0:
+            self.env.timeout(delay).callbacks.append(lambda _: self._enqueue(req, blocks))
+        else:
+            self._enqueue(req, blocks)
+
+    def _enqueue(self, req: Request, blocks: int) -> None:
         self.scheduler.add(req, blocks)
         self._wake_up()
 

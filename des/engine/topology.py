@@ -67,8 +67,9 @@ class Pool:
         """The instance the router sends the next request to."""
         return self.instances[self.router.pick(self.instances)]
 
-    def admit(self, req: Request) -> None:
-        self.pick().submit(req)
+    def admit(self, req: Request, delay: float = 0.0) -> None:
+        """Route ``req`` to an instance now; its scheduler sees it ``delay`` seconds later."""
+        self.pick().submit(req, delay=delay)
 
     def rejection(self, req: Request) -> str | None:
         """Why ``req`` can never be served by this pool (its instances are identical)."""
@@ -144,7 +145,7 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
     index = 0
     for pool_plan, rng in zip(plan.pools, routers[: len(plan.pools)], strict=True):
         memory = pool_plan.memory(model, precision)
-        cost_model = ctx.cost.build(CostContext(pool_plan.gpu, model, precision, pool_plan.tp))
+        cost_model = ctx.cost.build(CostContext(pool_plan.gpu, model, precision, pool_plan.tp, ctx.frontend))
         work = step_work(pool_plan.gpu, model, precision, pool_plan.tp)
         instances = []
         for _ in range(pool_plan.instances):

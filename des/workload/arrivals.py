@@ -349,11 +349,12 @@ class Closed(Strict):
         return Buffered(lambda n: rng.exponential(self.think_time, n))
 
     def processes(self, src: Sources) -> list[Session]:
-        """One process per user, its think times drawn from the ``"think"`` stream."""
+        """One process per user, its think times drawn from the ``"think"`` stream, its
+        client's turnaround from ``src.turnaround``."""
         think = self.think(src.streams["think"])
         make = src.new()
         return [
-            closed_user(src.env, think, make, src.submit, src.duration, src.budget, self.retry_delay)
+            closed_user(src.env, think, make, src.submit, src.duration, src.budget, self.retry_delay, src.turnaround)
             for _ in range(self.concurrency)
         ]
 

@@ -62,7 +62,8 @@ class Sources:
     makes each new request (None when the arrivals replay a trace, whose rows are the
     requests); ``start`` begins a conversation from its first request (None without
     conversations); ``shared_prefix`` gives the prefix length of a trace's prefix
-    groups whose rows do not state it.
+    groups whose rows do not state it; ``turnaround`` draws a closed-loop client's gap
+    between an answer and its next request (seconds; None: none).
     """
 
     env: simpy.Environment
@@ -74,6 +75,7 @@ class Sources:
     make: Make | None = None
     start: Start | None = None
     shared_prefix: SharedPrefix | None = None
+    turnaround: Callable[[], float] | None = None
 
     def one_more(self) -> bool:
         """Whether the horizon allows one more request now (taking it from the budget)."""
@@ -149,15 +151,20 @@ def closed_user(
     duration: float,
     budget: Budget,
     retry_delay: float,
+    turnaround: Callable[[], float] | None = None,
 ) -> Session:
     """One user: send, wait for the answer, think, repeat until the horizon.
 
     After a rejection the user waits ``retry_delay`` seconds more than its think time,
     as clients back off on errors (and so that time advances when every request of a
-    zero-think workload is rejected).
+    zero-think workload is rejected). ``turnaround`` (if given) adds the client's own gap
+    between receiving an answer and sending the next request: what keeps real users of
+    a zero think time out of lock-step.
     """
     while env.now < duration and budget.take():
         request: Outcome = yield submit(make(), True)
         pause = think() + (retry_delay if request.status == "rejected" else 0.0)
+        if turnaround is not None:
+            pause += turnaround()
         if pause > 0:
             yield env.timeout(pause)

@@ -1,0 +1,237 @@
+"""The serving front-end: the CPU time vLLM spends around the GPU's steps, and where it sits.
+
+A scenario's ``serving`` section says how requests reach vLLM's engine core and how
+their tokens leave it; ``serving.frontend`` is one of :data:`FRONTENDS`:
+
+- ``api_server`` (the default: ``vllm serve``, the OpenAI-compatible server most users
+  run): the engine core runs in a process of its own (``vllm/v1/engine/core.py``:
+  ``EngineCoreProc.run_busy_loop``); every step its output thread msgpack-encodes one
+  ``EngineCoreOutput`` per sequence with a new token and pushes them over ZMQ
+  (``process_output_sockets``). In the API server process one asyncio loop
+  (``vllm/v1/engine/async_llm.py``: ``output_handler``) decodes them and runs
+  ``OutputProcessor.process_outputs`` (``output_processor.py``: stats, incremental
+  detokenization of each new token by ``detokenizer.py``'s ``FastIncrementalDetokenizer``,
+  a ``RequestOutput`` per sequence pushed to its request's collector); then each
+  request's ``generate()`` task wakes and ``serving_completion.py`` / ``serving_chat.py``
+  turn the delta into a pydantic chunk, ``model_dump_json`` and an SSE event that
+  uvicorn writes. New requests are parsed, validated and tokenized in the same process
+  before the engine core sees them. ``stream_interval`` (vLLM's ``--stream-interval``)
+  sends one SSE event per that many tokens; ``api_server_count`` (``--api-server-count``)
+  spreads the requests, and so their outputs, over that many API server processes.
+- ``engine`` (the ``LLM`` class with the engine core in-process, ``InprocClient``): the
+  same engine core, the output processing of each step in the same thread with
+  ``RequestOutputKind.FINAL_ONLY`` (each token still detokenized, no per-token
+  ``RequestOutput``), no IPC, no HTTP. (With ``VLLM_ENABLE_V1_MULTIPROCESSING=1``, vLLM's
+  default, ``LLM`` runs the engine core in a child process and this output processing,
+  ~5 µs a token, moves off the engine's thread: a difference far below the uncertainty.)
+
+What each part costs and where its time goes (seconds; ``n``: sequences in the step,
+``e``: those emitting a token, ``p``: a request's prompt tokens). The engine core's own
+scheduling and input preparation is the GPU entry's ``efficiency.step_overhead +
+seq_overhead × n`` (``des/tools/calibrate.py``: ``ENGINE_CPU``), the same for both
+front-ends; the front-end's terms come on top of it:
+
+=============================  ==========================================================
+term                           where its time goes
+=============================  ==========================================================
+``core_step_s + core_seq_s·e`` the engine core's thread (the ZMQ output thread shares its
+                               GIL; ``engine`` runs output processing in that very thread):
+                               added to the engine core's CPU time, which overlaps the GPU
+                               under async scheduling (the step takes the longer of the
+                               two) and adds to it otherwise
+``stage_step_s +               the API server's own process: a pipeline stage after the
+stage_seq_s·e``                engine. It delays each token on its way to the client by
+                               about its length and, when longer than the engine's step,
+                               sets the pace at which tokens reach clients: a step is
+                               never shorter than the stage
+``ingress_s +                  the request's way in, before the scheduler sees it (HTTP,
+ingress_s_per_token·p``        validation, tokenizing, IPC, block hashes): in its TTFT
+``turnaround``                 a closed-loop client's gap between its last token and its
+                               next request, lognormal
+=============================  ==========================================================
+
+The numbers are estimates from reading that code, per Python-level operation at CPython's
+costs, and from one CPU-only profile of vLLM's engine loop (openfabric-systems/simllm PR
+#204, vLLM 0.27.1: front-end output processing 11.6 % of 540.9 µs per step at ~16 tokens a
+step, about 4 µs a token for ``LLM``'s ``FINAL_ONLY`` outputs; its authors do not certify
+absolute numbers, run-to-run drift 30 %). Nothing is fitted to a served run. The RTX 4090
+kernel profile (``data/rtx4090-vllm-kernel-profile/per_sequence.csv``) bounds what is
+*not* CPU time: its LM head and sampler rows (25 µs + ~1.1 µs per sequence for the
+sampler) are GPU kernels already in the roofline, so no per-sequence term here counts
+sampling again. That per-token streaming is what an API server spends most on is
+vLLM's own finding (``--stream-interval``, vllm-project/vllm PR #27869: fewer SSE events
+relieve the output queue at 1024 concurrent requests).
+
+``uncertainty``: the standard deviation of ln(true / predicted) of this CPU time:
+per-operation costs read off code rather than timed, on host CPUs that differ by tens of
+percent.
+
+What des leaves out: the stage's delay of each token on its way out (about
+``stage_step_s + stage_seq_s·e``) moves a request's first and last token alike, so it
+would shift TTFT and e2e by well under a millisecond at moderate batch and leaves TPOT
+alone; a stage longer than the step is modelled as a floor on the step (vLLM's engine in
+fact runs ahead while the API server merges deltas, so des overstates the engine's busy
+time there, not the pace clients see).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from des.config import Strict
+
+FrontendName = Literal["api_server", "engine"]
+#: What ``serving.frontend`` is when a scenario does not say: what most users run.
+DEFAULT_FRONTEND: FrontendName = "api_server"
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendSpec:
+    """CPU time of one serving front-end around vLLM's engine core. Seconds, tokens.
+
+    ``core_step_s``, ``core_seq_s`` (per emitting sequence): added to the engine core's CPU
+    time per step. ``stage_step_s`` and, per emitting sequence, ``output_seq_s`` (output
+    processing, every token) and ``stream_seq_s`` (one streamed event): a separate
+    process's time per step, a floor on the step; :attr:`stage_seq_s` is their sum per
+    token after ``stream_interval`` and ``api_servers``. ``ingress_s``,
+    ``ingress_s_per_token`` (per prompt token): a request's way in. ``turnaround_median``,
+    ``turnaround_sigma``: a closed-loop client's gap before its next request, lognormal
+    (median seconds, sigma of its log). ``uncertainty``: sd of ln(true / predicted) of the
+    CPU time. ``source``: where the numbers come from.
+    """
+
+    name: str
+    core_step_s: float
+    core_seq_s: float
+    stage_step_s: float
+    output_seq_s: float
+    stream_seq_s: float
+    ingress_s: float
+    ingress_s_per_token: float
+    turnaround_median: float
+    turnaround_sigma: float
+    uncertainty: float
+    source: str
+    stream_interval: int = 1
+    api_servers: int = 1
+
+    @property
+    def stage_seq_s(self) -> float:
+        """Seconds of the front-end process per emitting sequence and step: output
+        processing of every token, one streamed event per ``stream_interval`` tokens, over
+        ``api_servers`` processes sharing the requests."""
+        return (self.output_seq_s + self.stream_seq_s / self.stream_interval) / self.api_servers
+
+    def ingress(self, prompt_tokens: int) -> float:
+        """Seconds from a request's arrival at the server to the scheduler's queue."""
+        return self.ingress_s + self.ingress_s_per_token * prompt_tokens
+
+    @property
+    def turnaround_mu(self) -> float:
+        """Mean of the log of a closed-loop client's gap (ln seconds)."""
+        return math.log(self.turnaround_median)
+
+
+#: Tokenizing and hashing a prompt, per token: HF fast tokenizers encode ~0.5-1 M tokens/s
+#: on one core (1-2 µs a token: Rust BPE after pre-tokenization), and the engine core
+#: hashes every full 16-token block for prefix caching (``vllm/v1/core/kv_cache_utils.py``:
+#: ``hash_block_tokens``, sha256 of the serialized tokens: ~4 µs a block, 0.25 µs a token).
+PROMPT_TOKEN_S = 1.5e-6
+
+FRONTENDS: dict[str, FrontendSpec] = {
+    "api_server": FrontendSpec(
+        name="api_server",
+        # engine core (vllm/v1/engine/core.py): SchedulerStats built for the API server's
+        # loggers each step, and the output thread's msgpack encode + ZMQ send (~50 µs);
+        # ~2 µs per EngineCoreOutput encoded (a request id and one token id); under the GIL
+        # the busy loop needs too
+        core_step_s=5e-5,
+        core_seq_s=2e-6,
+        # API server, per step: ZMQ recv + msgpack decode (~30 µs), IterationStats and the
+        # Prometheus and log loggers (vllm/v1/metrics/loggers.py, ~10 metrics: ~100 µs),
+        # output_handler's loop and chunking (~50 µs)
+        stage_step_s=2e-4,
+        # per token: OutputProcessor.process_outputs as profiled for FINAL_ONLY (~4 µs,
+        # simllm PR #204) plus the per-token RequestOutput + CompletionOutput (~8 µs) and
+        # the collector put (~3 µs)
+        output_seq_s=1.5e-5,
+        # per SSE event: the request's generate() task woken and its async-generator hops
+        # (~25 µs), CompletionStreamResponse built and model_dump_json (~25 µs), uvicorn's
+        # send and the socket write (~15 µs)
+        stream_seq_s=6.5e-5,
+        # HTTP parse, FastAPI routing and request validation (~0.3 ms), SamplingParams and
+        # InputProcessor.process_inputs (~0.2 ms), msgpack + ZMQ to the engine core and its
+        # add_request (~0.1 ms), a chat template rendered where used (~0.2 ms)
+        ingress_s=8e-4,
+        ingress_s_per_token=PROMPT_TOKEN_S,
+        # the client's side of a closed loop (vllm bench serve's aiohttp, an OpenAI SDK):
+        # the stream's end, its bookkeeping, the next request built and sent over a
+        # kept-alive connection, loopback RTT ~50 µs: ~1 ms; right-skewed (lognormal, the
+        # usual law of software latencies: scheduler and GC pauses in its tail)
+        turnaround_median=1e-3,
+        turnaround_sigma=0.5,
+        # per-operation costs read off code, one uncertified profile: within a factor ~2.5
+        uncertainty=0.5,
+        source=(
+            "vLLM V1 source (vllm/v1/engine/core.py, async_llm.py, output_processor.py, detokenizer.py, "
+            "entrypoints/openai/serving_completion.py) and openfabric-systems/simllm PR #204's CPU-only profile: "
+            "per-operation estimates, not fitted (des/cost/frontend.py)"
+        ),
+    ),
+    "engine": FrontendSpec(
+        name="engine",
+        # LLMEngine.step's output processing in the engine core's thread (InprocClient),
+        # stats off (LLM's default): ~20 µs a step
+        core_step_s=2e-5,
+        # FINAL_ONLY: each token detokenized and its state updated, ~4 µs as profiled
+        # (simllm PR #204), ~5 µs
+        core_seq_s=5e-6,
+        stage_step_s=0.0,
+        output_seq_s=0.0,
+        stream_seq_s=0.0,
+        # InputProcessor.process_inputs and add_request, no HTTP
+        ingress_s=2e-4,
+        ingress_s_per_token=PROMPT_TOKEN_S,
+        # a caller's own loop handing in the next request: tens of µs
+        turnaround_median=5e-5,
+        turnaround_sigma=0.5,
+        uncertainty=0.4,
+        source=(
+            "vLLM V1 source (vllm/v1/engine/llm_engine.py, output_processor.py, detokenizer.py) and "
+            "openfabric-systems/simllm PR #204's CPU-only profile: per-operation estimates, not fitted "
+            "(des/cost/frontend.py)"
+        ),
+    ),
+}
+
+
+class Serving(Strict):
+    """How requests reach the engine (:mod:`des.cost.frontend`): ``frontend`` is
+    ``api_server`` (``vllm serve``, the default) or ``engine`` (the ``LLM`` class,
+    in-process); an API server sends one SSE event per ``stream_interval`` tokens and may
+    run as ``api_server_count`` processes."""
+
+    frontend: FrontendName = DEFAULT_FRONTEND
+    stream_interval: PositiveInt = Field(1, le=1 << 20)
+    api_server_count: PositiveInt = Field(1, le=1024)
+
+    @model_validator(mode="after")
+    def _api_server_settings(self) -> Serving:
+        if self.frontend != "api_server":
+            for key in ("stream_interval", "api_server_count"):
+                if getattr(self, key) != 1:
+                    raise ValueError(
+                        f"{key}: only an api_server front-end streams over HTTP (frontend is {self.frontend!r})"
+                    )
+        return self
+
+    @property
+    def spec(self) -> FrontendSpec:
+        """The front-end's CPU time with these settings."""
+        return replace(
+            FRONTENDS[self.frontend], stream_interval=self.stream_interval, api_servers=self.api_server_count
+        )
