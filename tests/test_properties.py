@@ -334,9 +334,14 @@ def check_ordering(scn, res) -> None:
             assert r.arrival_time <= r.scheduled_time <= r.first_token_time
         elif not math.isnan(r.scheduled_time):
             assert r.arrival_time <= r.scheduled_time
-    # FCFS on every instance: no request is first scheduled before an earlier one
+    # FCFS on every instance: no request is first scheduled before one that reached the
+    # scheduler earlier (at arrival, or behind a serving front-end its ingress time later:
+    # a longer prompt takes longer to tokenize, so it may be overtaken on its way in)
+    fe = scn.frontend
     for _, g in req[req["instance"] >= 0].groupby("instance"):
-        sched = g.sort_values("request_id")["scheduled_time"].to_numpy()
+        reach = g["arrival_time"] if fe is None else g["arrival_time"] + [fe.ingress(p) for p in g["prompt_tokens"]]
+        order = np.lexsort((g["request_id"].to_numpy(), reach.to_numpy()))
+        sched = g["scheduled_time"].to_numpy()[order]
         started = ~np.isnan(sched)
         if started.any():
             k = int(np.argmin(started)) if not started.all() else len(sched)
