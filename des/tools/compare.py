@@ -145,6 +145,10 @@ def _known(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
 
 
+class UnknownFormat(ValueError):
+    """A measured run's content fits none of the formats (a problem of ``--format``)."""
+
+
 def detect_format(path: Path) -> str:
     """The format of the measured run at ``path``, told from what it holds (its name only
     when the content leaves it open): a JSON object with ``input_lens`` is a vllm bench
@@ -184,12 +188,17 @@ def detect_format(path: Path) -> str:
         if not lines and isinstance(value, dict) and "arrival_time" in value:
             return "jsonl"  # a table of one request
         return "jsonl" if data_suffix(path) in (".jsonl", ".ndjson") else "vllm-bench"
-    if head[:1] == b"[":
-        raise ValueError(
-            f"{str(path)!r}: holds a JSON array; des reads a vllm bench serve result (a JSON object), vLLM request "
-            "records or spans, or a table of requests (CSV or JSON lines)"
-        )
-    return "csv"
+    if head[:1] == b"[":  # not any format's, but a .json is meant as a bench result: its reader says why not
+        return {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}.get(data_suffix(path), "vllm-bench")
+    header = next((ln for ln in head.splitlines() if ln.strip() and not ln.startswith(b"#")), b"")
+    if b"arrival_time" in header or data_suffix(path) == ".csv":
+        return "csv"
+    raise UnknownFormat(
+        f"cannot tell what {str(path)!r} holds: not a vllm bench serve result (a JSON object with input_lens), "
+        "vLLM request records (JSON lines with arrival_time, first_token_ts, last_token_ts), OpenTelemetry spans "
+        "(resourceSpans), nor a table of requests (a CSV header or JSON lines with arrival_time); give one of "
+        + ", ".join(FORMATS[1:])
+    )
 
 
 READERS = {
@@ -204,6 +213,11 @@ def read_measured(path: Path, fmt: str = "auto", seed: int = 0, server_log: Path
     try:
         if fmt == "auto":
             fmt = detect_format(path)
+    except UnknownFormat as exc:
+        raise ScenarioError(("--format", str(exc))) from None
+    except ValueError as exc:
+        raise ScenarioError((ARG, str(exc))) from None
+    try:
         if fmt == "vllm-bench":
             rows = read_vllm_bench(path, seed)
         elif fmt in READERS:
@@ -401,7 +415,7 @@ def replay_scenario(measured: Measured, scenario: Path | None, overrides: Iterab
 
     items: list[str | tuple[str, Any]] = []
     if scenario is None:
-        items += named_engine(measured)
+        items += [("name", f"replay of {measured.path.name}"), *named_engine(measured)]
     for text in overrides:
         key, value = parse_override(text)
         if key.split(".")[0] in FROM_RESULT:

@@ -262,8 +262,9 @@ def _arrivals(
 
 def _drawn_arrivals(path: Path, data: dict[str, Any], n: int, seed: int) -> np.ndarray:
     """Send times as ``vllm bench serve`` draws them: gamma gaps of mean ``1 / rate`` and shape
-    ``burstiness`` (1: Poisson), rescaled so the last request goes at ``n / rate``; all at 0
-    for ``request_rate`` inf. Only statistically like the real run's."""
+    ``burstiness`` (1: Poisson), rescaled so the last request goes at ``n / rate`` (the old
+    script: the first at 0, no rescaling, :func:`legacy`); all at 0 for ``request_rate``
+    inf. Only statistically like the real run's."""
     if data.get("ramp_up_strategy") is not None:
         raise _fail(path, "the request rate ramped up and the file has no start_times to replay it from")
     rate_raw = data.get("request_rate")
@@ -278,10 +279,21 @@ def _drawn_arrivals(path: Path, data: dict[str, Any], n: int, seed: int) -> np.n
     if burst is None or not (burst > 0 and math.isfinite(burst)):
         raise _fail(path, f"burstiness is {data.get('burstiness')!r}, not a number > 0")
     rng = np.random.default_rng(seed)
-    delays = np.cumsum(rng.gamma(shape=burst, scale=1.0 / (rate * burst), size=n))
+    gaps = rng.gamma(shape=burst, scale=1.0 / (rate * burst), size=n)
+    if legacy(data):
+        # benchmarks/benchmark_serving.py: sends, then sleeps a gap; no rescaling
+        return np.concatenate(([0.0], np.cumsum(gaps[:-1])))
+    delays = np.cumsum(gaps)
     if delays[-1] > 0:
         delays *= (n / rate) / delays[-1]
     return np.asarray(delays)
+
+
+def legacy(data: dict[str, Any]) -> bool:
+    """Whether the result is from the old ``benchmarks/benchmark_serving.py`` (no ``failed``,
+    ``latencies`` or ``start_times``: see the module), whose ``get_request`` sends the first
+    request at once and sleeps a drawn gap after each, without rescaling the gaps."""
+    return not any(k in data for k in ("failed", "latencies", "start_times", "queue_times"))
 
 
 def write_vllm_bench(frame: pd.DataFrame, path: Path, meta: dict[str, Any] | None = None) -> None:
