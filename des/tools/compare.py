@@ -97,29 +97,18 @@ class Measured:
         ``--metadata kv_cache_tokens`` / ``num_gpu_blocks`` (and ``block_size``).
         """
         server = self.server or ServerFacts()
-        preemptions: Any = math.nan
         if "preemptions" in self.rows:
-            preemptions = int(self.rows["preemptions"].sum())
-        elif server.preemptions is not None:
-            preemptions = server.preemptions
+            preemptions = float(self.rows["preemptions"].sum())
         else:
-            preemptions = _meta_count(self.meta, "num_preemptions")
-        tokens = server.kv_capacity_tokens if server.kv_capacity_tokens is not None else None
-        blocks = server.kv_blocks if server.kv_blocks is not None else None
-        size = server.block_size if server.block_size is not None else _meta_count(self.meta, "block_size")
-        if tokens is None:
-            tokens = _meta_count(self.meta, "kv_cache_tokens")
-        if blocks is None:
-            blocks = _meta_count(self.meta, "num_gpu_blocks")
-        if not _known(tokens) and _known(blocks) and _known(size):
-            tokens = blocks * size
-        if not _known(blocks) and _known(tokens) and _known(size):
+            preemptions = _first(server.preemptions, _meta_count(self.meta, "num_preemptions"))
+        tokens = _first(server.kv_capacity_tokens, _meta_count(self.meta, "kv_cache_tokens"))
+        blocks = _first(server.kv_blocks, _meta_count(self.meta, "num_gpu_blocks"))
+        size = _first(server.block_size, _meta_count(self.meta, "block_size"))
+        if math.isnan(tokens):
+            tokens = blocks * size  # NaN unless both are known
+        if math.isnan(blocks):
             blocks = tokens / size
-        return {
-            "preemptions": float(preemptions),
-            "kv_capacity_tokens": float(tokens if tokens is not None else math.nan),
-            "kv_capacity_blocks": float(blocks if blocks is not None else math.nan),
-        }
+        return {"preemptions": preemptions, "kv_capacity_tokens": tokens, "kv_capacity_blocks": blocks}
 
     @property
     def completed(self) -> pd.DataFrame:
@@ -141,8 +130,9 @@ def _meta_count(meta: dict[str, Any], key: str) -> float:
     return x if math.isfinite(x) and x >= 0 and x == round(x) else math.nan
 
 
-def _known(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
+def _first(stated: int | None, fallback: float) -> float:
+    """What the server stated, else the fallback (NaN: unknown)."""
+    return float(stated) if stated is not None else fallback
 
 
 class UnknownFormat(ValueError):
@@ -477,8 +467,6 @@ def engine_table(measured: Measured, summary: dict[str, Any], scenario: Any) -> 
         "kv_capacity_blocks": tokens / block if block else math.nan,
     }
     logged = measured.engine()
-    table = pd.DataFrame(
-        [{"metric": k, "measured": logged[k], "simulated": simulated[k]} for k in ENGINE_METRICS]
-    )
+    table = pd.DataFrame([{"metric": k, "measured": logged[k], "simulated": simulated[k]} for k in ENGINE_METRICS])
     table["error"] = [error(s, m) for s, m in zip(table["simulated"], table["measured"], strict=True)]
     return table

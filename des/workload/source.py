@@ -152,7 +152,7 @@ def trace_replay(
             continue
         while len(in_flight) >= max_concurrency:
             yield env.any_of(in_flight)
-            in_flight = [e for e in in_flight if not e.processed]
+            in_flight = [e for e in in_flight if not e.triggered]
         in_flight.append(submit(spec, True))
 
 
