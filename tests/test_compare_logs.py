@@ -91,6 +91,12 @@ def test_request_records_without_it_take_one_offset_short_by_the_smallest_fronte
     assert "preemptions" not in frame and frame.attrs["meta"]["clocks"].startswith("one for the run")
 
 
+def test_a_finish_reason_kept_as_vllms_number_marks_aborts_and_errors(tmp_path):
+    """FinishReason is an IntEnum (STOP 0, LENGTH 1, ABORT 2, ERROR 3, REPETITION 4)."""
+    path = _records(tmp_path, lambda r: [x.update(finish_reason=code) for x, code in zip(r, (1, 3, 4, 2))])
+    assert read_vllm_records(path)["success"].tolist() == [True, False, True, False]
+
+
 def test_otel_spans_read_vllms_llm_request_spans_only():
     frame = read_otel_spans(FIXTURES / "otel-spans.jsonl")
     assert len(frame) == 4  # the API server's span is not a request record
@@ -264,6 +270,12 @@ def test_the_comparison_reports_preemptions_and_kv_capacity_beside_the_latencies
     assert facts["kv_capacity_tokens"]["error"] == pytest.approx(rerun.summary["kv_capacity_tokens"] / 41408 - 1)
     flat = cmp.as_dict()
     assert flat["kv_capacity_tokens_measured"] == 41408 and flat["preemptions_measured"] == 1
+    # the records' queue delay (arrival to first scheduling) is compared too
+    stats = cmp.table.set_index("metric")
+    assert stats.loc["queue_delay_mean", "measured"] == pytest.approx((0.0105 + 0.0054 + 0.0306) / 3, abs=US)
+    assert stats.loc["queue_delay_mean", "simulated"] == pytest.approx(
+        rerun.requests.query("status == 'completed'")["queue_delay"].mean(), rel=1e-12
+    )
     # latencies as the reader gave them, replayed for the three finished requests
     assert len(cmp.simulated) == 3 and cmp.table.set_index("metric").loc["ttft_mean", "measured"] == pytest.approx(
         (0.0605 + 0.0454 + 0.1206) / 3, abs=US

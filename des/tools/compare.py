@@ -22,6 +22,8 @@ request. Measured and simulated are then summarised the same way:
 - TTFT, TPOT (``(e2e - ttft) / (output_tokens - 1)``, requests of 2+ tokens) and
   end-to-end latency: mean, p50, p90, p99 (numpy's linear-interpolation percentiles, as
   vLLM's benchmark computes them);
+- queue delay (arrival to first scheduling), when the log has it (vLLM's request
+  records: its frontend's input processing counts as queueing there, as des has none);
 - ITL, when the measured run has inter-token gaps: the simulated ITLs are each request's
   mean gap repeated for its ``output_tokens - 1`` gaps (des records when a request's
   first and last tokens come out, not every token's), so the mean is like for like and the
@@ -248,8 +250,9 @@ def itls(rows: pd.DataFrame, measured: bool) -> np.ndarray:
     return np.repeat(multi["tpot"].to_numpy(float), (multi["output_tokens"] - 1).to_numpy())
 
 
-def summarize(rows: pd.DataFrame, measured: bool, itl: bool) -> dict[str, float]:
-    """Throughput and latency statistics of completed requests (columns as the readers return)."""
+def summarize(rows: pd.DataFrame, measured: bool, itl: bool, queue: bool = False) -> dict[str, float]:
+    """Throughput and latency statistics of completed requests (columns as the readers return);
+    with ``queue``, also of ``queue_delay`` (arrival to first scheduling)."""
     span = float((rows["arrival_time"] + rows["e2e"]).max() - rows["arrival_time"].min())
     out: dict[str, float] = {
         "requests": float(len(rows)),
@@ -262,6 +265,9 @@ def summarize(rows: pd.DataFrame, measured: bool, itl: bool) -> dict[str, float]
         values = itls(rows, measured) if name == "itl" else rows[name].to_numpy(float)
         for stat, v in _stats(values).items():
             out[f"{name}_{stat}"] = v
+    if queue:
+        for stat, v in _stats(rows["queue_delay"].to_numpy(float)).items():
+            out[f"queue_delay_{stat}"] = v
     return out
 
 
@@ -336,6 +342,7 @@ def simulated_rows(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
             "ttft": done["ttft"].to_numpy(float),
             "e2e": done["e2e"].to_numpy(float),
             "tpot": done["tpot"].to_numpy(float),
+            "queue_delay": done["queue_delay"].to_numpy(float),
             "success": True,
         }
     )
@@ -438,8 +445,9 @@ def compare(
     sim, rejected = simulated_rows(result.requests)
     engine = engine_table(measured, result.summary, sc)
     itl = measured.has_itl
-    meas_stats = summarize(measured.completed, measured=True, itl=itl)
-    sim_stats = summarize(sim, measured=False, itl=itl) if len(sim) else {k: math.nan for k in meas_stats}
+    queue = "queue_delay" in measured.rows
+    meas_stats = summarize(measured.completed, measured=True, itl=itl, queue=queue)
+    sim_stats = summarize(sim, measured=False, itl=itl, queue=queue) if len(sim) else {k: math.nan for k in meas_stats}
     if "duration" in measured.meta and measured.meta.get("arrivals") != "start_times":
         # without send times the measured span is not known; the benchmark's own duration is
         duration = measured.meta["duration"]

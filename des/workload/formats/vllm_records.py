@@ -21,8 +21,8 @@ processor's ``req_state.stats``) writes them, plus the prompt length:
 - ``num_generation_tokens``; ``num_prompt_tokens`` (or ``prompt_tokens``, or
   ``prompt_token_ids`` as a list; ``RequestStateStats`` lacks it, the dump adds it);
 - optional: ``num_preemptions`` (the engine's ``Request.num_preemptions``, as its journey
-  events carry it), ``finish_reason`` (``abort``/``error`` mark a failed request),
-  ``request_id``.
+  events carry it), ``finish_reason`` (``abort``/``error``, or ``FinishReason`` 2/3, mark
+  a failed request), ``request_id``.
 
 *The two clocks.* Differences of the monotonic timestamps are exact (one clock, one
 process); only the step from the wall-clock ``arrival_time`` to them needs an offset
@@ -72,6 +72,9 @@ RECORD_SIGNATURE = ("arrival_time", "first_token_ts", "last_token_ts")
 MONOTONIC = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 PROMPT_KEYS = ("num_prompt_tokens", "prompt_tokens", "prompt_token_ids")
 FAILED_REASONS = ("abort", "error")
+#: ``FinishReason`` (``vllm/v1/engine/__init__.py``, an IntEnum: STOP 0, LENGTH 1, ABORT 2,
+#: ERROR 3, REPETITION 4) of a failed request, when the dump kept the number.
+FAILED_CODES = (2, 3)
 #: Seconds the per-request clock offsets of one run may spread over (see the module).
 MAX_OFFSET_SPREAD = 1.0
 SPAN_NAME = "llm_request"
@@ -176,7 +179,10 @@ def read_vllm_records(path: Path) -> pd.DataFrame:
         if row.get("num_preemptions") is not None:
             preempt[j] = _count(path, where, row, "num_preemptions")
         reason = row.get("finish_reason")
-        failed = isinstance(reason, str) and reason.lower().rsplit(".", 1)[-1] in FAILED_REASONS
+        if isinstance(reason, int) and not isinstance(reason, bool):
+            failed = reason in FAILED_CODES
+        else:
+            failed = isinstance(reason, str) and reason.lower().rsplit(".", 1)[-1] in FAILED_REASONS
         success[j] = not failed and output[j] >= 1 and mono["first_token_ts"][j] > 0
         if success[j]:
             _check_order(path, where, row, mono, j)
