@@ -93,7 +93,7 @@ def test_request_records_without_it_take_one_offset_short_by_the_smallest_fronte
 
 def test_a_finish_reason_kept_as_vllms_number_marks_aborts_and_errors(tmp_path):
     """FinishReason is an IntEnum (STOP 0, LENGTH 1, ABORT 2, ERROR 3, REPETITION 4)."""
-    path = _records(tmp_path, lambda r: [x.update(finish_reason=code) for x, code in zip(r, (1, 3, 4, 2))])
+    path = _records(tmp_path, lambda r: [x.update(finish_reason=code) for x, code in zip(r, (1, 3, 4, 2), strict=True)])
     assert read_vllm_records(path)["success"].tolist() == [True, False, True, False]
 
 
