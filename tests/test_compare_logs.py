@@ -22,6 +22,7 @@ import yaml
 import des
 from des.errors import ScenarioError
 from des.tools.compare import ENGINE_METRICS, catalog_model, compare, detect_format, read_measured, simulated_rows
+from des.workload.formats import read_trace
 from des.workload.formats.vllm_bench import read_vllm_bench
 from des.workload.formats.vllm_records import read_otel_spans, read_vllm_records
 from des.workload.formats.vllm_server_log import parse_server_log, read_server_log
@@ -54,6 +55,14 @@ def test_bench_serve_under_max_concurrency_replays_as_a_closed_loop():
     measured = read_measured(FIXTURES / "bench-serve-concurrency.json")
     assert measured.max_concurrency == 2
     assert measured.engine()["kv_capacity_tokens"] == 41408  # --metadata kv_cache_tokens=41408
+
+
+def test_as_a_trace_a_limited_benchmark_without_send_times_says_how_to_hold_it_back(tmp_path):
+    data = json.loads((FIXTURES / "bench-serve-concurrency.json").read_text())
+    del data["start_times"], data["queue_times"]
+    table = read_trace(_write(tmp_path / "b.json", data))
+    assert (table["arrival_time"] == 0).all()  # issued at once (request rate inf)
+    assert "set workload.arrival.max_concurrency: 2" in " ".join(table.attrs["notes"])
 
 
 def test_the_old_benchmark_script_has_no_send_times_so_they_are_drawn():
@@ -224,6 +233,18 @@ def test_the_command_says_it_in_one_line_and_exits_2(tmp_path, case):
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}: ") and all(e in lines[0] for e in echo)
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_json_output_carries_the_engine_facts(tmp_path):
+    done = des_cli(
+        "compare", str(FIXTURES / "otel-spans.jsonl"), "--server-log", str(FIXTURES / "server.log"), "--json",
+        "--out", str(tmp_path / "o"), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)
+    assert facts["kv_capacity_tokens"]["measured"] == 41408
+    assert facts["kv_capacity_blocks"]["measured"] is None and facts["preemptions"]["measured"] is None
+    assert facts["preemptions"]["simulated"] == 0 and facts["ttft_p50"]["measured"] == 0.0605
 
 
 def test_a_server_log_with_nothing_to_say_is_a_server_log_error(tmp_path):

@@ -6,8 +6,10 @@ columns of :data:`~des.workload.formats.COLUMNS`, plus ``preemptions`` and
 
 **Request records** (format ``vllm-records``): JSON lines, one finished request each,
 holding the fields of vLLM's ``RequestStateStats`` (``vllm/v1/metrics/stats.py``), as
-``dataclasses.asdict(output.metrics)`` of a ``RequestOutput`` (or of the output
-processor's ``req_state.stats``) writes them, plus the prompt length:
+``dataclasses.asdict(output.metrics)`` of each finished ``RequestOutput`` writes them
+(``RequestState.make_request_output`` passes ``metrics=self.stats``,
+``vllm/v1/engine/output_processor.py``; the engine needs stats logging on), plus the
+prompt length (``len(output.prompt_token_ids)``):
 
 - ``arrival_time``: when the frontend received the request, ``time.time()`` (wall
   clock, seconds since the epoch);
@@ -48,6 +50,10 @@ clock: no second clock here), ``gen_ai.usage.prompt_tokens`` and
 ``gen_ai.usage.completion_tokens``; a span whose status code is 2 (error) or whose
 ``gen_ai.response.finish_reason`` says ``abort`` is a failed request. The spans carry no
 preemption count. Other spans (a client's, the API server's) are skipped.
+
+Not read: the server's request logging (``--enable-log-requests``: "Received request ..."
+and "Finished request ..." lines), whose times are its log format's, to the second
+(``%m-%d %H:%M:%S`` in ``vllm/logger.py``): too coarse to time a request.
 
 Problems are one-line ``ValueError``\\ s naming the file, the line and the field.
 """
