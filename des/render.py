@@ -518,7 +518,9 @@ def comparison(cmp: Comparison, out_dir: Path) -> None:
         console.print("itl (des): each request's mean gap between tokens, as des records first and last tokens only")
     if engine and any(r[1] == "-" for r in engine):
         console.print(
-            "engine (-): the log does not state it; pass the server's log or a /metrics scrape with --server-log",
+            "engine (-): neither the log nor the server's states it (a /metrics scrape has both)"
+            if measured.server is not None
+            else "engine (-): the log does not state it; pass the server's log or a /metrics scrape with --server-log",
             highlight=False,
         )
     console.print(f"wrote {out_dir}/ (comparison.json, cdf.png, requests.parquet, trace.csv, scenario.yaml)")

@@ -117,6 +117,15 @@ def test_otel_spans_read_vllms_llm_request_spans_only():
     assert frame["output_tokens"].tolist() == [11, 5, 31, 0]
 
 
+def test_jaeger_exports_of_the_same_spans_read_the_same():
+    jaeger = read_measured(FIXTURES / "jaeger-trace.json")
+    assert jaeger.format == "otel"
+    otlp = read_otel_spans(FIXTURES / "otel-spans.jsonl")
+    cols = ["prompt_tokens", "output_tokens", "ttft", "e2e", "success"]
+    pd.testing.assert_frame_equal(jaeger.rows[cols], otlp[cols])
+    assert jaeger.rows["arrival_time"].to_numpy() == pytest.approx(otlp["arrival_time"].to_numpy(), abs=1e-6)
+
+
 def test_server_log_and_metrics_state_kv_capacity_and_preemptions():
     log = read_server_log(FIXTURES / "server.log")
     assert (log.kv_capacity_tokens, log.kv_blocks, log.preemptions) == (41408, None, None)
@@ -141,6 +150,7 @@ def test_server_log_and_metrics_state_kv_capacity_and_preemptions():
         ("benchmark-serving-legacy.json", "vllm-bench"),
         ("request-records.jsonl", "vllm-records"),
         ("otel-spans.jsonl", "otel"),
+        ("jaeger-trace.json", "otel"),
     ],
 )
 def test_the_format_is_told_from_the_content_not_the_name(tmp_path, name, fmt):

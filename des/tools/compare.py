@@ -7,7 +7,7 @@ The measured run is read as it was written, its format told from its content
   (:mod:`des.workload.formats.vllm_bench`);
 - ``vllm-records``: vLLM's own request records, JSON lines of ``RequestStateStats``
   on their two clocks, and ``otel``: its ``llm_request`` OpenTelemetry spans in
-  OTLP/JSON (:mod:`des.workload.formats.vllm_records`);
+  OTLP/JSON or as Jaeger exports them (:mod:`des.workload.formats.vllm_records`);
 - ``csv``, ``jsonl``: a per-request table (:mod:`des.workload.formats.request_log`).
 
 Its successful requests are replayed with their arrival times and token counts (a
@@ -144,7 +144,7 @@ class UnknownFormat(ValueError):
 def detect_format(path: Path) -> str:
     """The format of the measured run at ``path``, told from what it holds (its name only
     when the content leaves it open): a JSON object with ``input_lens`` is a vllm bench
-    result, one with ``resourceSpans`` OpenTelemetry spans; JSON lines with
+    result, one with ``resourceSpans`` (or Jaeger's ``data``) OpenTelemetry spans; JSON lines with
     ``arrival_time``, ``first_token_ts``, ``last_token_ts`` are vLLM request records,
     other JSON lines a jsonl table; anything else a CSV table. ValueError when the file
     cannot be read or is none of these."""

@@ -49,7 +49,9 @@ object for the file). Each ``llm_request`` span starts at the request's arrival
 clock: no second clock here), ``gen_ai.usage.prompt_tokens`` and
 ``gen_ai.usage.completion_tokens``; a span whose status code is 2 (error) or whose
 ``gen_ai.response.finish_reason`` says ``abort`` is a failed request. The spans carry no
-preemption count. Other spans (a client's, the API server's) are skipped.
+preemption count. Other spans (a client's, the API server's) are skipped. The same spans
+as Jaeger exports them (its UI's "Download JSON": ``{"data": [{"spans": [...]}]}``, start
+in microseconds, attributes as ``tags``) are read too.
 
 Not read: the server's request logging (``--enable-log-requests``: "Received request ..."
 and "Finished request ..." lines), whose times are its log format's, to the second
@@ -62,6 +64,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,8 +150,13 @@ def looks_like_records(row: object) -> bool:
 
 
 def looks_like_spans(data: object) -> bool:
-    """Whether a parsed JSON value is an OTLP/JSON export of spans."""
-    return isinstance(data, dict) and "resourceSpans" in data
+    """Whether a parsed JSON value is a span export: OTLP/JSON (``resourceSpans``) or Jaeger's
+    (``data``, a list of traces with ``spans``)."""
+    if not isinstance(data, dict):
+        return False
+    traces = data.get("data")
+    jaeger = isinstance(traces, list) and bool(traces) and isinstance(traces[0], dict) and "spans" in traces[0]
+    return "resourceSpans" in data or jaeger
 
 
 # -- request records -----------------------------------------------------------------------
@@ -316,39 +324,44 @@ def _sorted(frame: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
 # -- OpenTelemetry spans ---------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Span:
+    """One ``llm_request`` span, whichever export it came from: where it is (for errors), its
+    start (seconds since the epoch, or None if unreadable: ``start_raw``), attributes, status."""
+
+    where: str
+    start: float | None
+    start_raw: object
+    attrs: dict[str, Any]
+    error: bool
+
+
 def read_otel_spans(path: Path) -> pd.DataFrame:
-    """The per-request rows of vLLM's ``llm_request`` spans in an OTLP/JSON file (see the module)."""
+    """The per-request rows of vLLM's ``llm_request`` spans in an OTLP/JSON or Jaeger JSON file
+    (see the module)."""
     text = _text(path)
     try:
-        whole = json_value(text)
-        objects = [(1, whole)]
+        objects = [(1, json_value(text))]
     except json.JSONDecodeError:
         objects = _json_lines(path, text)
     except NestedTooDeep as exc:
         raise _fail(path, f"JSON {exc}") from None
-    spans: list[tuple[int, dict[str, Any]]] = []
+    spans: list[Span] = []
     for line, obj in objects:
         if not looks_like_spans(obj):
-            raise _fail(path, f"line {line} is not an OTLP/JSON export (an object with resourceSpans)")
-        for resource in _list(path, line, obj, "resourceSpans"):
-            scopes = resource.get("scopeSpans", resource.get("instrumentationLibrarySpans", []))
-            for scope in scopes if isinstance(scopes, list) else []:
-                for span in scope.get("spans", []) if isinstance(scope, dict) else []:
-                    if isinstance(span, dict) and span.get("name") == SPAN_NAME:
-                        spans.append((line, span))
+            raise _fail(path, f"line {line} is not a span export (OTLP/JSON resourceSpans, or Jaeger's data)")
+        spans += _jaeger_spans(path, line, obj) if "data" in obj else _otlp_spans(path, line, obj)
     if not spans:
         raise _fail(path, f"holds no {SPAN_NAME!r} span (vLLM's, exported with --otlp-traces-endpoint)")
     n = len(spans)
     arrival, ttft, e2e = np.empty(n), np.empty(n), np.empty(n)
     prompt, output = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     success = np.ones(n, dtype=bool)
-    for j, (line, span) in enumerate(spans):
-        where = f"line {line}, span {span.get('spanId', j)!s}"
-        attrs = _attributes(span)
-        start = _number(span.get("startTimeUnixNano"))
-        if start is None or not start > 0:
-            raise _fail(path, f"{where}: startTimeUnixNano is {span.get('startTimeUnixNano')!r}, not a time")
-        arrival[j] = start / 1e9
+    for j, span in enumerate(spans):
+        where, attrs = span.where, span.attrs
+        if span.start is None or not span.start > 0:
+            raise _fail(path, f"{where}: its start {span.start_raw!r} is not a time")
+        arrival[j] = span.start
         for key, out in ((TTFT, ttft), (E2E, e2e)):
             x = _number(attrs.get(key))
             if x is None or not math.isfinite(x) or x < 0:
@@ -359,14 +372,54 @@ def read_otel_spans(path: Path) -> pd.DataFrame:
             if x is None or x < 0 or x != round(x) or x > MAX_TOKENS:
                 raise _fail(path, f"{where}: attribute {key} is {attrs.get(key)!r}, not a whole number >= 0")
             counts[j] = int(x)
-        status = span.get("status") or {}
-        failed = isinstance(status, dict) and _number(status.get("code")) == STATUS_ERROR
-        failed |= "abort" in str(attrs.get(FINISH, "")).lower()
+        failed = span.error or "abort" in str(attrs.get(FINISH, "")).lower()
         success[j] = not failed and output[j] >= 1 and prompt[j] >= 1
         if success[j] and e2e[j] < ttft[j] * (1 - 1e-12):
             raise _fail(path, f"{where}: {E2E} {e2e[j]!r} is before {TTFT} {ttft[j]!r}")
     frame = _frame(arrival, prompt, output, np.where(success, ttft, np.nan), np.where(success, e2e, np.nan), success)
     return _sorted(frame, {"arrivals": "span start (wall clock)", "clocks": "one (the frontend's wall clock)"})
+
+
+def _otlp_spans(path: Path, line: int, obj: dict[str, Any]) -> list[Span]:
+    """The ``llm_request`` spans of one OTLP/JSON export: ``startTimeUnixNano`` (ns, a string),
+    ``attributes`` as ``[{"key", "value": {"doubleValue"|"intValue"|...: v}}]``, ``status.code``."""
+    out = []
+    for resource in _list(path, line, obj, "resourceSpans"):
+        scopes = resource.get("scopeSpans", resource.get("instrumentationLibrarySpans", []))
+        for scope in scopes if isinstance(scopes, list) else []:
+            for i, span in enumerate(scope.get("spans", []) if isinstance(scope, dict) else []):
+                if not (isinstance(span, dict) and span.get("name") == SPAN_NAME):
+                    continue
+                raw = span.get("startTimeUnixNano")
+                start = _number(raw)
+                status = span.get("status") or {}
+                error = isinstance(status, dict) and _number(status.get("code")) == STATUS_ERROR
+                where = f"line {line}, span {span.get('spanId', i)!s}"
+                out.append(Span(where, start / 1e9 if start is not None else None, raw, _attributes(span), error))
+    return out
+
+
+def _jaeger_spans(path: Path, line: int, obj: dict[str, Any]) -> list[Span]:
+    """The ``llm_request`` spans of a Jaeger JSON export (its UI's "Download JSON", its query
+    API): ``data[].spans[]`` with ``operationName``, ``startTime`` (µs since the epoch) and
+    ``tags`` as ``[{"key", "type", "value"}]``; an ``error`` tag true marks a failed request."""
+    out = []
+    for trace in _list(path, line, obj, "data"):
+        for i, span in enumerate(trace.get("spans", []) if isinstance(trace.get("spans"), list) else []):
+            if not (isinstance(span, dict) and span.get("operationName") == SPAN_NAME):
+                continue
+            tags = span.get("tags")
+            attrs = {
+                str(t.get("key")): t.get("value")
+                for t in (tags if isinstance(tags, list) else [])
+                if isinstance(t, dict)
+            }
+            raw = span.get("startTime")
+            start = _number(raw)
+            error = attrs.get("error") in (True, "true") or str(attrs.get("otel.status_code", "")).upper() == "ERROR"
+            where = f"line {line}, span {span.get('spanID', i)!s}"
+            out.append(Span(where, start / 1e6 if start is not None else None, raw, attrs, error))
+    return out
 
 
 def _list(path: Path, line: int, obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
