@@ -515,10 +515,16 @@ def calibrate(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["auto", "vllm-bench", "csv", "jsonl"]),
+    type=click.Choice(["auto", "vllm-bench", "vllm-records", "otel", "csv", "jsonl"]),
     default="auto",
     show_default=True,
-    help="RESULT's format (auto: by suffix, .json is a vllm bench serve result).",
+    help="RESULT's format (auto: from its content: a vllm bench serve result, vLLM request records "
+    "or OpenTelemetry spans, a CSV or JSONL table).",
+)
+@click.option(
+    "--server-log",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The vLLM server's log or a saved /metrics scrape: its KV cache size and preemptions.",
 )
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override an engine field (repeatable).")
 @click.option("--seed", type=int, default=None, help="Seed (routing; arrivals drawn when RESULT has no send times).")
@@ -534,18 +540,22 @@ def compare(
     result: Path,
     scenario: Path | None,
     fmt: str,
+    server_log: Path | None,
     overrides: tuple[str, ...],
     seed: int | None,
     out_dir: Path | None,
     as_json: bool,
 ) -> None:
-    """Replay the requests of a measured run (RESULT) through des on SCENARIO's engine and compare."""
+    """Replay the requests of a measured run (RESULT) through des on SCENARIO's engine and compare.
+
+    RESULT is a vllm bench serve --save-result --save-detailed JSON, vLLM's request records
+    (JSON lines) or OpenTelemetry spans (OTLP/JSON), or a CSV/JSONL table of requests."""
     from des import render
     from des.output import write_comparison
     from des.tools.compare import compare as replay_and_compare
     from des.tools.compare import read_measured
 
-    measured = read_measured(result, fmt, _seed(seed) or 0)
+    measured = read_measured(result, fmt, _seed(seed) or 0, server_log)
     out_dir = _writable(out_dir or Path("results") / f"compare-{result.stem}")
     cmp = replay_and_compare(measured, scenario, overrides, seed)
     try:

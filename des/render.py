@@ -591,15 +591,57 @@ def comparison(cmp: Comparison, out_dir: Path) -> None:
         + (f"; {cmp.rejected:,} requests rejected" if cmp.rejected else ""),
         highlight=False,
     )
+    if measured.max_concurrency is not None:
+        console.print(
+            f"client    at most {measured.max_concurrency:,} requests in flight (max_concurrency), replayed so",
+            highlight=False,
+        )
+    if measured.server is not None:
+        console.print(f"server    {measured.server.source}: KV cache size and preemptions as it states them")
     table = Table(title="measured against des (error = des / measured - 1)", title_justify="left")
     for col in ("metric", "measured", "des", "error"):
         table.add_column(col, justify="left" if col == "metric" else "right")
     for row in _comparison_rows(cmp):
         table.add_row(*row)
+    engine = _engine_rows(cmp)
+    if engine:
+        table.add_section()
+        for row in engine:
+            table.add_row(*row)
     console.print(table)
     if measured.has_itl:
         console.print("itl (des): each request's mean gap between tokens, as des records first and last tokens only")
+    if engine and any(r[1] == "-" for r in engine):
+        console.print(
+            "engine (-): neither the log nor the server's states it (a /metrics scrape has both)"
+            if measured.server is not None
+            else "engine (-): the log does not state it; pass the server's log or a /metrics scrape with --server-log",
+            highlight=False,
+        )
     console.print(f"wrote {out_dir}/ (comparison.json, cdf.png, requests.parquet, trace.csv, scenario.yaml)")
+    scenario_file = out_dir / "scenario.yaml"
+    console.print(f"scenario  {scenario_file} (rerun or edit it: des run {scenario_file})", highlight=False)
+
+
+def _engine_rows(cmp: Comparison) -> list[tuple[str, str, str, str]]:
+    """(fact, measured, simulated, error) of preemptions and KV capacity, as counts."""
+    names = {
+        "preemptions": "preemptions",
+        "kv_capacity_tokens": "KV capacity, tokens",
+        "kv_capacity_blocks": "KV capacity, blocks",
+    }
+    rows = []
+    for r in cmp.engine.itertuples(index=False):
+        m, s, e = float(r.measured), float(r.simulated), float(r.error)
+        rows.append(
+            (
+                names.get(str(r.metric), str(r.metric)),
+                f"{m:,.0f}" if math.isfinite(m) else "-",
+                f"{s:,.0f}" if math.isfinite(s) else "-",
+                f"{100 * e:+.1f} %" if math.isfinite(e) else "-",
+            )
+        )
+    return rows
 
 
 def _comparison_rows(cmp: Comparison) -> list[tuple[str, str, str, str]]:
@@ -621,13 +663,14 @@ def _comparison_rows(cmp: Comparison) -> list[tuple[str, str, str, str]]:
 
 
 def comparison_json(cmp: Comparison) -> None:
-    """The table as JSON, ``{metric: {measured, simulated, error}}`` with NaN as null (for scripts)."""
+    """The table and the engine facts as JSON, ``{metric: {measured, simulated, error}}`` with NaN
+    as null (for scripts)."""
     rows = {
         str(r.metric): {
             c: (float(v) if math.isfinite(float(v)) else None)
             for c, v in (("measured", r.measured), ("simulated", r.simulated), ("error", r.error))
         }
-        for r in cmp.table.itertuples(index=False)
+        for r in (*cmp.table.itertuples(index=False), *cmp.engine.itertuples(index=False))
     }
     print(json.dumps(rows, indent=2))
 

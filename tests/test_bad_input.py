@@ -1304,9 +1304,9 @@ COMMAND_CASES = [
     ),
     CommandCase(
         "compare-no-send-times",
-        lambda w: ["compare", str(_bench_json(w, start_times=None, max_concurrency=8))],
+        lambda w: ["compare", str(_bench_json(w, start_times=None, ramp_up_strategy="linear"))],
         "RESULT",
-        ["max_concurrency", "start_times"],
+        ["ramped up", "start_times"],
     ),
     CommandCase(
         "compare-all-failed",

@@ -135,7 +135,7 @@ def bench(n: int = 4, **fields) -> dict:
 def test_without_start_times_arrivals_are_drawn_as_vllm_draws_them(tmp_path):
     path = tmp_path / "old.json"
     n = 4000
-    path.write_text(json.dumps(bench(n, request_rate=8.0)))
+    path.write_text(json.dumps(bench(n, request_rate=8.0, failed=0)))  # vllm bench serve: has "failed"
     frame = read_vllm_bench(path, seed=7)
     arrival = frame["arrival_time"].to_numpy()
     gaps = np.diff(arrival, prepend=0.0)
@@ -153,6 +153,20 @@ def test_without_start_times_arrivals_are_drawn_as_vllm_draws_them(tmp_path):
     assert frame["tpot"].iloc[0] == pytest.approx(0.02)
     path.write_text(json.dumps(bench(5, request_rate="inf")))
     assert (read_vllm_bench(path)["arrival_time"] == 0).all()
+
+
+def test_the_old_benchmark_script_sent_its_first_request_at_once_and_did_not_rescale(tmp_path):
+    """benchmarks/benchmark_serving.py (no failed, latencies, start_times): send, then sleep a gap."""
+    path = tmp_path / "legacy.json"
+    n = 4000
+    path.write_text(json.dumps(bench(n, request_rate=8.0)))
+    arrival = read_vllm_bench(path, seed=7)["arrival_time"].to_numpy()
+    assert arrival[0] == 0.0
+    gaps = np.diff(arrival)
+    # n - 1 exponential gaps of mean 1/8 s, not rescaled: their mean is within 4 standard errors
+    # (sd of an exponential = its mean; SE = mean / sqrt(n - 1))
+    assert abs(gaps.mean() - 1 / 8) < 4 * (1 / 8) / math.sqrt(n - 1)
+    assert arrival[-1] != pytest.approx(n / 8.0, rel=1e-9)
 
 
 def test_failed_requests_are_not_replayed(recorded, tmp_path):

@@ -1,17 +1,29 @@
 """``des compare``: replay a measured serving run through des and put the two side by side.
 
-The measured run is a ``vllm bench serve --save-result --save-detailed`` JSON
-(:mod:`des.workload.formats.vllm_bench`) or a per-request CSV/JSONL log
-(:mod:`des.workload.formats.request_log`). Its successful requests are replayed with
-their arrival times and token counts (a ``trace`` workload) on the engine of a scenario
-(the embedded default, or a file, with ``--set`` overrides as in ``des run``), the run
-drained to the last request. Measured and simulated are then summarised the same way:
+The measured run is read as it was written, its format told from its content
+(:func:`detect_format`; ``--format`` overrides):
+
+- ``vllm-bench``: a ``vllm bench serve --save-result --save-detailed`` JSON
+  (:mod:`des.workload.formats.vllm_bench`);
+- ``vllm-records``: vLLM's own request records, JSON lines of ``RequestStateStats``
+  on their two clocks, and ``otel``: its ``llm_request`` OpenTelemetry spans in
+  OTLP/JSON or as Jaeger exports them (:mod:`des.workload.formats.vllm_records`);
+- ``csv``, ``jsonl``: a per-request table (:mod:`des.workload.formats.request_log`).
+
+Its successful requests are replayed with their arrival times and token counts (a
+``trace`` workload; with the benchmark's ``max_concurrency``, at most that many at once:
+a closed loop when all were issued at once) on the engine of a scenario (the embedded
+default, or a file, with ``--set`` overrides as in ``des run``; without a file, the GPU
+and model the log names, when the catalog has them), the run drained to the last
+request. Measured and simulated are then summarised the same way:
 
 - throughput: completed requests and output tokens per second over the span from the
   first arrival to the last completion;
 - TTFT, TPOT (``(e2e - ttft) / (output_tokens - 1)``, requests of 2+ tokens) and
   end-to-end latency: mean, p50, p90, p99 (numpy's linear-interpolation percentiles, as
   vLLM's benchmark computes them);
+- queue delay (arrival to first scheduling), when the log has it (vLLM's request
+  records: its frontend's input processing counts as queueing there, as des has none);
 - ITL, when the measured run has inter-token gaps: the simulated ITLs are each request's
   mean gap repeated for its ``output_tokens - 1`` gaps (des records when a request's
   first and last tokens come out, not every token's), so the mean is like for like and the
@@ -21,12 +33,20 @@ each with its error ``(simulated - measured) / measured``. A des run written out
 format compares to itself with zero error; scaling the measured latencies by ``k`` shows
 as ``1 / k - 1`` on every latency statistic.
 
+Beside the latencies, :class:`Engine` facts of both sides: preemptions (des's count; the
+log's where it has them: ``num_preemptions`` of request records, a ``--metadata
+num_preemptions=N`` of the benchmark, or the server's log / ``/metrics``) and KV capacity
+per instance in tokens and blocks (des's memory plan; the server's ``GPU KV cache size``
+line, ``cache_config_info`` or ``--metadata``). These are compared, never fitted to:
+nothing in a measured run feeds des's parameters.
+
 :func:`compare` returns a :class:`Comparison`; the command writes its files
 (:func:`des.output.write_comparison`) and shows it (:func:`des.render.comparison`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from collections.abc import Iterable
@@ -38,14 +58,18 @@ import numpy as np
 import pandas as pd
 
 from des.errors import ScenarioError
-from des.workload.formats.files import data_suffix
+from des.workload.formats.files import FileProblem, NestedTooDeep, data_suffix, json_value, utf8_bytes
 from des.workload.formats.request_log import read_request_log
 from des.workload.formats.vllm_bench import read_vllm_bench
+from des.workload.formats.vllm_records import looks_like_records, looks_like_spans, read_otel_spans, read_vllm_records
+from des.workload.formats.vllm_server_log import ServerFacts, read_server_log
 
 ARG = "RESULT"
-FORMATS = ("auto", "vllm-bench", "csv", "jsonl")
+FORMATS = ("auto", "vllm-bench", "vllm-records", "otel", "csv", "jsonl")
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "p50", "p90", "p99")
+#: The engine's facts compared beside the latencies (per instance).
+ENGINE_METRICS = ("preemptions", "kv_capacity_tokens", "kv_capacity_blocks")
 #: Scenario fields the measured run decides; ``--set`` may not change them.
 FROM_RESULT = ("workload", "horizon", "warmup")
 
@@ -59,6 +83,34 @@ class Measured:
     rows: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     has_itl: bool = False
+    server: ServerFacts | None = None
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """The benchmark client's limit on requests in flight (None: none)."""
+        limit = self.meta.get("max_concurrency")
+        return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1 else None
+
+    def engine(self) -> dict[str, float]:
+        """Preemptions and KV capacity (tokens, blocks) as the log states them; NaN where it does not.
+
+        Preemptions: the requests' ``preemptions`` summed (request records), else the server
+        log's count, else ``--metadata num_preemptions``. KV capacity: the server log's, else
+        ``--metadata kv_cache_tokens`` / ``num_gpu_blocks`` (and ``block_size``).
+        """
+        server = self.server or ServerFacts()
+        if "preemptions" in self.rows:
+            preemptions = float(self.rows["preemptions"].sum())
+        else:
+            preemptions = _first(server.preemptions, _meta_count(self.meta, "num_preemptions"))
+        tokens = _first(server.kv_capacity_tokens, _meta_count(self.meta, "kv_cache_tokens"))
+        blocks = _first(server.kv_blocks, _meta_count(self.meta, "num_gpu_blocks"))
+        size = _first(server.block_size, _meta_count(self.meta, "block_size"))
+        if math.isnan(tokens):
+            tokens = blocks * size  # NaN unless both are known
+        if math.isnan(blocks):
+            blocks = tokens / size
+        return {"preemptions": preemptions, "kv_capacity_tokens": tokens, "kv_capacity_blocks": blocks}
 
     @property
     def completed(self) -> pd.DataFrame:
@@ -70,25 +122,112 @@ class Measured:
         return int((~self.rows["success"]).sum())
 
 
-def read_measured(path: Path, fmt: str = "auto", seed: int = 0) -> Measured:
-    """The measured run at ``path``; problems as ScenarioError naming ``RESULT``."""
-    if fmt == "auto":
-        suffix = data_suffix(path)
-        fmt = {".json": "vllm-bench", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(suffix, "")
-        if not fmt:
-            raise ScenarioError(
-                (
-                    "--format",
-                    f"cannot tell the format of {str(path)!r} from its suffix; give one of vllm-bench, csv, jsonl",
-                )
-            )
+def _meta_count(meta: dict[str, Any], key: str) -> float:
+    """A whole number >= 0 the benchmark's ``--metadata`` gave (written as text), else NaN."""
+    value = meta.get(key)
     try:
-        rows = read_vllm_bench(path, seed) if fmt == "vllm-bench" else read_request_log(path, jsonl=fmt == "jsonl")
+        x = float(str(value).replace(",", "")) if value is not None and not isinstance(value, bool) else math.nan
+    except ValueError:
+        return math.nan
+    return x if math.isfinite(x) and x >= 0 and x == round(x) else math.nan
+
+
+def _first(stated: int | None, fallback: float) -> float:
+    """What the server stated, else the fallback (NaN: unknown)."""
+    return float(stated) if stated is not None else fallback
+
+
+class UnknownFormat(ValueError):
+    """A measured run's content fits none of the formats (a problem of ``--format``)."""
+
+
+def detect_format(path: Path) -> str:
+    """The format of the measured run at ``path``, told from what it holds (its name only
+    when the content leaves it open): a JSON object with ``input_lens`` is a vllm bench
+    result, one with ``resourceSpans`` (or Jaeger's ``data``) OpenTelemetry spans; JSON lines with
+    ``arrival_time``, ``first_token_ts``, ``last_token_ts`` are vLLM request records,
+    other JSON lines a jsonl table; anything else a CSV table. ValueError when the file
+    cannot be read or is none of these."""
+    try:
+        data = utf8_bytes(path)
+    except FileNotFoundError:
+        raise ValueError(f"{str(path)!r}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{str(path)!r}: is a folder, not a result file") from None
+    except OSError as exc:
+        raise ValueError(f"{str(path)!r}: cannot read it ({exc.strerror or exc})") from None
+    except FileProblem as exc:
+        raise ValueError(f"{str(path)!r}: {exc}") from None
+    head = data.lstrip()
+    if not head:
+        raise ValueError(f"{str(path)!r}: is empty")
+    if head[:1] == b"{":
+        lines = False
+        try:
+            value = json_value(head)  # one JSON object: a bench result, or spans
+        except (json.JSONDecodeError, NestedTooDeep):
+            lines = True  # JSON lines, or broken JSON (its reader says where)
+            try:
+                value = json_value(head.split(b"\n", 1)[0])
+            except (json.JSONDecodeError, NestedTooDeep):
+                value = None
+        if looks_like_spans(value):
+            return "otel"
+        if looks_like_records(value):
+            return "vllm-records"
+        if lines and value is not None:
+            return "jsonl"
+        if not lines and isinstance(value, dict) and "arrival_time" in value:
+            return "jsonl"  # a table of one request
+        return "jsonl" if data_suffix(path) in (".jsonl", ".ndjson") else "vllm-bench"
+    if head[:1] == b"[":  # not any format's, but a .json is meant as a bench result: its reader says why not
+        return {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}.get(data_suffix(path), "vllm-bench")
+    header = next((ln for ln in head.splitlines() if ln.strip() and not ln.startswith(b"#")), b"")
+    if b"arrival_time" in header or data_suffix(path) == ".csv":
+        return "csv"
+    raise UnknownFormat(
+        f"cannot tell what {str(path)!r} holds: not a vllm bench serve result (a JSON object with input_lens), "
+        "vLLM request records (JSON lines with arrival_time, first_token_ts, last_token_ts), OpenTelemetry spans "
+        "(resourceSpans), nor a table of requests (a CSV header or JSON lines with arrival_time); give one of "
+        + ", ".join(FORMATS[1:])
+    )
+
+
+READERS = {
+    "vllm-records": read_vllm_records,
+    "otel": read_otel_spans,
+}
+
+
+def read_measured(path: Path, fmt: str = "auto", seed: int = 0, server_log: Path | None = None) -> Measured:
+    """The measured run at ``path`` (and the server's facts from ``server_log``); problems as
+    ScenarioError naming ``RESULT`` (``--server-log``)."""
+    try:
+        if fmt == "auto":
+            fmt = detect_format(path)
+    except UnknownFormat as exc:
+        raise ScenarioError(("--format", str(exc))) from None
+    except ValueError as exc:
+        raise ScenarioError((ARG, str(exc))) from None
+    try:
+        if fmt == "vllm-bench":
+            rows = read_vllm_bench(path, seed)
+        elif fmt in READERS:
+            rows = READERS[fmt](path)
+        else:
+            rows = read_request_log(path, jsonl=fmt == "jsonl")
     except ValueError as exc:
         raise ScenarioError((ARG, str(exc))) from None
     if not rows["success"].any():
         raise ScenarioError((ARG, f"{str(path)!r}: no request succeeded, so there is nothing to compare"))
-    return Measured(path, fmt, rows, dict(rows.attrs.get("meta", {})), bool(rows.attrs.get("has_itl", False)))
+    server = None
+    if server_log is not None:
+        try:
+            server = read_server_log(server_log)
+        except ValueError as exc:
+            raise ScenarioError(("--server-log", str(exc))) from None
+    meta = dict(rows.attrs.get("meta", {}))
+    return Measured(path, fmt, rows, meta, bool(rows.attrs.get("has_itl", False)), server)
 
 
 # -- statistics ------------------------------------------------------------------------------
@@ -111,8 +250,9 @@ def itls(rows: pd.DataFrame, measured: bool) -> np.ndarray:
     return np.repeat(multi["tpot"].to_numpy(float), (multi["output_tokens"] - 1).to_numpy())
 
 
-def summarize(rows: pd.DataFrame, measured: bool, itl: bool) -> dict[str, float]:
-    """Throughput and latency statistics of completed requests (columns as the readers return)."""
+def summarize(rows: pd.DataFrame, measured: bool, itl: bool, queue: bool = False) -> dict[str, float]:
+    """Throughput and latency statistics of completed requests (columns as the readers return);
+    with ``queue``, also of ``queue_delay`` (arrival to first scheduling)."""
     span = float((rows["arrival_time"] + rows["e2e"]).max() - rows["arrival_time"].min())
     out: dict[str, float] = {
         "requests": float(len(rows)),
@@ -125,6 +265,9 @@ def summarize(rows: pd.DataFrame, measured: bool, itl: bool) -> dict[str, float]
         values = itls(rows, measured) if name == "itl" else rows[name].to_numpy(float)
         for stat, v in _stats(values).items():
             out[f"{name}_{stat}"] = v
+    if queue:
+        for stat, v in _stats(rows["queue_delay"].to_numpy(float)).items():
+            out[f"queue_delay_{stat}"] = v
     return out
 
 
@@ -146,9 +289,18 @@ class Comparison:
     rejected: int
     table: pd.DataFrame  # metric, measured, simulated, error
     scenario: Any
+    engine: pd.DataFrame = field(default_factory=pd.DataFrame)  # preemptions, KV capacity: same columns
 
     def errors(self) -> dict[str, float]:
+        """The latency and throughput errors by metric (the engine facts: :meth:`engine_facts`)."""
         return dict(zip(self.table["metric"], self.table["error"], strict=True))
+
+    def engine_facts(self) -> dict[str, dict[str, float]]:
+        """``{metric: {measured, simulated, error}}`` of preemptions and KV capacity (NaN: unknown)."""
+        return {
+            str(r.metric): {"measured": r.measured, "simulated": r.simulated, "error": r.error}
+            for r in self.engine.itertuples(index=False)
+        }
 
     def as_dict(self) -> dict[str, Any]:
         """Both runs' facts and the table as flat keys (``ttft_p99_measured``, ``..._simulated``,
@@ -162,7 +314,8 @@ class Comparison:
             "simulated_rejected": self.rejected,
             **{f"meta_{k}": v for k, v in self.measured.meta.items() if isinstance(v, str | int | float | bool)},
         }
-        table = {f"{r.metric}_{col}": getattr(r, col) for r in self.table.itertuples(index=False) for col in
+        rows = [*self.table.itertuples(index=False), *self.engine.itertuples(index=False)]
+        table = {f"{r.metric}_{col}": getattr(r, col) for r in rows for col in
                  ("measured", "simulated", "error")}  # fmt: skip
         return {**facts, **table}
 
@@ -189,6 +342,7 @@ def simulated_rows(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
             "ttft": done["ttft"].to_numpy(float),
             "e2e": done["e2e"].to_numpy(float),
             "tpot": done["tpot"].to_numpy(float),
+            "queue_delay": done["queue_delay"].to_numpy(float),
             "success": True,
         }
     )
@@ -200,29 +354,76 @@ def simulated_rows(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 
 def trace_csv(measured: Measured) -> str:
     """The measured run's completed requests, by arrival, as a csv trace
-    (``arrival_time,prompt_tokens,output_tokens``; times to the last bit)."""
-    done = measured.completed.sort_values("arrival_time", kind="stable")
+    (``arrival_time,prompt_tokens,output_tokens``; times to the last bit). Under a
+    ``max_concurrency`` the times are when the benchmark issued each request (``issue_time``):
+    the replay holds them back as its client did."""
+    done = measured.completed
+    when = "issue_time" if "issue_time" in done else "arrival_time"
+    done = done.sort_values(when, kind="stable")
     lines = ["arrival_time,prompt_tokens,output_tokens"]
     lines += [
         f"{float(a)!r},{int(p)},{int(o)}"
-        for a, p, o in zip(done["arrival_time"], done["prompt_tokens"], done["output_tokens"], strict=True)
+        for a, p, o in zip(done[when], done["prompt_tokens"], done["output_tokens"], strict=True)
     ]
     return "\n".join(lines) + "\n"
 
 
+def named_engine(measured: Measured) -> list[tuple[str, str]]:
+    """The catalog GPU and model the log names (``model_id``; ``gpu`` given with ``--metadata``),
+    as scenario overrides; a name the catalog lacks is left out (:func:`unnamed` says which)."""
+    from des.catalog import gpu_names
+
+    out = []
+    gpu = measured.meta.get("gpu")
+    if isinstance(gpu, str) and gpu.strip().lower() in gpu_names():
+        out.append(("gpu", gpu.strip().lower()))
+    model = catalog_model(measured.meta.get("model_id"))
+    if model is not None:
+        out.append(("model", model))
+    return out
+
+
+def catalog_model(model_id: object) -> str | None:
+    """The catalog model a Hugging Face id names (``Qwen/Qwen2.5-7B-Instruct`` -> ``qwen2.5-7b``):
+    the entry whose ``source`` is that repository, else whose name is the id's last part
+    without an ``-Instruct``-like tail; None if none is."""
+    from des.catalog import model_names, resolve
+
+    if not isinstance(model_id, str) or not model_id.strip():
+        return None
+    wanted = model_id.strip().lower()
+    base = wanted.rsplit("/", 1)[-1]
+    table = {name: resolve("models", name) for name in model_names()}
+    for name, entry in table.items():
+        source = str(entry.get("source", "")).lower()
+        if f"huggingface.co/{wanted}/" in source or str(entry.get("description", "")).lower() == wanted:
+            return name
+    for name in table:
+        if base == name or base.startswith(name + "-") and base[len(name) + 1 :].split("-")[0] in ("instruct", "hf"):
+            return name
+    return None
+
+
 def replay_scenario(measured: Measured, scenario: Path | None, overrides: Iterable[str], trace: Path) -> Any:
-    """The scenario that replays the measured requests (written to ``trace``) on the given engine."""
+    """The scenario that replays the measured requests (written to ``trace``) on the given engine:
+    ``scenario`` (or, without one, the embedded default on the GPU and model the log names),
+    then ``overrides``."""
     from des.scenario import load_scenario, parse_override
 
     items: list[str | tuple[str, Any]] = []
+    if scenario is None:
+        items += [("name", f"replay of {measured.path.name}"), *named_engine(measured)]
     for text in overrides:
         key, value = parse_override(text)
         if key.split(".")[0] in FROM_RESULT:
             raise ScenarioError(("--set", f"{key} comes from RESULT (its requests and arrivals); set the engine only"))
         items.append((key, value))
     trace.write_text(trace_csv(measured))
+    arrival: dict[str, Any] = {"process": "trace", "path": str(trace)}
+    if measured.max_concurrency is not None:
+        arrival["max_concurrency"] = measured.max_concurrency
     items += [
-        ("workload", {"arrival": {"process": "trace", "path": str(trace)}}),
+        ("workload", {"arrival": arrival}),
         ("horizon", {"drain": True}),
         ("warmup", 0.0),
     ]
@@ -242,9 +443,11 @@ def compare(
         sc = replay_scenario(measured, scenario, items, Path(tmp) / "requests.csv")
         result = simulate(sc)
     sim, rejected = simulated_rows(result.requests)
+    engine = engine_table(measured, result.summary, sc)
     itl = measured.has_itl
-    meas_stats = summarize(measured.completed, measured=True, itl=itl)
-    sim_stats = summarize(sim, measured=False, itl=itl) if len(sim) else {k: math.nan for k in meas_stats}
+    queue = "queue_delay" in measured.rows
+    meas_stats = summarize(measured.completed, measured=True, itl=itl, queue=queue)
+    sim_stats = summarize(sim, measured=False, itl=itl, queue=queue) if len(sim) else {k: math.nan for k in meas_stats}
     if "duration" in measured.meta and measured.meta.get("arrivals") != "start_times":
         # without send times the measured span is not known; the benchmark's own duration is
         duration = measured.meta["duration"]
@@ -258,4 +461,20 @@ def compare(
     ]
     table = pd.DataFrame(rows)
     table["error"] = [error(s, m) for s, m in zip(table["simulated"], table["measured"], strict=True)]
-    return Comparison(measured, sim, rejected, table, sc)
+    return Comparison(measured, sim, rejected, table, sc, engine)
+
+
+def engine_table(measured: Measured, summary: dict[str, Any], scenario: Any) -> pd.DataFrame:
+    """Preemptions and KV capacity per instance (tokens, blocks) of the log and of des's run,
+    with the error where both are known (``metric, measured, simulated, error``)."""
+    tokens = float(summary.get("kv_capacity_tokens") or math.nan)
+    block = getattr(scenario.scheduler, "block_size", None)
+    simulated = {
+        "preemptions": float(summary.get("preemptions", math.nan)),
+        "kv_capacity_tokens": tokens,
+        "kv_capacity_blocks": tokens / block if block else math.nan,
+    }
+    logged = measured.engine()
+    table = pd.DataFrame([{"metric": k, "measured": logged[k], "simulated": simulated[k]} for k in ENGINE_METRICS])
+    table["error"] = [error(s, m) for s, m in zip(table["simulated"], table["measured"], strict=True)]
+    return table

@@ -382,6 +382,10 @@ class Trace(Strict):
       ``log_type`` those of one log type (``burstgpt``: ``Conversation log`` or ``API log``).
     - ``hash_block_tokens``: how many prompt tokens each of a row's ``hash_ids`` covers
       (512, Mooncake's block size).
+    - ``max_concurrency``: at most this many of the trace's requests in the system at once;
+      one due while they are waits for one to leave and arrives when sent (a benchmark
+      client's semaphore, as ``vllm bench serve --max-concurrency``; rows all at 0 make a
+      closed loop of that many users).
 
     :attr:`table` is the replay: the trace table of :mod:`des.workload.formats.base`
     with ``arrival_time`` in simulated seconds; :attr:`notes` says what the reader
@@ -397,6 +401,7 @@ class Trace(Strict):
     model: str | None = None
     log_type: str | None = None
     hash_block_tokens: PositiveInt = HASH_BLOCK_TOKENS
+    max_concurrency: PositiveInt | None = Field(default=None, le=MAX_USERS)
     _table: pd.DataFrame = PrivateAttr()
 
     @model_validator(mode="after")
@@ -474,7 +479,8 @@ class Trace(Strict):
         """One process replaying the rows, with the content they state (:mod:`des.workload.trace_content`)."""
         t = self.table
         specs = trace_requests(t, src.ids, self.hash_block_tokens, src.shared_prefix)
-        return [trace_replay(src.env, t["arrival_time"].tolist(), specs, src.submit, src.duration, src.budget)]
+        times = t["arrival_time"].tolist()
+        return [trace_replay(src.env, times, specs, src.submit, src.duration, src.budget, self.max_concurrency)]
 
 
 ARRIVALS: Registry[type[Strict]] = Registry("arrival process")

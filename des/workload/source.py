@@ -133,14 +133,29 @@ def trace_replay(
     submit: Submit,
     duration: float,
     budget: Budget,
+    max_concurrency: int | None = None,
 ) -> Session:
-    """Requests at the recorded times with the recorded lengths, until the horizon."""
+    """Requests at the recorded times with the recorded lengths, until the horizon.
+
+    With ``max_concurrency``, at most that many of them are in the system at once: one due
+    while they are waits, in order, until one leaves (completed or rejected), and arrives
+    when it is sent. This is the client's semaphore of ``vllm bench serve
+    --max-concurrency`` (``limited_request_func`` in ``vllm/benchmarks/serve.py``); with all
+    requests due at 0 it is a closed loop of ``max_concurrency`` users without think time.
+    """
+    in_flight: list[simpy.Event] = []
     for t, spec in zip(times, specs, strict=True):
         if t >= duration or not budget.take():
             return
         if t > env.now:
             yield env.timeout(t - env.now)
-        submit(spec, False)
+        if max_concurrency is None:
+            submit(spec, False)
+            continue
+        while len(in_flight) >= max_concurrency:
+            yield env.any_of(in_flight)
+            in_flight = [e for e in in_flight if not e.triggered]
+        in_flight.append(submit(spec, True))
 
 
 def closed_user(

@@ -22,12 +22,18 @@ UTF-8 with or without a byte order mark.
 
 - :mod:`des.workload.formats.vllm_bench`: the JSON of ``vllm bench serve --save-result
   --save-detailed`` (``benchmarks/benchmark_serving.py`` before it);
-- :mod:`des.workload.formats.request_log`: a CSV or JSONL of one row per request.
+- :mod:`des.workload.formats.vllm_records`: vLLM's own request records (JSON lines of
+  ``RequestStateStats``, on their wall and monotonic clocks) and its ``llm_request``
+  OpenTelemetry spans (OTLP/JSON);
+- :mod:`des.workload.formats.request_log`: a CSV or JSONL of one row per request;
+- :mod:`des.workload.formats.vllm_server_log`: not requests but the server's KV cache
+  size and preemptions, from its log or a ``/metrics`` scrape.
 
 Each returns a pandas DataFrame with one row per request (``arrival_time``,
 ``prompt_tokens``, ``output_tokens``, ``ttft``, ``e2e``, ``tpot``, ``itl``, ``success``;
-seconds and tokens) and the file's run-level facts in ``frame.attrs["meta"]``; the
-``vllm-bench`` trace format reuses the first.
+seconds and tokens; vLLM's records add ``queue_delay`` and ``preemptions``, a benchmark
+under ``max_concurrency`` adds ``issue_time``) and the file's run-level facts in
+``frame.attrs["meta"]``; the ``vllm-bench`` trace format reuses the first.
 
 Problems are one-line ``ValueError``s naming the file (and the row and value).
 """

@@ -2,18 +2,36 @@
 
 vLLM's serving benchmark (``vllm/benchmarks/serve.py``; ``benchmarks/benchmark_serving.py``
 in older releases) saves run-level facts (``date``, ``backend``, ``model_id``,
-``request_rate``, ``burstiness``, ``max_concurrency``, ``duration``, ``completed``,
-``failed``, ...) and, with ``--save-detailed``, one list entry per request in send order:
-``input_lens``, ``output_lens``, ``ttfts`` (seconds from sending to the first streamed
-token), ``itls`` (the gaps between later chunks, seconds), ``errors`` (empty when the
-request succeeded) and, in recent releases, ``latencies`` (send to last token) and
-``start_times`` (``time.perf_counter()`` at sending). Failed requests carry
-``output_lens`` 0 and ``ttfts`` 0.
+``tokenizer_id``, ``num_prompts``, ``request_rate`` (a number, or ``"inf"``),
+``burstiness``, ``max_concurrency`` (null when unset), ``duration``, ``completed``,
+``failed``, ``ramp_up_strategy`` when the rate ramped, and any ``--metadata KEY=VALUE``
+as a top-level key) and, with ``--save-detailed``, one list entry per request in send
+order: ``input_lens``, ``output_lens``, ``ttfts`` (seconds from sending to the first
+streamed token), ``itls`` (the gaps between later chunks, seconds), ``generated_texts``,
+``errors`` (empty when the request succeeded). Failed requests carry ``output_lens`` 0
+and ``ttfts`` 0. What each release has:
+
+- ``benchmarks/benchmark_serving.py`` (up to 0.9): the lists above and no more; no
+  ``failed`` count, no latencies, no send times (its goodput key is spelt
+  ``"request_goodput:"``);
+- ``vllm bench serve``: also ``latencies`` (send to last token) and ``start_times``
+  (``time.perf_counter()`` when the request was sent, i.e. after the client's
+  ``--max-concurrency`` semaphore let it through); recent releases add ``queue_times``
+  (``client_queue_time``: how long the request waited for that semaphore) and keep
+  ``latencies`` and ``queue_times`` even without ``--save-detailed``.
+
+Neither has the server's own timestamps, its preemptions or its KV cache size (give
+those with ``--metadata``, e.g. ``--metadata gpu=h100-80gb kv_cache_tokens=41408``: the
+keys of :data:`META_KEYS` are kept, or pass the server log to ``des compare
+--server-log``).
 
 :func:`read_vllm_bench` turns that into one row per request: ``arrival_time`` (seconds
 after the first request; from ``start_times`` when saved, else drawn the way the
 benchmark draws them from ``request_rate`` and ``burstiness``, with the given seed),
 (drawn ones count from the benchmark's start, the first after one gap, as vLLM sends them),
+``issue_time`` when a ``max_concurrency`` held requests back (when the benchmark issued
+the request, before the semaphore: ``start_times - queue_times``, or the drawn times
+without ``start_times``, so all 0 at an infinite rate: a closed loop),
 ``prompt_tokens``, ``output_tokens``, ``ttft``, ``e2e`` (``latencies``, else ``ttft`` plus
 the sum of ``itls``), ``tpot`` (``(e2e - ttft) / (output_tokens - 1)``, as the benchmark
 computes it; NaN for one token), ``itl`` (the list) and ``success``. The run-level facts
@@ -53,8 +71,16 @@ META_KEYS = (
     "total_output_tokens",
     "request_throughput",
     "output_throughput",
+    "ramp_up_strategy",
+    # --metadata keys des reads (the GPU, and the server's KV cache and preemptions)
+    "gpu",
+    "tensor_parallel_size",
+    "kv_cache_tokens",
+    "num_gpu_blocks",
+    "block_size",
+    "num_preemptions",
 )
-PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "errors")
+PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times", "errors")
 
 
 def _fail(path: Path, msg: str) -> ValueError:
@@ -112,9 +138,33 @@ def read_vllm_bench(path: Path, seed: int = 0) -> pd.DataFrame:
             "success": success,
         }
     )
+    issue = _issue_times(path, data, lists, n, arrival, meta)
+    if issue is not None:
+        frame["issue_time"] = issue
     frame.attrs["meta"] = meta
     frame.attrs["has_itl"] = itls is not None
     return frame
+
+
+def _issue_times(
+    path: Path, data: dict[str, Any], lists: dict[str, list[Any]], n: int, arrival: np.ndarray, meta: dict[str, Any]
+) -> np.ndarray | None:
+    """When the benchmark issued each request, before ``max_concurrency`` let it through (seconds,
+    the origin of ``arrival``); None when no such limit held requests back."""
+    limit = data.get("max_concurrency")
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise _fail(path, f"max_concurrency is {limit!r}, not a whole number >= 1 or null")
+    if meta["arrivals"] != "start_times":
+        return arrival  # drawn: the issue times themselves (see _arrivals)
+    if "queue_times" not in lists:
+        meta["issues"] = "start_times (the file has no queue_times: waits for max_concurrency unknown)"
+        return arrival
+    queue = _numbers(path, lists, "queue_times", n)
+    meta["issues"] = "start_times - queue_times"
+    issue = arrival - queue
+    return np.asarray(issue - min(0.0, float(issue.min())))
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -191,9 +241,14 @@ def _arrivals(
     """When each request was sent (seconds from the first): its recorded ``start_times``, else
     drawn as the benchmark drew them; ``meta["arrivals"]`` says which."""
     if "start_times" not in lists:
-        meta["arrivals"] = f"drawn from request_rate {data.get('request_rate')!r}, burstiness " + (
-            f"{data.get('burstiness', 1.0)!r} (seed {seed}): the file has no start_times"
+        limit = data.get("max_concurrency")
+        meta["arrivals"] = (
+            ("issue times " if limit is not None else "")
+            + f"drawn from request_rate {data.get('request_rate')!r}, burstiness "
+            + f"{data.get('burstiness', 1.0)!r} (seed {seed}): the file has no start_times"
         )
+        if limit is not None and data.get("request_rate") in ("inf", "Infinity"):
+            meta["arrivals"] = f"all issued at 0, at most max_concurrency {limit!r} at once (a closed loop)"
         return _drawn_arrivals(path, data, n, seed)
     starts = np.empty(n)
     for i, v in enumerate(lists["start_times"]):
@@ -207,14 +262,9 @@ def _arrivals(
 
 def _drawn_arrivals(path: Path, data: dict[str, Any], n: int, seed: int) -> np.ndarray:
     """Send times as ``vllm bench serve`` draws them: gamma gaps of mean ``1 / rate`` and shape
-    ``burstiness`` (1: Poisson), rescaled so the last request goes at ``n / rate``; all at 0
-    for ``request_rate`` inf. Only statistically like the real run's."""
-    if data.get("max_concurrency") is not None:
-        raise _fail(
-            path,
-            f"max_concurrency {data['max_concurrency']!r} held requests back on the client, so their send times "
-            "cannot be redrawn; a vLLM release that saves start_times is needed",
-        )
+    ``burstiness`` (1: Poisson), rescaled so the last request goes at ``n / rate`` (the old
+    script: the first at 0, no rescaling, :func:`legacy`); all at 0 for ``request_rate``
+    inf. Only statistically like the real run's."""
     if data.get("ramp_up_strategy") is not None:
         raise _fail(path, "the request rate ramped up and the file has no start_times to replay it from")
     rate_raw = data.get("request_rate")
@@ -229,10 +279,21 @@ def _drawn_arrivals(path: Path, data: dict[str, Any], n: int, seed: int) -> np.n
     if burst is None or not (burst > 0 and math.isfinite(burst)):
         raise _fail(path, f"burstiness is {data.get('burstiness')!r}, not a number > 0")
     rng = np.random.default_rng(seed)
-    delays = np.cumsum(rng.gamma(shape=burst, scale=1.0 / (rate * burst), size=n))
+    gaps = rng.gamma(shape=burst, scale=1.0 / (rate * burst), size=n)
+    if legacy(data):
+        # benchmarks/benchmark_serving.py: sends, then sleeps a gap; no rescaling
+        return np.concatenate(([0.0], np.cumsum(gaps[:-1])))
+    delays = np.cumsum(gaps)
     if delays[-1] > 0:
         delays *= (n / rate) / delays[-1]
     return np.asarray(delays)
+
+
+def legacy(data: dict[str, Any]) -> bool:
+    """Whether the result is from the old ``benchmarks/benchmark_serving.py`` (no ``failed``,
+    ``latencies`` or ``start_times``: see the module), whose ``get_request`` sends the first
+    request at once and sleeps a drawn gap after each, without rescaling the gaps."""
+    return not any(k in data for k in ("failed", "latencies", "start_times", "queue_times"))
 
 
 def write_vllm_bench(frame: pd.DataFrame, path: Path, meta: dict[str, Any] | None = None) -> None:

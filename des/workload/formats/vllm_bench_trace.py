@@ -8,8 +8,10 @@ The trace keeps, per request in send order, ``input_lens`` (prompt tokens),
 saves them (seconds, moved so the first request is at 0), else times drawn the way the
 benchmark draws them from its ``request_rate`` and ``burstiness`` (seed 0, so the same
 file always gives the same times; only statistically like the real run's, and a note
-says so). A file whose ``max_concurrency`` held requests back, or whose rate ramped up,
-and that has no ``start_times`` cannot be replayed, and says why.
+says so). A file whose rate ramped up and that has no ``start_times`` cannot be replayed,
+and says why. Under a ``max_concurrency`` the recorded ``start_times`` are when requests
+were let through; without them the times are when the benchmark issued them, and a note
+says to set ``workload.arrival.max_concurrency`` to hold them back as its client did.
 
 Failed requests (a non-empty ``errors`` entry, or ``output_lens`` 0 when the file has no
 ``errors``) produced no output to replay: they are skipped, and a note says how many.
@@ -55,9 +57,15 @@ def read_vllm_bench_trace(path: Path, options: ReadOptions) -> pd.DataFrame:
     prompt = positive_ints(rows["prompt_tokens"], where + " input_lens")
     output = positive_ints(rows["output_tokens"], where + " output_lens")
     notes = skipped(path, int((~ok).sum()), len(frame), "failed requests (an error, or no output)")
-    how = frame.attrs.get("meta", {}).get("arrivals", "start_times")
+    meta = frame.attrs.get("meta", {})
+    how = meta.get("arrivals", "start_times")
     if how != "start_times":
         notes.append(f"{path.name}: send times {how}")
+        if meta.get("max_concurrency") is not None:
+            notes.append(
+                f"{path.name}: max_concurrency {meta['max_concurrency']} held requests back; set "
+                f"workload.arrival.max_concurrency: {meta['max_concurrency']} to replay that"
+            )
     return table(np.asarray(rows["arrival_time"], dtype=float), prompt, output, notes=notes)
 
 
