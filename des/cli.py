@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import click
 
@@ -289,15 +289,19 @@ def _hardware(
     return gpu, model, precision
 
 
-def _specs(gpu_name: str, model_name: str) -> tuple[GPUSpec, ModelSpec]:
-    """The catalog GPU and model named by --gpu and --model; a problem names its flag."""
+@overload
+def _specs(gpu_name: str, model_name: str) -> tuple[GPUSpec, ModelSpec]: ...
+@overload
+def _specs(gpu_name: str, model_name: str | None) -> tuple[GPUSpec, ModelSpec | None]: ...
+def _specs(gpu_name: str, model_name: str | None) -> tuple[GPUSpec, ModelSpec | None]:
+    """The catalog GPU and model named by --gpu and --model (None: not given); a problem names its flag."""
     from des import catalog
 
     flag = "--gpu"
     try:
         gpu = catalog.gpu(gpu_name)
         flag = "--model"
-        model = catalog.model(model_name)
+        model = catalog.model(model_name) if model_name is not None else None
     except ScenarioError as exc:
         raise ScenarioError([(flag, m) for _, m in exc.problems]) from None
     return gpu, model
@@ -448,7 +452,12 @@ def capacity(
 @main.command()
 @click.argument("profile_dir", metavar="PROFILE_DIR", type=click.Path(path_type=Path))
 @click.option("--gpu", "gpu_name", required=True, help="Catalog GPU the profile was measured on (its spec sheet).")
-@click.option("--model", "model_name", required=True, help="Catalog model whose shapes the profile measured.")
+@click.option(
+    "--model",
+    "model_name",
+    default=None,
+    help="Catalog model whose shapes the profile measured (LLMServingSim profiles; a Vidur profile names its own).",
+)
 @click.option(
     "--out",
     "out_path",
@@ -462,14 +471,21 @@ def capacity(
     help="Figure of predicted against measured time per op group (default: --out with .png).",
 )
 @user_errors()
-def calibrate(profile_dir: Path, gpu_name: str, model_name: str, out_path: Path | None, plot_path: Path | None) -> None:
-    """Fit the roofline's efficiency factors to the kernel profile in PROFILE_DIR."""
+def calibrate(
+    profile_dir: Path, gpu_name: str, model_name: str | None, out_path: Path | None, plot_path: Path | None
+) -> None:
+    """Fit the roofline's efficiency factors to the kernel profile in PROFILE_DIR.
+
+    PROFILE_DIR is an LLMServingSim profile (dense.csv, per_sequence.csv, attention.csv:
+    every op group; needs --model) or one GPU's folder of Vidur profiles
+    (<org>/<model>/mlp.csv: GEMM and element-wise groups over its models and TP degrees;
+    the GPU's other factors are kept)."""
     from des import figures, render
     from des.output import write_files
-    from des.tools.calibrate import fit_profile, read_profile
+    from des.tools.calibrate import fit_folder
 
     gpu, model = _specs(gpu_name, model_name)
-    fit = fit_profile(read_profile(profile_dir), gpu, model)
+    fit = fit_folder(profile_dir, gpu, model)
     out_path = out_path or Path(f"{gpu.name}.calibration.yaml")
     plot_path = plot_path or out_path.with_suffix(".png")
     fmt = _figure_format(plot_path, "--plot")

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from des import catalog
-from des.catalog.efficiency import Efficiency
+from des.catalog.efficiency import Efficiency, UncertaintyGroup
 from des.tools.calibrate import Fit, _sig, fit_folder
 
 #: Ada's factors a Vidur-profiled architecture takes over, scaled by its weight-streaming
@@ -53,13 +53,16 @@ AS_IS = (
     "sampler_fixed", "sampler_bandwidth", "sampler_spill", "sampler_l2", "step_overhead", "seq_overhead",
 )  # fmt: skip
 #: Factors every profile fits, which the transfer rule averages, by uncertainty group.
-FITTED_BY_ALL = {
+FITTED_BY_ALL: dict[UncertaintyGroup, tuple[str, ...]] = {
     "gemm": ("weight_bandwidth", "gemm_compute", "gemm_knee"),
     "elementwise": ("elementwise_kernel", "elementwise_bandwidth", "elementwise_spill", "elementwise_l2"),
 }
 #: The factors whose spread across architectures sets each rule's uncertainty (the ones a
 #: group's time is inversely proportional to in its usual regime).
-SPREAD_OF = {"gemm": ("weight_bandwidth", "gemm_compute"), "elementwise": ("elementwise_kernel", "elementwise_bandwidth")}
+SPREAD_OF = {
+    "gemm": ("weight_bandwidth", "gemm_compute"),
+    "elementwise": ("elementwise_kernel", "elementwise_bandwidth"),
+}
 GROUPS = ("gemm", "attention", "elementwise")
 
 

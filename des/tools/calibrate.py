@@ -598,7 +598,8 @@ def fit_vidur(profile: VidurProfile, gpu: GPUSpec, base: Efficiency) -> Fit:
     ]
     gemm = rows[["model", "tp", "tokens"]].assign(measured=rows[list(VIDUR_GEMM)].sum(axis=1, skipna=False))
     llama = rows[list(VIDUR_ELEMENTWISE)].notna().all(axis=1).to_numpy()
-    el = rows.loc[llama, ["model", "tp", "tokens"]].assign(measured=rows.loc[llama, list(VIDUR_ELEMENTWISE)].sum(axis=1))
+    el_sum = rows.loc[llama, list(VIDUR_ELEMENTWISE)].sum(axis=1)
+    el = rows.loc[llama, ["model", "tp", "tokens"]].assign(measured=el_sum)
     tokens = rows["tokens"].to_numpy(float)
 
     def gemm_of(params: dict[str, Any]) -> np.ndarray:
@@ -692,6 +693,27 @@ def fit_table(fit: Fit) -> list[dict[str, Any]]:
                 "factors": ", ".join(f"{f}={format_factor(f, getattr(eff, f))}" for f in g.factors),
             }
         )
+    return out
+
+
+def model_table(fit: Fit) -> list[dict[str, Any]]:
+    """Per group and model of a Vidur fit: points, median and max absolute error (%); empty
+    for a one-model profile."""
+    out = []
+    for name, g in fit.groups.items():
+        if "model" not in g.points:
+            continue
+        err = (g.points["predicted"] / g.points["measured"] - 1.0).abs()
+        for model, e in err.groupby(g.points["model"], sort=True):
+            out.append(
+                {
+                    "group": name,
+                    "model": str(model),
+                    "points": len(e),
+                    "median_abs_pct": 100 * float(e.median()),
+                    "max_abs_pct": 100 * float(e.max()),
+                }
+            )
     return out
 
 
