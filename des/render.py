@@ -405,7 +405,7 @@ def cost_report(rep: CostReport) -> None:
     )
     head.add_row(
         "gpu",
-        f"{tp} x {gpu.name}: {gpu.peak_flops(precision.compute_dtype) / 1e12:.1f} TFLOP/s "
+        f"{tp} x {gpu.name}: {gpu.sustained_flops(precision.compute_dtype) / 1e12:.1f} TFLOP/s "
         f"{precision.compute_dtype}, {gpu.memory_bandwidth / 1e9:.0f} GB/s, {gpu.memory_bytes / gib:.1f} GiB; "
         f"GEMMs at {gpu.efficiency.gemm_compute:.2f} of peak, weights at {gpu.efficiency.weight_bandwidth:.2f} "
         f"of bandwidth (knee {gpu.efficiency.gemm_knee:.2f}), CPU {gpu.efficiency.step_overhead * 1e3:.2g} ms/step",

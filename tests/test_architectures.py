@@ -241,3 +241,22 @@ def test_calibrate_command_fits_a_vidur_folder(tmp_path):
     assert cal.efficiency.kv_bandwidth == shipped.kv_bandwidth
     assert set(cal.fit) == set(VIDUR_GROUPS) and cal.profile["format"] == "vidur"
     assert out.with_suffix(".png").stat().st_size > 30_000
+
+
+def test_readme_states_the_fits_as_they_are(fits):
+    """The README's table of fitted GPUs quotes each fit's median GEMM and element-wise error
+    and the transferred GPUs' uncertainty as the fits and the catalog give them."""
+    text = (ROOT / "README.md").read_text()
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if " | fitted | " in line}
+    stated = {"a100-80gb": "a100-80gb, a100-40gb", "a40": "a40", "h100-80gb": "h100-80gb, h200, h20"}
+    for gpu, key in stated.items():
+        row = next(v for k, v in rows.items() if k.startswith(key))
+        g = fits[gpu].groups
+        assert f"GEMMs {100 * g['gemm'].median_abs_error:.1f} %" in row, row
+        assert f"element-wise {100 * g['elementwise'].median_abs_error:.1f} %" in row, row
+    ada = next(v for k, v in rows.items() if k.startswith("rtx4090"))
+    assert f"GEMMs {100 * fits['rtx4090'].groups['gemm'].median_abs_error:.1f} %" in ada
+    for gpu in ("rtx-pro-6000", "b200"):
+        u = catalog.gpu(gpu).efficiency.uncertainty
+        row = next(line for line in text.splitlines() if line.startswith(f"| {gpu}") and "transferred" in line)
+        assert f"sd {u['gemm']:.2f} (GEMMs), {u['attention']:.2f} (attention)" in row, row
