@@ -1309,6 +1309,12 @@ COMMAND_CASES = [
         ["not a kernel profile", "mlp.csv"],
     ),
     CommandCase(
+        "calibrate-vidur-no-model",
+        lambda w: ["calibrate", str(VIDUR / "compute" / "a40"), "--gpu", "a40", "--model", "llama-3.1-8b"],
+        "--model",
+        ["leave --model out"],
+    ),
+    CommandCase(
         "calibrate-vidur-several-gpus",
         lambda w: ["calibrate", str(VIDUR), "--gpu", "a100-80gb"],
         "PROFILE_DIR",

@@ -245,6 +245,8 @@ def fit_folder(path: Path, gpu: GPUSpec, model: ModelSpec | None) -> Fit:
     profile needs ``model`` (the shapes it measured); a Vidur profile brings its models and
     keeps ``gpu``'s own factors for the groups it cannot fit."""
     if profile_format(path) == "vidur":
+        if model is not None:
+            raise ScenarioError(("--model", "a Vidur profile brings its models' shapes: leave --model out"))
         return fit_vidur(read_vidur(path), gpu, gpu.efficiency)
     if model is None:
         raise ScenarioError(("--model", "required for this profile: the catalog model whose shapes it measured"))
