@@ -1,6 +1,6 @@
 """GPU and model specifications as validated data.
 
-A :class:`GPUSpec` holds spec-sheet numbers (bytes, bytes/s, FLOP/s) and the
+A :class:`GPUSpec` holds spec-sheet numbers (bytes, bytes/s, FLOP/s, clocks) and the
 efficiency factors of the roofline cost model (:mod:`des.catalog.efficiency`), given
 inline or read from a ``des calibrate`` file; a :class:`ModelSpec` holds a
 decoder-only transformer's architecture, from which the parameter count and the
@@ -66,7 +66,12 @@ class ClockSpec(Strict):
 
 
 class GPUSpec(Strict):
-    """One accelerator. Units: bytes, bytes/s, FLOP/s; clocks in MHz."""
+    """One accelerator. Units: bytes, bytes/s, FLOP/s; clocks in MHz.
+
+    ``architecture`` and ``memory_type`` (``hbm`` or ``gddr``) say which fitted efficiency
+    factors the GPU carries, or from which profiled GPUs its factors are transferred
+    (:mod:`des.tools.architectures`); ``clocks`` scale the spec sheet's FLOP/s to the
+    clock held under load (:meth:`sustained_flops`)."""
 
     name: str = "custom"
     description: str = ""

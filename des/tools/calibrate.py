@@ -26,11 +26,21 @@ group                  factors
 ``attention_mixed``    mixed_per_seq, mixed_kv_bandwidth (rows with both)
 =====================  ============================================================
 
+A folder of Vidur's profiles (``<org>/<model>/mlp.csv`` under one GPU's folder, read by
+:mod:`des.tools.vidur`; the format is told by the files) fits the ``gemm`` and
+``elementwise`` groups only (:func:`fit_vidur`), over all its models and tensor-parallel
+degrees at once, each (model, tp) predicted by its own roofline; the GPU's other factors
+are kept. Compute factors are bounded by 1: shares of the peak at the GPU's sustained
+clock (:meth:`~des.catalog.specs.GPUSpec.sustained_flops`). Each fit also sets the
+efficiency's ``uncertainty`` per group of work from its residuals (:func:`residual_sd`).
+
 Every prediction is made from the coefficients :func:`des.cost.roofline.build_roofline`
 derives for a one-layer model, so what is fitted is what the simulator computes
-(``tests/test_calibrate.py`` checks it point by point). The CPU time per step and per
-sequence is not in a kernel profile: it comes from :data:`ENGINE_CPU`, derived from the
-engine's source, and is written into the calibration file as such.
+(``tests/test_calibrate.py`` and ``tests/test_architectures.py`` check it point by
+point). The CPU time per step and per sequence is not in a kernel profile: it comes from
+:data:`ENGINE_CPU`, derived from the engine's source, and is written into the
+calibration file as such. The whole fit of all four shipped profiles takes about a
+second, so no rows are subsampled.
 """
 
 from __future__ import annotations
