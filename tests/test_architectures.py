@@ -183,6 +183,13 @@ def test_transfer_is_the_geometric_mean_of_the_profiled_gpus_of_a_memory_type(fi
         assert getattr(pro, factor) == pytest.approx(gddr, rel=1e-3), factor
     # carried over: a KV-streaming fraction moves with the weight-streaming one
     assert b200.kv_bandwidth / ada.kv_bandwidth == pytest.approx(b200.weight_bandwidth / ada.weight_bandwidth, rel=2e-3)
+
+    # the spread pools the two memory classes, a pair each (n - 1 = 1 degree of freedom per pair)
+    def pair_var(a: Efficiency, b: Efficiency, factor: str) -> float:
+        return math.log(getattr(a, factor) / getattr(b, factor)) ** 2 / 2
+
+    var = [(pair_var(ada, a40, f) + pair_var(a100, h100, f)) / 2 for f in ("weight_bandwidth", "gemm_compute")]
+    assert arch.spreads(fits)["gemm"] == pytest.approx(math.sqrt(sum(var) / 2), rel=1e-3)
     # the split by memory type is what the data support: smaller spread than one class
     assert all(v < arch.spreads(fits, by_memory=False)[k] for k, v in arch.spreads(fits).items())
     # a transferred group is less certain than the fits it comes from
