@@ -362,6 +362,13 @@ BAD_SECTIONS = [
         "gpu.flops",
         ["bf16"],
     ),
+    Case(
+        "gpu-clock-order",
+        base(gpu={"base": "rtx4090", "clocks": {"base_mhz": 3000}}),
+        "gpu.clocks.base_mhz",
+        ["3000", "boost_mhz 2520"],
+    ),
+    Case("gpu-architecture", base(gpu={"base": "rtx4090", "architecture": "volta"}), "gpu.architecture", ["volta"]),
 ]
 
 

@@ -23,6 +23,10 @@ model's shapes in the trailing columns. What each operator is, from that source:
 ``emb``                      the vocabulary-parallel embedding lookup
 ===========================  =========================================================
 
+Vidur's GPUs (``vidur/config/device_sku_config.py``): ``a100`` has 80 GB and 312 TFLOP/s
+fp16 (the catalog's ``a100-80gb``), ``h100`` 80 GB and 1,000 TFLOP/s (``h100-80gb``,
+SXM), ``a40`` 150 TFLOP/s (``a40``).
+
 Rows with ``num_tensor_parallel_workers = tp`` hold one GPU's share: ``1/tp`` of the
 GEMMs, the activation and rotary; the norms and adds are whole. No attention kernel,
 LM head or sampler is in these files. Times are read from the median column, in seconds;
