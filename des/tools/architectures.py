@@ -42,7 +42,7 @@ import numpy as np
 
 from des import catalog
 from des.catalog.efficiency import Efficiency, UncertaintyGroup
-from des.tools.calibrate import Fit, _sig, fit_folder
+from des.tools.calibrate import Fit, fit_folder, round_sig
 
 #: Ada's factors a Vidur-profiled architecture takes over, scaled by its weight-streaming
 #: fraction (bandwidths) or its GEMM compute fraction (compute), or as they are (times, tile, sampler).
@@ -97,7 +97,7 @@ def fit_all(data: Path) -> dict[str, Fit]:
 
 
 def _quadrature(*terms: float) -> float:
-    return _sig(math.sqrt(sum(t * t for t in terms)))
+    return round_sig(math.sqrt(sum(t * t for t in terms)))
 
 
 def _memory(gpu: str) -> str:
@@ -139,7 +139,7 @@ def spreads(fits: dict[str, Fit], by_memory: bool = True) -> dict[str, float]:
                 sq += float(np.sum((ln - ln.mean()) ** 2))
                 dof += len(gpus) - 1
             variances.append(sq / dof)
-        out[group] = _sig(float(np.sqrt(np.mean(variances))))
+        out[group] = round_sig(float(np.sqrt(np.mean(variances))))
     return out
 
 
@@ -149,8 +149,8 @@ def carry_over(own: Efficiency, ada: Efficiency, spread: float) -> Efficiency:
     in quadrature."""
     bw = own.weight_bandwidth / ada.weight_bandwidth
     cp = own.gemm_compute / ada.gemm_compute
-    update: dict[str, object] = {k: _sig(getattr(ada, k) * bw) for k in SCALED_BY_BANDWIDTH}
-    update |= {k: _sig(getattr(ada, k) * cp) for k in SCALED_BY_COMPUTE}
+    update: dict[str, object] = {k: round_sig(getattr(ada, k) * bw) for k in SCALED_BY_BANDWIDTH}
+    update |= {k: round_sig(getattr(ada, k) * cp) for k in SCALED_BY_COMPUTE}
     update |= {k: getattr(ada, k) for k in AS_IS}
     uncertainty = {**own.uncertainty, "attention": _quadrature(ada.uncertainty["attention"], spread)}
     basis = f"{own.basis}; attention, LM head and sampler carried over from ada (rtx4090)"
@@ -164,7 +164,7 @@ def transfer(fits: dict[str, Fit], memory: str) -> Efficiency:
     members = classes(fits)[memory]
     factors = fitted_factors(fits)
     ada = fits["rtx4090"].efficiency
-    mean = {k: _sig(float(np.exp(np.mean(np.log([factors[g][k] for g in members]))))) for k in factors[members[0]]}
+    mean = {k: round_sig(float(np.exp(np.mean(np.log([factors[g][k] for g in members]))))) for k in factors[members[0]]}
     spread = spreads(fits)
     fitted_sd = {
         g: float(np.sqrt(np.mean([fits[m].efficiency.uncertainty[g] ** 2 for m in members]))) for g in FITTED_BY_ALL

@@ -343,7 +343,7 @@ class Fit:
         )
 
 
-def _sig(x: float, digits: int = 4) -> float:
+def round_sig(x: float, digits: int = 4) -> float:
     """``x`` rounded to ``digits`` significant digits (what a catalog entry stores)."""
     if x == 0 or not math.isfinite(x):
         return x
@@ -445,7 +445,7 @@ class _Fitter:
             return np.log(predict({**self.params, **fitted(x)})) - y
 
         x = _least_squares(residual, x0, lower, upper)
-        self.params.update({k: _sig(v) for k, v in fitted(x).items()})
+        self.params.update({k: round_sig(v) for k, v in fitted(x).items()})
         self.groups[name] = GroupResult(name, names, frame)
 
 
@@ -672,7 +672,7 @@ def residual_sd(groups: dict[str, GroupResult]) -> dict[str, float]:
     for name, g in groups.items():
         ln = np.log(g.points["measured"].to_numpy() / g.points["predicted"].to_numpy())
         pooled.setdefault(UNCERTAINTY_OF[name], []).append(ln)
-    return {k: _sig(float(np.sqrt(np.mean(np.concatenate(v) ** 2)))) for k, v in pooled.items()}
+    return {k: round_sig(float(np.sqrt(np.mean(np.concatenate(v) ** 2)))) for k, v in pooled.items()}
 
 
 def _attention_of(pred: _Predictor, rows: pd.DataFrame) -> Callable[[dict[str, Any]], np.ndarray]:
