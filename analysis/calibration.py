@@ -1,10 +1,13 @@
-"""Refit the RTX 4090's efficiency factors to the measured kernel profile and write reports/calibration.md.
+"""Refit every architecture's efficiency factors to its kernel profile and write reports/calibration.md.
 
 Fits data/rtx4090-vllm-kernel-profile/ (vLLM 0.19 kernels of one Llama-3.1-8B layer on
-an RTX 4090) exactly as ``des calibrate`` does, fails if the catalog's rtx4090 factors
-drift from the fit, and writes the report with its figures:
+an RTX 4090: Ada) and Vidur's A100, A40 and H100 profiles in data/vidur-kernel-profiles/
+(Ampere, Hopper) exactly as ``des calibrate`` does, fails if any catalog GPU's factors
+drift from its fit or from the carry-over and transfer rules of
+des/tools/architectures.py, and writes the report with its figures:
 
-- reports/calibration_fit.png: predicted against measured kernel time per op group;
+- reports/calibration_fit.png: predicted against measured kernel time per op group (RTX 4090);
+- reports/calibration_vidur.png: the same for the A100, A40 and H100 (GEMMs, element-wise);
 - reports/calibration_residuals.png: where the residuals sit (tokens, sequences, contexts);
 - reports/calibration_roofline.png: step time against batch size for Qwen2.5-7B;
 - reports/calibration_gpus.png: decode throughput and prefill time across the catalog.
@@ -12,7 +15,7 @@ drift from the fit, and writes the report with its figures:
 The report is :func:`facts` (the fit's numbers, the composition, the predictions and the
 blind checks, one small function each) filled into ``analysis/templates/calibration.md``.
 
-    python -m analysis.calibration [--out reports] [--profile data/rtx4090-vllm-kernel-profile]
+    python -m analysis.calibration [--out reports] [--data data]
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ from des.catalog.specs import ModelSpec
 from des.cost.report import CostReport, decode_shape, prefill_shape
 from des.cost.roofline import DEFAULT_CAPTURE, Engine, build_roofline
 from des.figures import GROUP_TITLES, plot_fit, plot_roofline
+from des.tools import architectures as arch
 from des.tools import validation
-from des.tools.calibrate import ENGINE_CPU, Fit, fit_profile, fit_table, read_profile
+from des.tools.calibrate import ENGINE_CPU, Fit, fit_table, model_table
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILE = ROOT / "data" / "rtx4090-vllm-kernel-profile"
+DATA = ROOT / "data"
 #: Relative difference between a refitted factor and the catalog's above which the catalog has drifted
 #: (the catalog holds 4 significant digits).
 DRIFT = 1e-3
@@ -51,17 +55,28 @@ README_DECODE = {
 README_PREFILL = {64: 18.8, 256: 25.5, 512: 48.3, 1024: 95.5, 2048: 193.0}
 
 
-def drift(fit: Fit) -> dict[str, tuple[float | None, float | None]]:
-    """Factors whose refitted value differs from the catalog's rtx4090 entry."""
-    shipped = catalog.gpu("rtx4090").efficiency.model_dump(exclude={"source", "provenance", "basis", "uncertainty"})
-    out = {}
-    for key, value in fit.efficiency.model_dump(exclude={"source", "provenance", "basis", "uncertainty"}).items():
-        ref = shipped[key]
-        if value is None or ref is None:
-            if value != ref:
-                out[key] = (value, ref)
-        elif abs(value - ref) > DRIFT * abs(ref):
-            out[key] = (value, ref)
+def drift(fits: dict[str, Fit]) -> dict[str, dict[str, tuple[Any, Any]]]:
+    """Per catalog GPU, the factors (and uncertainties) whose value differs from what its fit
+    or rule gives (:func:`des.tools.architectures.catalog_efficiencies`): name → (fit, catalog)."""
+    skip = {"source", "provenance", "basis", "uncertainty"}
+    out: dict[str, dict[str, tuple[Any, Any]]] = {}
+    for name, eff in arch.catalog_efficiencies(fits).items():
+        shipped = catalog.gpu(name).efficiency
+        ref = shipped.model_dump(exclude=skip)
+        moved: dict[str, tuple[Any, Any]] = {}
+        values = eff.model_dump(exclude=skip) | {f"uncertainty.{k}": v for k, v in eff.uncertainty.items()}
+        ref |= {f"uncertainty.{k}": v for k, v in shipped.uncertainty.items()}
+        for key, value in values.items():
+            have = ref.get(key)
+            if value is None or have is None:
+                if value != have:
+                    moved[key] = (value, have)
+            elif abs(value - have) > DRIFT * abs(have):
+                moved[key] = (value, have)
+        if (eff.provenance, eff.basis) != (shipped.provenance, shipped.basis):
+            moved["provenance"] = ((eff.provenance, eff.basis), (shipped.provenance, shipped.basis))
+        if moved:
+            out[name] = moved
     return out
 
 
@@ -132,40 +147,82 @@ def draw_residuals(fit: Fit, path: Path) -> None:
 def draw_gpus(path: Path) -> None:
     sns.set_theme(style="whitegrid", context="notebook")
     qwen = catalog.model("qwen2.5-7b")
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(15, 5))
     batches = np.unique(np.round(np.logspace(0, np.log10(256), 40)).astype(int))
     prompts = np.array([128, 256, 512, 1024, 2048, 4096, 8192])
-    others = [n for n in catalog.gpu_names() if n != "rtx4090"]
-    palette = dict(zip(others, sns.color_palette("tab10", len(others)), strict=True))
-    for name in ["rtx4090", *others]:
-        r = build_roofline(catalog.gpu(name), qwen)
-        fitted = name == "rtx4090"
-        kw = {"c": "black", "lw": 3.0, "ls": "-"} if fitted else {"c": palette[name], "lw": 1.8, "ls": "--"}
+    names = catalog.gpu_names()
+    palette = dict(zip(names, sns.color_palette("tab20", len(names)), strict=True))
+    profiled = {p.gpu for p in arch.PROFILED}
+    for name in names:
+        gpu = catalog.gpu(name)
+        r = build_roofline(gpu, qwen)
+        ls = "-" if gpu.efficiency.provenance == "fitted" else "--"
+        kw = {"c": palette[name], "lw": 2.6 if name in profiled else 1.4, "ls": ls}
         a1.plot(batches, [b / r.step_time(decode_shape(int(b), 1024)) for b in batches], label=name, **kw)
-        a2.plot(prompts, [r.step_time(prefill_shape(int(p))) * 1e3 for p in prompts], marker="o", label=name, **kw)
+        a2.plot(
+            prompts, [r.step_time(prefill_shape(int(p))) * 1e3 for p in prompts], marker="o", ms=3, label=name, **kw
+        )
     a1.set(xscale="log", yscale="log", xlabel="decode batch size", ylabel="output tokens / s")
     a1.set_title("Qwen2.5-7B decode throughput (context 1024)")
     a2.set(xscale="log", yscale="log", xlabel="prompt tokens", ylabel="prefill time (ms)")
     a2.set_title("Qwen2.5-7B prefill of one prompt")
-    a2.legend(fontsize=8, ncol=2, title="solid: fitted; dashed: carried over", title_fontsize=8)
+    key = "thick: profiled\nsolid: fitted (its architecture)\ndashed: transferred"
+    a2.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), title=key, title_fontsize=8)
     plain_log_axes(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
 
-def check(fit: Fit) -> None:
-    """SystemExit when the catalog's rtx4090 factors have drifted from the fit."""
-    moved = drift(fit)
+def check(fits: dict[str, Fit]) -> None:
+    """SystemExit when a catalog GPU's factors have drifted from its fit or rule."""
+    moved = drift(fits)
     if moved:
-        diff = ", ".join(f"{k}: fit {v[0]} vs catalog {v[1]}" for k, v in moved.items())
-        raise SystemExit(f"the catalog's rtx4090 factors drifted from the fit: {diff}")
+        diff = "; ".join(
+            f"{gpu}: " + ", ".join(f"{k}: fit {v[0]} vs catalog {v[1]}" for k, v in d.items())
+            for gpu, d in moved.items()
+        )
+        raise SystemExit(f"the catalog's factors drifted from the fits: {diff}")
 
 
-def draw(fit: Fit, rep: CostReport, out: Path) -> None:
-    """The report's four figures."""
+def draw_vidur(fits: dict[str, Fit], path: Path) -> None:
+    """Predicted against measured time of the Vidur-profiled GPUs: a row per GPU, a column per group."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    vidur = [p.gpu for p in arch.PROFILED if p.model is None]
+    fig, axes = plt.subplots(len(vidur), 2, figsize=(12, 4.6 * len(vidur)), squeeze=False)
+    for row, gpu in zip(axes, vidur, strict=True):
+        fit = fits[gpu]
+        for ax, (name, g) in zip(row, fit.groups.items(), strict=True):
+            pts = g.points
+            meas, pred = pts["measured"].to_numpy() * 1e6, pts["predicted"].to_numpy() * 1e6
+            sc = ax.scatter(meas, pred, c=np.log2(pts["tp"].to_numpy(float)), s=5, cmap="viridis", alpha=0.6, lw=0)
+            lo, hi = min(meas.min(), pred.min()) * 0.8, max(meas.max(), pred.max()) * 1.25
+            ax.plot([lo, hi], [lo, hi], color="black", lw=1)
+            ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.2, lw=0)
+            ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured (µs)")
+            ax.set_ylabel("predicted (µs)")
+            what = "GEMMs (qkv + o + up + down)" if name == "gemm" else "element-wise (2 norms, rope, act, add)"
+            ax.set_title(
+                f"{gpu} ({fit.gpu.architecture}): {what}\nmedian |err| {100 * g.median_abs_error:.1f} %, "
+                f"max {100 * g.max_abs_error:.0f} %, {len(pts):,} points",
+                fontsize=10,
+            )
+            cb = fig.colorbar(sc, ax=ax, pad=0.01, ticks=[0, 1, 2, 3])
+            cb.ax.set_yticklabels(["1", "2", "4", "8"])
+            cb.set_label("tensor-parallel degree", fontsize=9)
+    fig.suptitle("Vidur's profiles: predicted against measured kernel time of one layer (grey band ±10 %)")
+    plain_log_axes(fig)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def draw(fits: dict[str, Fit], rep: CostReport, out: Path) -> None:
+    """The report's five figures."""
+    fit = fits["rtx4090"]
     plot_fit(fit, out / "calibration_fit.png")
     draw_residuals(fit, out / "calibration_residuals.png")
+    draw_vidur(fits, out / "calibration_vidur.png")
     plot_roofline(rep, out / "calibration_roofline.png")
     draw_gpus(out / "calibration_gpus.png")
 
@@ -221,12 +278,81 @@ def catalog_facts(model: ModelSpec) -> dict[str, Any]:
     table = []
     for name in catalog.gpu_names():
         f = CostReport.build(catalog.gpu(name), model).facts()
-        origin = "fitted" if name == "rtx4090" else "carried over"
+        origin = catalog.gpu(name).efficiency.provenance
         table.append(
             f"| {name} | {origin} | {f['decode_batch1_tok_s']:.1f} | {f['prefill_2048_s'] * 1e3:.0f} | "
             f"{f['decode_64x1024_s'] * 1e3:.1f} | {f['kv_tokens_0.92']:,} | none found |"
         )
     return {"gpu_table": "\n".join(table)}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def architecture_facts(fits: dict[str, Fit]) -> dict[str, Any]:
+    """The Vidur fits (per GPU and group, per model), every catalog GPU's provenance and
+    uncertainty, the transfer rule's spreads and the RTX 4090's clocks."""
+    vidur = [p.gpu for p in arch.PROFILED if p.model is None]
+    fit_rows = []
+    for gpu in vidur:
+        fit = fits[gpu]
+        for row in fit_table(fit):
+            fit_rows.append(
+                f"| {gpu} ({fit.gpu.architecture}) | {fit.profile.label} | {row['group']} | {row['points']:,} | "  # type: ignore[union-attr]
+                f"{row['median_abs_pct']:.1f} % | {row['max_abs_pct']:.0f} % | {row['factors']} |"
+            )
+    per_model: dict[str, dict[tuple[str, str], float]] = {}
+    for gpu in vidur:
+        for row in model_table(fits[gpu]):
+            per_model.setdefault(row["model"], {})[(gpu, row["group"])] = row["median_abs_pct"]
+    cols = [(g, grp) for grp in ("gemm", "elementwise") for g in vidur]
+    model_rows = [
+        f"| {m} | " + " | ".join(f"{v[c]:.1f} %" if c in v else "-" for c in cols) + " |"
+        for m, v in sorted(per_model.items())
+    ]
+    model_header = "| model | " + " | ".join(f"{grp} {g}" for g, grp in cols) + " |"
+    gpus = []
+    for name in catalog.gpu_names():
+        g = catalog.gpu(name)
+        e, c = g.efficiency, g.clocks
+        clock = "-" if c is None else f"{c.boost_mhz:g}" + (f" → {c.sustained_mhz:g}" if c.sustained_mhz else "")
+        u = e.uncertainty
+        gpus.append(
+            f"| {name} | {g.architecture} | {g.memory_type} | {clock} | {e.provenance} | {e.basis} | "
+            f"{u['gemm']:.3f} | {u['attention']:.3f} | {u['elementwise']:.3f} |"
+        )
+    by_mem, by_all = arch.spreads(fits), arch.spreads(fits, by_memory=False)
+    ada = fits["rtx4090"]
+    clocks = ada.gpu.clocks
+    assert clocks is not None and clocks.sustained_mhz is not None
+    ea = {g: fits[g].efficiency for g in fits}
+    w = [e.weight_bandwidth for e in ea.values()]
+    return {
+        "vidur_table": "\n".join(fit_rows),
+        "vidur_model_header": model_header,
+        "vidur_model_rule": "|---" * (len(cols) + 1) + "|",
+        "vidur_model_table": "\n".join(model_rows),
+        "provenance_table": "\n".join(gpus),
+        "spread_gemm": by_mem["gemm"],
+        "spread_el": by_mem["elementwise"],
+        "spread_gemm_all": by_all["gemm"],
+        "spread_el_all": by_all["elementwise"],
+        "boost_4090": clocks.boost_mhz,
+        "sustained_4090": clocks.sustained_mhz,
+        "gemm_4090": ada.efficiency.gemm_compute,
+        "gemm_4090_spec": ada.efficiency.gemm_compute * clocks.sustained_ratio,
+        "el_gddr": f"{ea['rtx4090'].elementwise_bandwidth:.2f} and {ea['a40'].elementwise_bandwidth:.2f}",
+        "el_hbm": f"{ea['a100-80gb'].elementwise_bandwidth:.2f} and {ea['h100-80gb'].elementwise_bandwidth:.2f}",
+        "a100_gemm": _pct(fits["a100-80gb"].groups["gemm"].median_abs_error),
+        "h100_gemm": _pct(fits["h100-80gb"].groups["gemm"].median_abs_error),
+        "a40_gemm": _pct(fits["a40"].groups["gemm"].median_abs_error),
+        "w_range": f"{min(w):.2f}-{max(w):.2f}",
+        "h100_knee": ea["h100-80gb"].gemm_knee,
+        "gemm_within": ", ".join(
+            f"{100 * float(np.mean(np.abs(fits[g].groups['gemm'].errors) <= 0.1)):.0f} % ({g})" for g in vidur
+        ),
+    }
 
 
 def public_facts(rows: Sequence[validation.Row] | None = None) -> dict[str, Any]:
@@ -261,9 +387,11 @@ def public_facts(rows: Sequence[validation.Row] | None = None) -> dict[str, Any]
     }
 
 
-def facts(fit: Fit, rep: CostReport) -> dict[str, Any]:
-    """Every number and table of analysis/templates/calibration.md: the fit, its composition,
-    the engine's constants, the predictions for ``rep``'s model and the blind checks."""
+def facts(fits: dict[str, Fit], rep: CostReport) -> dict[str, Any]:
+    """Every number and table of analysis/templates/calibration.md: the RTX 4090's fit and its
+    composition, the other architectures' fits and every GPU's provenance, the engine's
+    constants, the predictions for ``rep``'s model and the blind checks."""
+    fit = fits["rtx4090"]
     engine = {
         "drift": DRIFT,
         "capture": DEFAULT_CAPTURE,
@@ -273,6 +401,7 @@ def facts(fit: Fit, rep: CostReport) -> dict[str, Any]:
     return (
         fit_facts(fit)
         | composition_facts(fit)
+        | architecture_facts(fits)
         | engine
         | prediction_facts(rep)
         | catalog_facts(rep.model)
@@ -283,16 +412,15 @@ def facts(fit: Fit, rep: CostReport) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> Path:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("reports"))
-    ap.add_argument("--profile", type=Path, default=PROFILE)
+    ap.add_argument("--data", type=Path, default=DATA, help="folder holding the profiles (des/tools/architectures.py)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    gpu = catalog.gpu("rtx4090")
-    fit = fit_profile(read_profile(args.profile), gpu, catalog.model("llama-3.1-8b"))
-    check(fit)
-    rep = CostReport.build(gpu, catalog.model("qwen2.5-7b"))
-    draw(fit, rep, args.out)
+    fits = arch.fit_all(args.data)
+    check(fits)
+    rep = CostReport.build(catalog.gpu("rtx4090"), catalog.model("qwen2.5-7b"))
+    draw(fits, rep, args.out)
     path = args.out / "calibration.md"
-    path.write_text(render("calibration", facts(fit, rep)))
+    path.write_text(render("calibration", facts(fits, rep)))
     return path
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import click
 
@@ -289,15 +289,19 @@ def _hardware(
     return gpu, model, precision
 
 
-def _specs(gpu_name: str, model_name: str) -> tuple[GPUSpec, ModelSpec]:
-    """The catalog GPU and model named by --gpu and --model; a problem names its flag."""
+@overload
+def _specs(gpu_name: str, model_name: str) -> tuple[GPUSpec, ModelSpec]: ...
+@overload
+def _specs(gpu_name: str, model_name: str | None) -> tuple[GPUSpec, ModelSpec | None]: ...
+def _specs(gpu_name: str, model_name: str | None) -> tuple[GPUSpec, ModelSpec | None]:
+    """The catalog GPU and model named by --gpu and --model (None: not given); a problem names its flag."""
     from des import catalog
 
     flag = "--gpu"
     try:
         gpu = catalog.gpu(gpu_name)
         flag = "--model"
-        model = catalog.model(model_name)
+        model = catalog.model(model_name) if model_name is not None else None
     except ScenarioError as exc:
         raise ScenarioError([(flag, m) for _, m in exc.problems]) from None
     return gpu, model
@@ -448,7 +452,12 @@ def capacity(
 @main.command()
 @click.argument("profile_dir", metavar="PROFILE_DIR", required=False, type=click.Path(path_type=Path))
 @click.option("--gpu", "gpu_name", help="Catalog GPU the profile was measured on (its spec sheet).")
-@click.option("--model", "model_name", help="Catalog model whose shapes the profile measured.")
+@click.option(
+    "--model",
+    "model_name",
+    default=None,
+    help="Catalog model whose shapes the profile measured (LLMServingSim profiles; a Vidur profile names its own).",
+)
 @click.option(
     "--network",
     "network_dir",
@@ -477,11 +486,16 @@ def calibrate(
     out_path: Path | None,
     plot_path: Path | None,
 ) -> None:
-    """Fit the roofline's efficiency factors to the kernel profile in PROFILE_DIR (--gpu and
-    --model required), or, with --network DIR, the all-reduce cost to NCCL profiles."""
+    """Fit the roofline's efficiency factors to the kernel profile in PROFILE_DIR (--gpu
+    required), or, with --network DIR, the all-reduce cost to NCCL profiles.
+
+    PROFILE_DIR is an LLMServingSim profile (dense.csv, per_sequence.csv, attention.csv:
+    every op group; needs --model) or one GPU's folder of Vidur profiles
+    (<org>/<model>/mlp.csv: GEMM and element-wise groups over its models and TP degrees;
+    the GPU's other factors are kept)."""
     from des import figures, render
     from des.output import write_files
-    from des.tools.calibrate import fit_profile, read_profile
+    from des.tools.calibrate import fit_folder
 
     if network_dir is not None:
         from des.tools.network import fit_networks
@@ -492,10 +506,10 @@ def calibrate(
         return
     if profile_dir is None:
         raise ScenarioError(("PROFILE_DIR", "missing: the kernel profile's folder (or --network DIR)"))
-    if gpu_name is None or model_name is None:
-        raise ScenarioError(("--gpu" if gpu_name is None else "--model", "required with PROFILE_DIR"))
+    if gpu_name is None:
+        raise ScenarioError(("--gpu", "required with PROFILE_DIR"))
     gpu, model = _specs(gpu_name, model_name)
-    fit = fit_profile(read_profile(profile_dir), gpu, model)
+    fit = fit_folder(profile_dir, gpu, model)
     out_path = out_path or Path(f"{gpu.name}.calibration.yaml")
     plot_path = plot_path or out_path.with_suffix(".png")
     fmt = _figure_format(plot_path, "--plot")

@@ -45,6 +45,7 @@ def in_default_style(draw: Callable[P, None]) -> Callable[P, None]:
 #: Descriptive label of each group's points for the figure.
 GROUP_TITLES = {
     "gemm": "GEMMs of a layer (qkv + o + gate_up + down)",
+    "elementwise_vidur": "element-wise kernels of a layer (2 norms, rope, act, add)",
     "lm_head": "LM head",
     "elementwise": "element-wise kernels (per layer, per step)",
     "sampler": "sampler",
@@ -66,8 +67,12 @@ def plot_fit(fit: Fit, path: Path, fmt: str = "png") -> None:
     plain = FuncFormatter(lambda v, _: f"{v:g}")
 
     names = list(fit.groups)
-    fig, axes = plt.subplots(2, 4, figsize=(17, 8.2))
+    cols = min(4, len(names) + 1)
+    rows = -(-(len(names) + 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.25 * cols, 4.1 * rows + 0.4), squeeze=False)
     flat = list(axes.flat)
+    for ax in flat[len(names) : -1]:
+        ax.axis("off")
     for ax, name in zip(flat, names, strict=False):
         g = fit.groups[name]
         meas = g.points["measured"].to_numpy() * 1e6
@@ -83,8 +88,9 @@ def plot_fit(fit: Fit, path: Path, fmt: str = "png") -> None:
             axis.set_major_locator(LogLocator(base=10, subs=subs))
             axis.set_major_formatter(plain)
             axis.set_minor_formatter(NullFormatter())
+        title = GROUP_TITLES.get(name + "_vidur" if "model" in g.points else name, GROUP_TITLES[name])
         ax.set_title(
-            f"{GROUP_TITLES[name]}\nmedian |err| {100 * g.median_abs_error:.1f} %, max {100 * g.max_abs_error:.0f} %"
+            f"{title}\nmedian |err| {100 * g.median_abs_error:.1f} %, max {100 * g.max_abs_error:.0f} %"
             f", {len(g.points)} points",
             fontsize=9.5,
         )
@@ -98,9 +104,9 @@ def plot_fit(fit: Fit, path: Path, fmt: str = "png") -> None:
     last.axis("off")
     text = "\n".join(f"{row['group']}: {row['factors']}".replace(", ", "\n    ", 8) for row in fit_table(fit))
     last.text(0.0, 1.0, "fitted factors\n" + text, va="top", ha="left", fontsize=7.2, family="monospace")
+    what = getattr(fit.profile, "label", None) or fit.profile.path.name
     fig.suptitle(
-        f"{fit.gpu.name}: predicted against measured kernel times of {fit.profile.path.name} "
-        "(one layer; grey band ±10 %)",
+        f"{fit.gpu.name}: predicted against measured kernel times of {what} (one layer; grey band ±10 %)",
         fontsize=12,
     )
     fig.tight_layout()

@@ -433,7 +433,7 @@ def cost_report(rep: CostReport) -> None:
     )
     head.add_row(
         "gpu",
-        f"{tp} x {gpu.name}: {gpu.peak_flops(precision.compute_dtype) / 1e12:.1f} TFLOP/s "
+        f"{tp} x {gpu.name}: {gpu.sustained_flops(precision.compute_dtype) / 1e12:.1f} TFLOP/s "
         f"{precision.compute_dtype}, {gpu.memory_bandwidth / 1e9:.0f} GB/s, {gpu.memory_bytes / gib:.1f} GiB; "
         f"GEMMs at {gpu.efficiency.gemm_compute:.2f} of peak, weights at {gpu.efficiency.weight_bandwidth:.2f} "
         f"of bandwidth (knee {gpu.efficiency.gemm_knee:.2f}), CPU {gpu.efficiency.step_overhead * 1e3:.2g} ms/step",
@@ -507,16 +507,27 @@ def wrote(path: Path) -> None:
 
 
 def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
-    """The profile and spec sheet fitted, the fit per op group, the CPU time assumed beside
-    it, the files written and how a scenario names the calibration file."""
-    from des.tools.calibrate import ENGINE_CPU, fit_table
+    """The profile and spec sheet fitted, the fit per op group (and per model, for a profile
+    of several), the factors kept beside it, the files written and how a scenario names
+    the calibration file."""
+    from des.tools.calibrate import ENGINE_CPU, VIDUR_GROUPS, fit_table, model_table
 
-    console, gpu, model = out(), fit.gpu, fit.model
+    console, gpu = out(), fit.gpu
     meta = fit.profile.describe()
-    what = f"{meta.get('gpu', '?')}, {meta.get('model', '?')}, vLLM {meta.get('vllm_version', '?')}"
+    vidur = meta.get("format") == "vidur"
+    if vidur:
+        what = f"Vidur, {meta['gpu']}, {len(meta['models'].split(', '))} models, tp {meta['tp']}"
+        shapes = "the shapes in the profile"
+    else:
+        what = f"{meta.get('gpu', '?')}, {meta.get('model', '?')}, vLLM {meta.get('vllm_version', '?')}"
+        shapes = f"the shapes of {fit.models}"
+    clock = gpu.clocks
+    peak = f"{gpu.sustained_flops('bf16') / 1e12:.1f} TFLOP/s bf16"
+    if clock is not None and clock.sustained_ratio != 1.0:
+        peak += f" at the sustained {clock.sustained_mhz:g} MHz (spec sheet: {clock.boost_mhz:g} MHz boost)"
     console.print(
         f"profile  {fit.profile.path}: {what}"
-        f"\nfitted   {gpu.name} (spec sheet) with the shapes of {model.name}, least squares in log time per group",
+        f"\nfitted   {gpu.name} ({gpu.architecture}; {peak}) with {shapes}, least squares in log time per group",
         highlight=False,
     )
     table = Table(title="fit per op group (errors of predicted against measured time)", title_justify="left")
@@ -528,9 +539,31 @@ def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
             row["factors"],
         )  # fmt: skip
     console.print(table)
+    per_model = model_table(fit)
+    if per_model:
+        by = Table(title="per model", title_justify="left")
+        for col in ("group", "model", "points", "median |err|", "max |err|"):
+            by.add_column(col, justify="left" if col in ("group", "model") else "right")
+        for row in per_model:
+            by.add_row(
+                row["group"], row["model"], f"{row['points']:,}", f"{row['median_abs_pct']:.1f} %",
+                f"{row['max_abs_pct']:.0f} %",
+            )  # fmt: skip
+        console.print(by)
+    sd = ", ".join(f"{k} {v:.3f}" for k, v in fit.efficiency.uncertainty.items())
+    kept = (
+        f"not in the profile, kept from the catalog's {gpu.name}: every factor but the "
+        f"{' and '.join(VIDUR_GROUPS)} groups'\n"
+        if vidur
+        else ""
+    )
+    engine = (
+        " (des/tools/calibrate.py: ENGINE_CPU)" if fit.efficiency.step_overhead == ENGINE_CPU["step_overhead"] else ""
+    )
     console.print(
-        f"CPU time (not in a kernel profile): {ENGINE_CPU['step_overhead'] * 1e3:g} ms per step + "
-        f"{ENGINE_CPU['seq_overhead'] * 1e6:g} us per sequence (des/tools/calibrate.py: ENGINE_CPU)\n"
+        f"uncertainty (sd of ln measured/predicted): {sd}\n{kept}"
+        f"CPU time (not in a kernel profile): {fit.efficiency.step_overhead * 1e3:g} ms per step + "
+        f"{fit.efficiency.seq_overhead * 1e6:g} us per sequence{engine}\n"
         f"wrote {out_path} and {plot_path}; use it from a scenario as\n"
         f"  gpu: {{base: {gpu.name}, calibration: {out_path}}}",
         highlight=False,

@@ -362,6 +362,13 @@ BAD_SECTIONS = [
         "gpu.flops",
         ["bf16"],
     ),
+    Case(
+        "gpu-clock-order",
+        base(gpu={"base": "rtx4090", "clocks": {"base_mhz": 3000}}),
+        "gpu.clocks.base_mhz",
+        ["3000", "boost_mhz 2520"],
+    ),
+    Case("gpu-architecture", base(gpu={"base": "rtx4090", "architecture": "volta"}), "gpu.architecture", ["volta"]),
 ]
 
 
@@ -1175,6 +1182,19 @@ def _profile_copy(work: Path, edit: Callable[[Path], None] | None = None) -> Pat
     return folder
 
 
+VIDUR = ROOT / "data" / "vidur-kernel-profiles"
+
+
+def _vidur_copy(work: Path, old: str, new: str) -> Path:
+    """One GPU's Vidur folder of one model, its mlp.csv with ``old`` replaced by ``new`` once."""
+    folder = work / "compute" / "a40"
+    src = VIDUR / "compute" / "a40" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv"
+    text = src.read_text()
+    assert old in text, old
+    write(folder / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv", text.replace(old, new, 1))
+    return folder
+
+
 def _replace_in(name: str, old: str, new: str) -> Callable[[Path], None]:
     def edit(folder: Path) -> None:
         path = folder / name
@@ -1282,6 +1302,42 @@ COMMAND_CASES = [
         lambda w: ["calibrate", str(PROFILE), *CAL, "--out", str(w / "no" / "such" / "c.yaml")],
         "--out",
         ["no folder"],
+    ),
+    CommandCase(
+        "calibrate-needs-model",
+        lambda w: ["calibrate", str(PROFILE), "--gpu", "rtx4090", "--out", str(w / "keep.yaml")],
+        "--model",
+        ["required"],
+    ),
+    CommandCase(
+        "calibrate-not-a-profile",
+        lambda w: ["calibrate", str(write(w / "empty" / "notes.txt", "x").parent), *CAL],
+        "PROFILE_DIR",
+        ["not a kernel profile", "mlp.csv"],
+    ),
+    CommandCase(
+        "calibrate-vidur-no-model",
+        lambda w: ["calibrate", str(VIDUR / "compute" / "a40"), "--gpu", "a40", "--model", "llama-3.1-8b"],
+        "--model",
+        ["leave --model out"],
+    ),
+    CommandCase(
+        "calibrate-vidur-several-gpus",
+        lambda w: ["calibrate", str(VIDUR), "--gpu", "a100-80gb"],
+        "PROFILE_DIR",
+        ["several GPUs", "a100, a40, h100"],
+    ),
+    CommandCase(
+        "calibrate-vidur-column",
+        lambda w: ["calibrate", str(_vidur_copy(w, "time_stats.mlp_up_proj.median", "up_median")), "--gpu", "a40"],
+        "PROFILE_DIR",
+        ["time_stats.mlp_up_proj.median"],
+    ),
+    CommandCase(
+        "calibrate-vidur-bad-time",
+        lambda w: ["calibrate", str(_vidur_copy(w, ",1.784,", ",-1.784,")), "--gpu", "a40"],
+        "PROFILE_DIR",
+        ["mlp.csv", "is not a time > 0"],
     ),
     CommandCase("compare-no-file", lambda w: ["compare", str(w / "nope.json")], "RESULT", ["no such file"]),
     CommandCase(

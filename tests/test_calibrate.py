@@ -188,25 +188,26 @@ def test_the_report_is_current_and_fails_when_the_catalog_drifts(tmp_path, monke
 
     out = report.main(["--out", str(tmp_path)])
     assert out.read_text() == (ROOT / "reports" / "calibration.md").read_text(), "run python -m analysis.calibration"
-    for png in ("calibration_fit.png", "calibration_residuals.png", "calibration_roofline.png", "calibration_gpus.png"):
+    figures = ("fit", "residuals", "vidur", "roofline", "gpus")
+    for png in (f"calibration_{f}.png" for f in figures):
         assert (tmp_path / png).stat().st_size > 30_000, png
-    real = catalog.gpu("rtx4090")
+    real_gpu = catalog.gpu
 
-    def drifted(name: str):
-        spec = (
-            real
-            if name != "rtx4090"
-            else real.model_copy(
-                update={
-                    "efficiency": real.efficiency.model_copy(update={"gemm_knee": real.efficiency.gemm_knee * 1.01})
-                }
-            )
-        )
+    def drifted(gpu: str, factor: str):
+        def spec(name: str):
+            real = real_gpu(name)
+            if name != gpu:
+                return real
+            moved = real.efficiency.model_copy(update={factor: getattr(real.efficiency, factor) * 1.01})
+            return real.model_copy(update={"efficiency": moved})
+
         return spec
 
-    monkeypatch.setattr(report.catalog, "gpu", drifted)
-    with pytest.raises(SystemExit, match="gemm_knee"):
-        report.main(["--out", str(tmp_path / "again")])
+    # a fitted factor of the profiled GPU, and a transferred one of a GPU without a profile
+    for gpu, factor in (("rtx4090", "gemm_knee"), ("b200", "kv_bandwidth")):
+        monkeypatch.setattr(report.catalog, "gpu", drifted(gpu, factor))
+        with pytest.raises(SystemExit, match=f"{gpu}: {factor}"):
+            report.main(["--out", str(tmp_path / "again")])
 
 
 # --- the report's facts (analysis/calibration.py) -----------------------------------------

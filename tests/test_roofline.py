@@ -75,7 +75,7 @@ def test_no_step_beats_its_flops_or_its_weight_and_kv_bytes_at_the_factors_allow
     e = g.efficiency
     fastest = max(e.gemm_compute, e.compute_decode, e.attention_compute or 0.0)
     t = r.step_time(shape)
-    assert t >= flops / (g.peak_flops("bf16") * fastest) * (1 - 1e-12)
+    assert t >= flops / (g.sustained_flops("bf16") * fastest) * (1 - 1e-12)
     kv_written = 2 * m.num_layers * m.kv_dim * 2 * (shape.prefill_tokens + shape.decode_tokens)
     assert t >= (bytes_ - kv_written) / g.memory_bandwidth * (1 - 1e-12)
     assert t >= e.step_overhead + e.seq_overhead * shape.num_seqs
@@ -106,7 +106,7 @@ def test_ridge_point_of_4090_is_where_the_two_roofs_meet_and_the_knee_is_soft():
     r = build_roofline(g, catalog.model("qwen2.5-7b"), engine=Engine(enforce_eager=True))
     # bf16 weights: 2 bytes per parameter, 2 FLOPs per parameter and token
     assert r.ridge_tokens == pytest.approx(
-        g.peak_flops("bf16") * e.gemm_compute / (g.memory_bandwidth * e.weight_bandwidth)
+        g.sustained_flops("bf16") * e.gemm_compute / (g.memory_bandwidth * e.weight_bandwidth)
     )
     assert 150 <= r.ridge_tokens <= 210
     w = r.gemm_weight_s
@@ -143,9 +143,10 @@ def test_gemm_time_is_continuous_across_the_knee_and_its_slope_only_rises():
 
 
 def old_step_time(gpu, model, precision, tp, eff, shape: BatchShape) -> float:
-    """The single-factor roofline of des before issue #11, verbatim in its arithmetic."""
-    peak = gpu.peak_flops(precision.compute_dtype)
-    peak16 = gpu.peak_flops("bf16")
+    """The single-factor roofline of des before issue #11, verbatim in its arithmetic (its peak
+    now the FLOP/s at the GPU's sustained clock, which the compute factors are shares of since #18)."""
+    peak = gpu.sustained_flops(precision.compute_dtype)
+    peak16 = gpu.sustained_flops("bf16")
     bw = gpu.memory_bandwidth * eff["mbu"]
     L = model.num_layers
     p_lin = L * model.layer_linear_params
@@ -202,8 +203,11 @@ def test_single_factor_efficiency_gives_the_old_model_exactly(shape, gpu, model,
 
 
 def test_the_old_catalog_factors_give_the_old_step_times():
-    """The RTX 4090's factors before #11 (0.79, 0.79, 0.82, 3 ms): the old golden numbers' model."""
-    old = {"mfu_prefill": 0.79, "mfu_decode": 0.79, "mbu": 0.82, "step_overhead": 0.003}
+    """The RTX 4090's factors before #11 (0.79, 0.79, 0.82, 3 ms): the old golden numbers' model.
+    Its compute factor was a share of the spec sheet's peak at 2520 MHz; since #18 a factor is a
+    share of the peak at the sustained 2730 MHz, so the same share reads 0.79 × 2520 / 2730."""
+    mfu = 0.79 * 2520 / 2730
+    old = {"mfu_prefill": mfu, "mfu_decode": mfu, "mbu": 0.82, "step_overhead": 0.003}
     sc = des.load_scenario(None, [("cost_model", {"kind": "roofline", "efficiency": old, **OLD_SETTINGS})])
     r = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision))
     for shape in (decode_shape(1, 512), decode_shape(64, 1024), prefill_shape(2048), _shape([(300, 700)], [50] * 9)):

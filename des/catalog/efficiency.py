@@ -1,11 +1,14 @@
 """Efficiency factors of the roofline step-time model: what a serving engine's kernels
 reach of a GPU's spec-sheet peaks, group by group, and its CPU time per step.
 
-Every factor is a dimensionless fraction of a spec-sheet peak (memory bandwidth or dense
-tensor FLOP/s) or a time in seconds; :mod:`des.cost.roofline` turns them into seconds
-per byte, per FLOP and per token for one (GPU, model, precision, tp). ``des calibrate``
-fits them to a kernel profile (see ``reports/calibration.md``); GPUs never profiled carry
-the factors of the nearest profiled architecture over, which their ``source`` says.
+Every factor is a dimensionless fraction of a peak (the spec sheet's memory bandwidth, or
+its dense tensor FLOP/s at the clock the GPU sustains under load:
+:meth:`~des.catalog.specs.GPUSpec.sustained_flops`) or a time in seconds;
+:mod:`des.cost.roofline` turns them into seconds per byte, per FLOP and per token for one
+(GPU, model, precision, tp). ``des calibrate`` fits them to a kernel profile (see
+``reports/calibration.md``); a catalog GPU carries its architecture's fitted factors, or
+factors transferred from the fitted architectures by the rule of
+:mod:`des.tools.architectures`, which ``provenance`` and ``basis`` say.
 
 The single-factor roofline of earlier versions (``mfu_prefill``, ``mfu_decode``, ``mbu``,
 ``step_overhead``) is still accepted as shorthand: ``mbu`` sets every memory-bandwidth
@@ -55,8 +58,8 @@ PROVENANCE_ORDER: tuple[Provenance, ...] = ("fitted", "transferred", "spec")
 UncertaintyGroup = Literal["gemm", "attention", "elementwise", "communication", "cpu"]
 UNCERTAINTY_GROUPS: tuple[UncertaintyGroup, ...] = ("gemm", "attention", "elementwise", "communication", "cpu")
 
-#: Factors above 1 are allowed (cards boost above the spec sheet's clock; data small
-#: enough to stay in L2 streams faster than DRAM), up to these bounds.
+#: Factors above 1 are allowed (data small enough to stay in L2 streams faster than DRAM;
+#: a compute factor of a GPU whose sustained clock is not in its spec), up to these bounds.
 DRAM = 1.5
 CACHED = 10.0
 

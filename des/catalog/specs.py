@@ -1,8 +1,9 @@
 """GPU and model specifications as validated data.
 
-A :class:`GPUSpec` holds spec-sheet numbers (bytes, bytes/s, FLOP/s), its interconnect
-(:mod:`des.catalog.interconnect`) and the efficiency factors of the roofline cost model
-(:mod:`des.catalog.efficiency`), given inline or read from a ``des calibrate`` file; a :class:`ModelSpec` holds a
+A :class:`GPUSpec` holds spec-sheet numbers (bytes, bytes/s, FLOP/s, clocks), its
+interconnect (:mod:`des.catalog.interconnect`) and the efficiency factors of the roofline
+cost model (:mod:`des.catalog.efficiency`), given inline or read from a ``des calibrate``
+file; a :class:`ModelSpec` holds a
 decoder-only transformer's architecture, from which the parameter count and the
 per-token sizes are derived.
 """
@@ -31,19 +32,61 @@ class KVLinkSpec(Strict):
     source: str = ""
 
 
-class GPUSpec(Strict):
-    """One accelerator. Units: bytes, bytes/s, FLOP/s.
+#: GPU architectures the catalog knows; each fitted one has a kernel profile behind its factors
+#: (``des/catalog/data/gpus.yaml``), the others take factors transferred from those.
+Architecture = Literal["ada", "ampere", "hopper", "blackwell", "cdna3", "other"]
 
-    ``interconnect``: how a tensor-parallel group of it all-reduces
-    (:mod:`des.catalog.interconnect`; read it through :attr:`link`, which applies the older
-    two-number shorthand). ``runtime_reserve_bytes``: memory the serving engine's runtime
-    takes outside PyTorch's allocator while it starts (vLLM's "non-torch memory";
+
+class ClockSpec(Strict):
+    """Clocks of the tensor cores' domain, MHz.
+
+    ``boost_mhz`` is the spec sheet's boost clock: the clock its ``flops`` are stated at
+    (SMs × FLOP per clock × boost). ``sustained_mhz`` is the clock the card holds under a
+    sustained tensor load, where measured (``source`` says where); the roofline's compute
+    peak is ``flops × sustained_mhz / boost_mhz``, so a card that boosts past its spec
+    sheet (GPU Boost under a light power load) or throttles under a power cap does so in
+    its spec, and its efficiency factors stay the kernels' share of that peak (≤ 1).
+    Without a measurement the sustained clock is the boost clock. ``base_mhz``: the
+    guaranteed base clock (None where not published).
+    """
+
+    base_mhz: PositiveFloat | None = None
+    boost_mhz: PositiveFloat
+    sustained_mhz: PositiveFloat | None = None
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ClockSpec:
+        if self.base_mhz is not None and self.base_mhz > self.boost_mhz:
+            raise ValueError(f"base_mhz: {self.base_mhz:g} is above boost_mhz {self.boost_mhz:g}")
+        return self
+
+    @property
+    def sustained_ratio(self) -> float:
+        """Sustained clock over boost clock: what the spec sheet's FLOP/s are scaled by."""
+        return (self.sustained_mhz or self.boost_mhz) / self.boost_mhz
+
+
+class GPUSpec(Strict):
+    """One accelerator. Units: bytes, bytes/s, FLOP/s; clocks in MHz.
+
+    ``architecture`` and ``memory_type`` (``hbm`` or ``gddr``) say which fitted efficiency
+    factors the GPU carries, or from which profiled GPUs its factors are transferred
+    (:mod:`des.tools.architectures`); ``clocks`` scale the spec sheet's FLOP/s to the
+    clock held under load (:meth:`sustained_flops`). ``interconnect``: how a
+    tensor-parallel group of it all-reduces (:mod:`des.catalog.interconnect`; read it
+    through :attr:`link`, which applies the older two-number shorthand).
+    ``runtime_reserve_bytes``: memory the serving engine's runtime takes outside
+    PyTorch's allocator while it starts (vLLM's "non-torch memory";
     :mod:`des.catalog.memory`). ``sm_count``: streaming multiprocessors (compute units on
     AMD), which size vLLM's sampler scratch buffer.
     """
 
     name: str = "custom"
     description: str = ""
+    architecture: Architecture = "other"
+    memory_type: Literal["hbm", "gddr"] | None = None
+    clocks: ClockSpec | None = None
     memory_bytes: PositiveInt
     memory_bandwidth: PositiveFloat
     flops: dict[Dtype, PositiveFloat]
@@ -103,12 +146,20 @@ class GPUSpec(Strict):
         return InterconnectSpec.legacy(first.bus_bandwidth if bw is None else bw, first.latency if lat is None else lat)
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense tensor FLOP/s for ``dtype``, falling back to bf16 when not listed."""
+        """Dense tensor FLOP/s for ``dtype`` from the spec sheet (at its boost clock),
+        falling back to bf16 when not listed."""
         return self.flops.get(dtype, self.flops["bf16"])  # type: ignore[call-overload]
+
+    def sustained_flops(self, dtype: str) -> float:
+        """Dense tensor FLOP/s for ``dtype`` at the clock held under load:
+        :meth:`peak_flops` × sustained / boost clock (:class:`ClockSpec`); the roofline's peak."""
+        ratio = self.clocks.sustained_ratio if self.clocks is not None else 1.0
+        return self.peak_flops(dtype) * ratio
 
 
 class ModelSpec(Strict):
-    """A decoder-only transformer with grouped-query attention and a gated MLP."""
+    """A decoder-only transformer with grouped-query attention and a gated MLP (or, with
+    ``gated_mlp: false``, an ungated one: up, activation, down)."""
 
     name: str = "custom"
     description: str = ""
@@ -119,6 +170,7 @@ class ModelSpec(Strict):
     num_key_value_heads: PositiveInt
     head_dim: PositiveInt | None = None
     vocab_size: PositiveInt
+    gated_mlp: bool = True
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     max_model_len: PositiveInt = 4096
@@ -153,9 +205,15 @@ class ModelSpec(Strict):
 
     @property
     def layer_linear_params(self) -> int:
-        """Weights of one layer's matrix products (q, k, v, o, gate, up, down), biases excluded."""
+        """Weights of one layer's matrix products (q, k, v, o, gate, up, down), biases excluded;
+        an ungated MLP (``gated_mlp: false``, GELU as in phi-2) has no gate."""
         h = self.hidden_size
-        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + 3 * h * self.intermediate_size
+        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + self.mlp_matrices * h * self.intermediate_size
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Matrices of the MLP: gate, up and down (3), or up and down (2) when ungated."""
+        return 3 if self.gated_mlp else 2
 
     @property
     def layer_params(self) -> int:

@@ -27,7 +27,8 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   latency above (both at NCCL's bus bandwidth), so the term is piecewise linear in ``T'``
   with one step at ``T' = limit / (2 · hidden)``.
 
-``B`` is the memory bandwidth, ``F`` the dense tensor FLOP/s, ``kv`` the KV bytes per
+``B`` is the memory bandwidth, ``F`` the dense tensor FLOP/s at the clock the GPU sustains
+under load (:meth:`~des.catalog.specs.GPUSpec.sustained_flops`), ``kv`` the KV bytes per
 token and layer. With tensor parallelism each GPU does ``1/tp`` of the GEMMs, attention
 heads, KV, activation and LM head; norms, the sampler and fixed kernel times are not
 split. The engine core's CPU time per step (``step_overhead + seq_overhead × sequences``,
@@ -79,13 +80,15 @@ def activation_bytes(model: ModelSpec, tp: int = 1) -> tuple[float, float]:
     """Bytes the element-wise kernels move per token on one GPU: per layer and per step.
 
     Per layer: two fused add-RMSNorms (read x and the residual, write both: ``4 h``
-    values each), SiLU-and-mul (read gate and up, write their product: ``3 I``) and the
-    rotary embedding (``q`` and ``k`` in place: ``2 (q_dim + kv_dim)``); per step the
-    embedding lookup (``2 h``) and the final norm (``4 h``). bf16 values; the norms are
-    replicated across tensor-parallel GPUs, the rest split.
+    values each), SiLU-and-mul (read gate and up, write their product: ``3 I``; an ungated
+    activation reads and writes ``I`` each: ``2 I``) and the rotary embedding (``q`` and
+    ``k`` in place: ``2 (q_dim + kv_dim)``); per step the embedding lookup (``2 h``) and
+    the final norm (``4 h``). bf16 values; the norms are replicated across tensor-parallel
+    GPUs, the rest split.
     """
     h, q = model.hidden_size, model.q_dim
-    layer = ACT_BYTES * (2 * 4 * h + (3 * model.intermediate_size + 2 * (q + model.kv_dim)) / tp)
+    act = model.mlp_matrices * model.intermediate_size
+    layer = ACT_BYTES * (2 * 4 * h + (act + 2 * (q + model.kv_dim)) / tp)
     return layer, ACT_BYTES * (2 * h + 4 * h)
 
 
@@ -326,8 +329,8 @@ def build_roofline(
     e = efficiency or gpu.efficiency
     fe = frontend
     bw = gpu.memory_bandwidth
-    peak = gpu.peak_flops(precision.compute_dtype)
-    peak16 = gpu.peak_flops("bf16")
+    peak = gpu.sustained_flops(precision.compute_dtype)
+    peak16 = gpu.sustained_flops("bf16")
     L, h, q = model.num_layers, model.hidden_size, model.q_dim
     p_lin = L * model.layer_linear_params
     vocab = model.vocab_size

@@ -26,11 +26,21 @@ group                  factors
 ``attention_mixed``    mixed_per_seq, mixed_kv_bandwidth (rows with both)
 =====================  ============================================================
 
+A folder of Vidur's profiles (``<org>/<model>/mlp.csv`` under one GPU's folder, read by
+:mod:`des.tools.vidur`; the format is told by the files) fits the ``gemm`` and
+``elementwise`` groups only (:func:`fit_vidur`), over all its models and tensor-parallel
+degrees at once, each (model, tp) predicted by its own roofline; the GPU's other factors
+are kept. Compute factors are bounded by 1: shares of the peak at the GPU's sustained
+clock (:meth:`~des.catalog.specs.GPUSpec.sustained_flops`). Each fit also sets the
+efficiency's ``uncertainty`` per group of work from its residuals (:func:`residual_sd`).
+
 Every prediction is made from the coefficients :func:`des.cost.roofline.build_roofline`
 derives for a one-layer model, so what is fitted is what the simulator computes
-(``tests/test_calibrate.py`` checks it point by point). The CPU time per step and per
-sequence is not in a kernel profile: it comes from :data:`ENGINE_CPU`, derived from the
-engine's source, and is written into the calibration file as such.
+(``tests/test_calibrate.py`` and ``tests/test_architectures.py`` check it point by
+point). The CPU time per step and per sequence is not in a kernel profile: it comes from
+:data:`ENGINE_CPU`, derived from the engine's source, and is written into the
+calibration file as such. The whole fit of all four shipped profiles takes about a
+second, so no rows are subsampled.
 """
 
 from __future__ import annotations
@@ -59,6 +69,9 @@ from des.cost.roofline import (
     build_roofline,
 )
 from des.errors import ScenarioError
+from des.tools.vidur import ELEMENTWISE_OPS as VIDUR_ELEMENTWISE
+from des.tools.vidur import GEMM_OPS as VIDUR_GEMM
+from des.tools.vidur import VidurProfile, profile_files, read_vidur
 
 ARG = "PROFILE_DIR"
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -70,6 +83,9 @@ FILES = {
     "per_sequence.csv": ("layer", "sequences", "time_us"),
     "attention.csv": ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"),
 }
+ELEMENTWISE_FACTORS = ("elementwise_kernel", "elementwise_bandwidth", "elementwise_spill", "elementwise_l2")
+#: The groups a Vidur profile fits (no attention, LM head or sampler in it).
+VIDUR_GROUPS = ("gemm", "elementwise")
 GROUPS = (
     "gemm",
     "lm_head",
@@ -217,6 +233,36 @@ def read_profile(path: Path) -> Profile:
     return Profile(path, dense, per_seq, attention, meta)
 
 
+def profile_format(path: Path) -> str:
+    """The format of the profile in folder ``path``: ``llmservingsim`` (``dense.csv``,
+    ``per_sequence.csv``, ``attention.csv``) or ``vidur`` (``mlp.csv`` files under it)."""
+    if not path.exists():
+        raise _problem(f"{str(path)!r}: no such folder")
+    if not path.is_dir():
+        raise _problem(f"{str(path)!r} is not a folder")
+    if (path / "dense.csv").exists():
+        return "llmservingsim"
+    if profile_files(path):
+        return "vidur"
+    raise _problem(
+        f"{str(path)!r} is not a kernel profile: it needs {', '.join(FILES)} (LLMServingSim) or "
+        "<org>/<model>/mlp.csv files under it (Vidur)"
+    )
+
+
+def fit_folder(path: Path, gpu: GPUSpec, model: ModelSpec | None) -> Fit:
+    """Read the profile in ``path`` in whichever format it is and fit it: an LLMServingSim
+    profile needs ``model`` (the shapes it measured); a Vidur profile brings its models and
+    keeps ``gpu``'s own factors for the groups it cannot fit."""
+    if profile_format(path) == "vidur":
+        if model is not None:
+            raise ScenarioError(("--model", "a Vidur profile brings its models' shapes: leave --model out"))
+        return fit_vidur(read_vidur(path), gpu, gpu.efficiency)
+    if model is None:
+        raise ScenarioError(("--model", "required for this profile: the catalog model whose shapes it measured"))
+    return fit_profile(read_profile(path), gpu, model)
+
+
 def check_model(profile: Profile, model: ModelSpec) -> None:
     """The model's shapes must be those the profile was measured with (``meta.yaml``)."""
     eng = profile.meta.get("engine_effective")
@@ -261,18 +307,28 @@ class GroupResult:
 
 @dataclass
 class Fit:
-    """The fitted efficiency factors of ``gpu`` and how well they reproduce ``profile``."""
+    """The fitted efficiency factors of ``gpu`` and how well they reproduce ``profile``
+    (``model``: the one model an LLMServingSim profile measured; None for a Vidur profile,
+    whose models come with it)."""
 
     gpu: GPUSpec
-    model: ModelSpec
-    profile: Profile
+    model: ModelSpec | None
+    profile: Profile | VidurProfile
     efficiency: Efficiency
     groups: dict[str, GroupResult]
+
+    @property
+    def models(self) -> str:
+        """The model(s) whose shapes were fitted."""
+        if self.model is not None:
+            return self.model.name
+        assert isinstance(self.profile, VidurProfile)
+        return ", ".join(self.profile.models)
 
     def calibration_file(self) -> CalibrationFile:
         return CalibrationFile(
             gpu=self.gpu.name,
-            model=self.model.name,
+            model=self.models,
             profile=self.profile.describe(),
             efficiency=self.efficiency,
             fit={
@@ -287,7 +343,7 @@ class Fit:
         )
 
 
-def _sig(x: float, digits: int = 4) -> float:
+def round_sig(x: float, digits: int = 4) -> float:
     """``x`` rounded to ``digits`` significant digits (what a catalog entry stores)."""
     if x == 0 or not math.isfinite(x):
         return x
@@ -295,16 +351,19 @@ def _sig(x: float, digits: int = 4) -> float:
 
 
 class _Predictor:
-    """Vectorised step-time groups of one layer from a Roofline's coefficients."""
+    """Vectorised step-time groups of one layer on one of ``tp`` GPUs from a Roofline's coefficients."""
 
-    def __init__(self, gpu: GPUSpec, model: ModelSpec):
+    def __init__(self, gpu: GPUSpec, model: ModelSpec, tp: int = 1):
         self.gpu = gpu
+        self.tp = tp
         self.model = model.model_copy(update={"num_layers": 1})
-        self.layer_bytes, self.step_bytes = activation_bytes(self.model)
+        self.layer_bytes, self.step_bytes = activation_bytes(self.model, tp)
 
     def roofline(self, params: dict[str, Any]) -> Roofline:
-        eff = Efficiency.model_validate({**params, **ENGINE_CPU})
-        return build_roofline(self.gpu, self.model, efficiency=eff, engine=Engine(enforce_eager=True))
+        return self.build(Efficiency.model_validate({**params, **ENGINE_CPU}))
+
+    def build(self, eff: Efficiency) -> Roofline:
+        return build_roofline(self.gpu, self.model, tp=self.tp, efficiency=eff, engine=Engine(enforce_eager=True))
 
     @staticmethod
     def roof(r: Roofline, memory: np.ndarray | float, compute: np.ndarray) -> np.ndarray:
@@ -357,6 +416,39 @@ class _Predictor:
         return np.where(c > 0, pre + np.where(n > 0, mixed_dec, 0.0), dec_only)
 
 
+class _Fitter:
+    """Fits op groups one after another: each group's factors by least squares in log time,
+    rounded to 4 significant digits before the next group uses them."""
+
+    def __init__(self, params: dict[str, Any]):
+        self.params = params
+        self.groups: dict[str, GroupResult] = {}
+
+    def run(
+        self,
+        name: str,
+        names: tuple[str, ...],
+        frame: pd.DataFrame,
+        predict: Callable[[dict[str, Any]], np.ndarray],
+        x0: list[float],
+        lower: list[float],
+        upper: list[float],
+        scale: tuple[float, ...],
+    ) -> None:
+        """Fit factors ``names`` (``x × scale``) so that ``predict(params)`` matches ``frame.measured``."""
+        y = np.log(frame["measured"].to_numpy())
+
+        def fitted(x: np.ndarray) -> dict[str, float]:
+            return {k: float(v) * s for k, v, s in zip(names, x, scale, strict=True)}
+
+        def residual(x: np.ndarray) -> np.ndarray:
+            return np.log(predict({**self.params, **fitted(x)})) - y
+
+        x = _least_squares(residual, x0, lower, upper)
+        self.params.update({k: round_sig(v) for k, v in fitted(x).items()})
+        self.groups[name] = GroupResult(name, names, frame)
+
+
 def _least_squares(
     residual: Callable[[np.ndarray], np.ndarray], x0: list[float], lower: list[float], upper: list[float]
 ) -> np.ndarray:
@@ -368,31 +460,8 @@ def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
     """Fit every group's factors to ``profile`` (``model``'s shapes, ``gpu``'s spec sheet)."""
     check_model(profile, model)
     pred = _Predictor(gpu, model)
-    params: dict[str, Any] = {"weight_bandwidth": 0.9, "gemm_compute": 0.9}
-    groups: dict[str, GroupResult] = {}
-
-    def fitted(names: tuple[str, ...], x: np.ndarray, scale: tuple[float, ...]) -> dict[str, float]:
-        return {k: float(v) * s for k, v, s in zip(names, x, scale, strict=True)}
-
-    def run(
-        name: str,
-        names: tuple[str, ...],
-        frame: pd.DataFrame,
-        predict: Callable[[Roofline], np.ndarray],
-        x0: list[float],
-        lower: list[float],
-        upper: list[float],
-        scale: tuple[float, ...],
-    ) -> None:
-        y = np.log(frame["measured"].to_numpy())
-
-        def residual(x: np.ndarray) -> np.ndarray:
-            return np.log(predict(pred.roofline({**params, **fitted(names, x, scale)}))) - y
-
-        x = _least_squares(residual, x0, lower, upper)
-        params.update({k: _sig(v) for k, v in fitted(names, x, scale).items()})
-        groups[name] = GroupResult(name, names, frame)
-
+    fitter = _Fitter({"weight_bandwidth": 0.9, "gemm_compute": 0.9})
+    run = fitter.run
     dense, per_seq, att = profile.dense, profile.per_sequence, profile.attention
 
     # GEMMs: the layer's four projections summed as a layer runs them
@@ -404,16 +473,25 @@ def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
         "gemm",
         ("weight_bandwidth", "gemm_compute", "gemm_knee"),
         gemm,
-        lambda r: pred.gemm(r, tokens),
+        lambda p: pred.gemm(pred.roofline(p), tokens),
         [0.9, 0.9, 0.3],
         [0.05, 0.05, 0.0],
-        [1.5, 1.5, 1.0],
+        [1.0, 1.0, 1.0],
         (1.0, 1.0, 1.0),
     )
     head = per_seq[per_seq.layer == "lm_head"]
     head_frame = pd.DataFrame({"rows": head.sequences, "measured": head.time})
     rows = head_frame["rows"].to_numpy(float)
-    run("lm_head", ("lm_head_bandwidth",), head_frame, lambda r: pred.lm_head(r, rows), [0.9], [0.05], [1.5], (1.0,))
+    run(
+        "lm_head",
+        ("lm_head_bandwidth",),
+        head_frame,
+        lambda p: pred.lm_head(pred.roofline(p), rows),
+        [0.9],
+        [0.05],
+        [1.5],
+        (1.0,),
+    )
 
     # element-wise: the per-layer kernels summed as a layer runs them, and the per-step ones
     layer_sum = sum(k * wide[op] for op, k in ELEMENTWISE_LAYER.items())
@@ -429,9 +507,9 @@ def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
     el_layer = (el["kernels"] == "per layer").to_numpy()
     run(
         "elementwise",
-        ("elementwise_kernel", "elementwise_bandwidth", "elementwise_spill", "elementwise_l2"),
+        ELEMENTWISE_FACTORS,
         el,
-        lambda r: pred.elementwise(r, el_tokens, el_layer),
+        lambda p: pred.elementwise(pred.roofline(p), el_tokens, el_layer),
         [2.0, 2.0, 1.0, 0.5],
         [0.01, 0.05, 0.05, 0.0],
         [50.0, 10.0, 10.0, 5.0],
@@ -444,7 +522,7 @@ def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
         "sampler",
         ("sampler_fixed", "sampler_bandwidth", "sampler_spill", "sampler_l2"),
         samp,
-        lambda r: pred.sampler(r, s_rows),
+        lambda p: pred.sampler(pred.roofline(p), s_rows),
         [20.0, 2.0, 0.5, 0.5],
         [0.1, 0.05, 0.05, 0.0],
         [500.0, 10.0, 10.0, 5.0],
@@ -463,7 +541,7 @@ def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
             ("prefill_attention_fixed", "attention_compute", "attention_tile", "kv_stream"),
             [8.0, 0.8, 100.0, 0.15],
             [0.0, 0.05, 0.0, 0.01],
-            [500.0, 1.5, 1e4, 2.0],
+            [500.0, 1.0, 1e4, 2.0],
             (1e-6, 1.0, 1.0, 1.0),
         ),
         "attention_decode": (
@@ -486,10 +564,17 @@ def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
         names, x0, lo, hi, sc = specs[name]
         run(name, names, rows_frame, _attention_of(pred, rows_frame), x0, lo, hi, sc)
 
-    params.update(ENGINE_CPU)
-    efficiency = Efficiency.model_validate({**params, "source": source_text(profile, gpu, model)})
+    groups = fitter.groups
+    params = {**fitter.params, **ENGINE_CPU}
+    source = source_text(profile, gpu, model)
+    m = profile.meta
+    basis = (
+        f"LLMServingSim profile {profile.path.name} (vLLM {m.get('vllm_version', '?')} kernels, "
+        f"{m.get('model', model.name)} on {gpu.name}, tp 1)"
+    )
+    efficiency = Efficiency.model_validate({**params, "source": source, "provenance": "fitted", "basis": basis})
     # the reported predictions come from the final factors, every term included
-    final = build_roofline(gpu, pred.model, efficiency=efficiency, engine=Engine(enforce_eager=True))
+    final = pred.build(efficiency)
     predictions = {
         "gemm": pred.gemm(final, tokens),
         "lm_head": pred.lm_head(final, rows),
@@ -500,11 +585,98 @@ def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
         predictions[name] = pred.attention(final, groups[name].points)
     for name, values in predictions.items():
         groups[name].points["predicted"] = values
-    return Fit(gpu, model, profile, efficiency, {k: groups[k] for k in GROUPS})
+    ordered = {k: groups[k] for k in GROUPS}
+    efficiency = efficiency.model_copy(update={"uncertainty": residual_sd(ordered)})
+    return Fit(gpu, model, profile, efficiency, ordered)
 
 
-def _attention_of(pred: _Predictor, rows: pd.DataFrame) -> Callable[[Roofline], np.ndarray]:
-    return lambda r: pred.attention(r, rows)
+def fit_vidur(profile: VidurProfile, gpu: GPUSpec, base: Efficiency) -> Fit:
+    """Fit the GEMM and element-wise factors of ``gpu`` to a Vidur profile of its architecture.
+
+    Every (model, tp) of the profile is predicted by its own roofline (one layer on one of
+    ``tp`` GPUs): the GEMM group is the sum of the layer's four projections per row
+    (``weight_bandwidth``, ``gemm_compute``, ``gemm_knee``); the element-wise group the sum
+    of the per-layer kernels of the Llama-style models (2 RMSNorms, rotary, SiLU-and-mul,
+    the residual add), predicted as des's per-layer element-wise term (phi-2's layer, one
+    LayerNorm and GELU, is left out of that group). Factors the profile cannot fit
+    (attention, LM head, sampler, CPU) are ``base``'s.
+    """
+    rows = profile.rows
+    keep = {"source", "provenance", "basis", "uncertainty"}
+    fitter = _Fitter(base.model_dump(exclude=keep))
+    segments = [
+        (_Predictor(gpu, profile.models[str(m)], int(tp)), part.index.to_numpy())
+        for (m, tp), part in rows.groupby(["model", "tp"], sort=True)
+    ]
+    gemm = rows[["model", "tp", "tokens"]].assign(measured=rows[list(VIDUR_GEMM)].sum(axis=1, skipna=False))
+    llama = rows[list(VIDUR_ELEMENTWISE)].notna().all(axis=1).to_numpy()
+    el_sum = rows.loc[llama, list(VIDUR_ELEMENTWISE)].sum(axis=1)
+    el = rows.loc[llama, ["model", "tp", "tokens"]].assign(measured=el_sum)
+    tokens = rows["tokens"].to_numpy(float)
+
+    def gemm_of(params: dict[str, Any]) -> np.ndarray:
+        eff = Efficiency.model_validate(params)
+        out = np.empty(len(rows))
+        for pred, idx in segments:
+            out[idx] = pred.gemm(pred.build(eff), tokens[idx])
+        return out
+
+    def elementwise_of(params: dict[str, Any]) -> np.ndarray:
+        eff = Efficiency.model_validate(params)
+        out = np.empty(len(rows))
+        for pred, idx in segments:
+            out[idx] = pred.elementwise(pred.build(eff), tokens[idx], np.ones(len(idx), dtype=bool))
+        return out[llama]
+
+    fitter.run(
+        "gemm", ("weight_bandwidth", "gemm_compute", "gemm_knee"), gemm.reset_index(drop=True), gemm_of,
+        [0.8, 0.8, 0.3], [0.05, 0.05, 0.0], [1.0, 1.0, 1.0], (1.0, 1.0, 1.0),
+    )  # fmt: skip
+    fitter.run(
+        "elementwise", ELEMENTWISE_FACTORS, el.reset_index(drop=True), elementwise_of,
+        [2.0, 1.0, 0.5, 0.5], [0.01, 0.05, 0.05, 0.0], [50.0, 10.0, 10.0, 5.0], (1e-6, 1.0, 1.0, 1.0),
+    )  # fmt: skip
+    basis = profile.label
+    source = (
+        f"GEMM and element-wise factors fitted by `des calibrate` to the {basis} (Vidur, MIT: per-operator "
+        f"fp16 times of the non-attention half of a layer) with the spec sheet of {gpu.name}: least squares in "
+        f"log time per op group. Not in the profile, taken from the catalog: attention, LM head, sampler, CPU."
+    )
+    efficiency = Efficiency.model_validate(
+        {**fitter.params, "source": source, "provenance": "fitted", "basis": basis, "uncertainty": base.uncertainty}
+    )
+    fitter.groups["gemm"].points["predicted"] = gemm_of(efficiency.model_dump(exclude=keep))
+    fitter.groups["elementwise"].points["predicted"] = elementwise_of(efficiency.model_dump(exclude=keep))
+    sd = residual_sd(fitter.groups)
+    efficiency = efficiency.model_copy(update={"uncertainty": {**base.uncertainty, **sd}})
+    return Fit(gpu, None, profile, efficiency, fitter.groups)
+
+
+#: Which op groups of a fit inform which uncertainty group of the efficiency.
+UNCERTAINTY_OF = {
+    "gemm": "gemm",
+    "lm_head": "gemm",
+    "elementwise": "elementwise",
+    "sampler": "elementwise",
+    "attention_prefill": "attention",
+    "attention_decode": "attention",
+    "attention_mixed": "attention",
+}
+
+
+def residual_sd(groups: dict[str, GroupResult]) -> dict[str, float]:
+    """Per uncertainty group, the root mean square of ln(measured / predicted) over the fitted
+    points of its op groups (:data:`UNCERTAINTY_OF`): the sd of the true time about the
+    prediction, bias included; 4 significant digits."""
+    pooled: dict[str, list[np.ndarray]] = {}
+    for name, g in groups.items():
+        ln = np.log(g.points["measured"].to_numpy() / g.points["predicted"].to_numpy())
+        pooled.setdefault(UNCERTAINTY_OF[name], []).append(ln)
+    return {k: round_sig(float(np.sqrt(np.mean(np.concatenate(v) ** 2)))) for k, v in pooled.items()}
+
+
+def _attention_of(pred: _Predictor, rows: pd.DataFrame) -> Callable[[dict[str, Any]], np.ndarray]:
+    return lambda p: pred.attention(pred.roofline(p), rows)
 
 
 def source_text(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> str:
@@ -533,6 +705,27 @@ def fit_table(fit: Fit) -> list[dict[str, Any]]:
                 "factors": ", ".join(f"{f}={format_factor(f, getattr(eff, f))}" for f in g.factors),
             }
         )
+    return out
+
+
+def model_table(fit: Fit) -> list[dict[str, Any]]:
+    """Per group and model of a Vidur fit: points, median and max absolute error (%); empty
+    for a one-model profile."""
+    out = []
+    for name, g in fit.groups.items():
+        if "model" not in g.points:
+            continue
+        err = (g.points["predicted"] / g.points["measured"] - 1.0).abs()
+        for model, e in err.groupby(g.points["model"], sort=True):
+            out.append(
+                {
+                    "group": name,
+                    "model": str(model),
+                    "points": len(e),
+                    "median_abs_pct": 100 * float(e.median()),
+                    "max_abs_pct": 100 * float(e.max()),
+                }
+            )
     return out
 
 

@@ -1,0 +1,209 @@
+"""Every catalog GPU's efficiency factors from the fitted architectures.
+
+Three architectures have kernel profiles (:data:`PROFILED`): Ada (an RTX 4090, vLLM 0.19
+kernels, every op group), Ampere (an A100 and an A40) and Hopper (an H100), the last
+two from Vidur's profiles, which hold the GEMMs and element-wise kernels but no
+attention, LM head or sampler. A catalog GPU gets its factors by one of three rules:
+
+- **fitted**: the GPU, or another GPU of its architecture, was profiled: its factors are
+  that fit's (:func:`des.tools.calibrate.fit_profile` / :func:`~des.tools.calibrate.fit_vidur`);
+- **carried over** (the groups a Vidur profile lacks, :func:`carry_over`): Ada's fitted
+  attention, LM-head and sampler factors, each bandwidth fraction scaled by the
+  architecture's fitted ``weight_bandwidth`` over Ada's and each compute fraction by its
+  ``gemm_compute`` over Ada's (a kernel streaming KV reaches the share of DRAM bandwidth
+  a GEMM streaming weights does on that memory system, FlashAttention the share of the
+  tensor peak cuBLAS does); the fixed and per-sequence times and the sampler are Ada's
+  as they are;
+- **transferred** (architectures with no profile: Blackwell, CDNA3, :func:`transfer`):
+  each factor every profile fits (GEMM and element-wise) is the geometric mean over the
+  profiled GPUs with the same memory type: GDDR (RTX 4090 of Ada, A40 of Ampere) or HBM
+  (A100 of Ampere, H100 of Hopper), so each class spans two architectures and the rule
+  uses all three; attention and the rest are carried over from Ada by the rule above,
+  applied to the transferred factors. The split by memory is what the data support: the
+  element-wise kernels reach 2.7-3.1 × the DRAM bandwidth on both GDDR cards (their
+  activations stay in L2, which is fast next to slow DRAM) and 0.85 × on both HBM parts,
+  and the spread of the GEMM and element-wise factors within a memory type is smaller
+  than across all profiled GPUs (:func:`spreads` with ``by_memory=False``).
+
+Uncertainty (sd of ln(true time / predicted time) per group of work): a fitted group's
+is the fit's residual (:func:`des.tools.calibrate.residual_sd`); a carried-over or
+transferred group adds the rule's spread in quadrature: the sd of ln(factor) of the
+factors the rule moves among the profiled GPUs of a memory type (:func:`spreads`), once
+per rule applied (attention of a transferred GPU: twice, carried over and transferred).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from des import catalog
+from des.catalog.efficiency import Efficiency, UncertaintyGroup
+from des.tools.calibrate import Fit, fit_folder, round_sig
+
+#: Ada's factors a Vidur-profiled architecture takes over, scaled by its weight-streaming
+#: fraction (bandwidths) or its GEMM compute fraction (compute), or as they are (times, tile, sampler).
+SCALED_BY_BANDWIDTH = ("lm_head_bandwidth", "kv_bandwidth", "kv_stream", "mixed_kv_bandwidth")
+SCALED_BY_COMPUTE = ("attention_compute",)
+AS_IS = (
+    "attention_tile", "attention_fixed", "prefill_attention_fixed", "attention_per_seq", "mixed_per_seq",
+    "sampler_fixed", "sampler_bandwidth", "sampler_spill", "sampler_l2", "step_overhead", "seq_overhead",
+)  # fmt: skip
+#: Factors every profile fits, which the transfer rule averages, by uncertainty group.
+FITTED_BY_ALL: dict[UncertaintyGroup, tuple[str, ...]] = {
+    "gemm": ("weight_bandwidth", "gemm_compute", "gemm_knee"),
+    "elementwise": ("elementwise_kernel", "elementwise_bandwidth", "elementwise_spill", "elementwise_l2"),
+}
+#: The factors whose spread across architectures sets each rule's uncertainty (the ones a
+#: group's time is inversely proportional to in its usual regime).
+SPREAD_OF = {
+    "gemm": ("weight_bandwidth", "gemm_compute"),
+    "elementwise": ("elementwise_kernel", "elementwise_bandwidth"),
+}
+GROUPS = ("gemm", "attention", "elementwise")
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """A kernel profile behind an architecture's factors: ``folder`` under the data folder,
+    measured on catalog GPU ``gpu`` (``model``: the catalog model an LLMServingSim profile measured)."""
+
+    architecture: str
+    gpu: str
+    folder: str
+    model: str | None = None
+
+
+PROFILED = (
+    Profiled("ada", "rtx4090", "rtx4090-vllm-kernel-profile", "llama-3.1-8b"),
+    Profiled("ampere", "a100-80gb", "vidur-kernel-profiles/compute/a100"),
+    Profiled("ampere", "a40", "vidur-kernel-profiles/compute/a40"),
+    Profiled("hopper", "h100-80gb", "vidur-kernel-profiles/compute/h100"),
+)
+#: Architectures of the catalog without a profile, which take the transfer rule.
+TRANSFERRED = ("blackwell", "cdna3")
+
+
+def fit_all(data: Path) -> dict[str, Fit]:
+    """Every profile of :data:`PROFILED` fitted (catalog GPU name → fit); ``data``: the data folder."""
+    fits = {}
+    for p in PROFILED:
+        model = catalog.model(p.model) if p.model else None
+        fits[p.gpu] = fit_folder(data / p.folder, catalog.gpu(p.gpu), model)
+    return fits
+
+
+def _quadrature(*terms: float) -> float:
+    return round_sig(math.sqrt(sum(t * t for t in terms)))
+
+
+def _memory(gpu: str) -> str:
+    memory = catalog.gpu(gpu).memory_type
+    if memory is None:
+        raise ValueError(f"{gpu}: memory_type not set in the catalog")
+    return memory
+
+
+def fitted_factors(fits: dict[str, Fit]) -> dict[str, dict[str, float]]:
+    """Per profiled GPU, the factors every profile fits (:data:`FITTED_BY_ALL`)."""
+    names = [n for group in FITTED_BY_ALL.values() for n in group]
+    return {gpu: {n: float(getattr(fit.efficiency, n)) for n in names} for gpu, fit in fits.items()}
+
+
+def classes(fits: dict[str, Fit]) -> dict[str, list[str]]:
+    """The profiled GPUs by memory type (``gddr``, ``hbm``): the transfer rule's classes."""
+    out: dict[str, list[str]] = {}
+    for gpu in fits:
+        out.setdefault(_memory(gpu), []).append(gpu)
+    return out
+
+
+def spreads(fits: dict[str, Fit], by_memory: bool = True) -> dict[str, float]:
+    """Per group, the rule's spread: the sd of ln(factor) among the profiled GPUs of a memory
+    type (pooled over the types: each contributes its deviations from its own mean and
+    n - 1 degrees of freedom), root mean square over the group's factors of :data:`SPREAD_OF`.
+    ``by_memory=False``: the sd across all profiled GPUs as one class (what the memory split
+    is measured against)."""
+    factors = fitted_factors(fits)
+    members = classes(fits) if by_memory else {"all": list(fits)}
+    out = {}
+    for group, names in SPREAD_OF.items():
+        variances = []
+        for n in names:
+            sq, dof = 0.0, 0
+            for gpus in members.values():
+                ln = np.log([factors[g][n] for g in gpus])
+                sq += float(np.sum((ln - ln.mean()) ** 2))
+                dof += len(gpus) - 1
+            variances.append(sq / dof)
+        out[group] = round_sig(float(np.sqrt(np.mean(variances))))
+    return out
+
+
+def carry_over(own: Efficiency, ada: Efficiency, spread: float) -> Efficiency:
+    """``own`` (GEMM and element-wise factors fitted) completed with Ada's other factors by
+    the carry-over rule; its attention uncertainty is Ada's fitted one with ``spread`` added
+    in quadrature."""
+    bw = own.weight_bandwidth / ada.weight_bandwidth
+    cp = own.gemm_compute / ada.gemm_compute
+    update: dict[str, object] = {k: round_sig(getattr(ada, k) * bw) for k in SCALED_BY_BANDWIDTH}
+    update |= {k: round_sig(getattr(ada, k) * cp) for k in SCALED_BY_COMPUTE}
+    update |= {k: getattr(ada, k) for k in AS_IS}
+    uncertainty = {**own.uncertainty, "attention": _quadrature(ada.uncertainty["attention"], spread)}
+    basis = f"{own.basis}; attention, LM head and sampler carried over from ada (rtx4090)"
+    return own.model_copy(update={**update, "uncertainty": uncertainty, "basis": basis})
+
+
+def transfer(fits: dict[str, Fit], memory: str) -> Efficiency:
+    """The transfer rule's factors for an architecture without a profile whose GPU has
+    ``memory`` (``gddr`` or ``hbm``): the geometric mean of each fitted factor over the
+    profiled GPUs with that memory, the rest carried over from Ada (module docstring)."""
+    members = classes(fits)[memory]
+    factors = fitted_factors(fits)
+    ada = fits["rtx4090"].efficiency
+    mean = {k: round_sig(float(np.exp(np.mean(np.log([factors[g][k] for g in members]))))) for k in factors[members[0]]}
+    spread = spreads(fits)
+    fitted_sd = {
+        g: float(np.sqrt(np.mean([fits[m].efficiency.uncertainty[g] ** 2 for m in members]))) for g in FITTED_BY_ALL
+    }
+    out = carry_over(ada.model_copy(update=mean), ada, spread["gemm"])
+    uncertainty = {
+        "gemm": _quadrature(fitted_sd["gemm"], spread["gemm"]),
+        "attention": _quadrature(ada.uncertainty["attention"], spread["gemm"], spread["gemm"]),
+        "elementwise": _quadrature(fitted_sd["elementwise"], spread["elementwise"]),
+    }
+    archs = sorted({p.architecture for p in PROFILED if p.gpu in members})
+    basis = (
+        f"transferred from {' and '.join(archs)} ({', '.join(members)}: the profiled GPUs with {memory.upper()} "
+        "memory) by the geometric mean of each fitted factor; attention, LM head and sampler carried over from ada"
+    )
+    return out.model_copy(update={"provenance": "transferred", "basis": basis, "uncertainty": uncertainty})
+
+
+def catalog_efficiencies(fits: dict[str, Fit]) -> dict[str, Efficiency]:
+    """The factors each catalog GPU should carry, by the rules of this module, without
+    ``source`` (the catalog's own words): catalog GPU name → Efficiency."""
+    by_arch: dict[str, Efficiency] = {}
+    own: dict[str, Efficiency] = {}
+    ada = fits["rtx4090"].efficiency
+    spread = spreads(fits)
+    for p in PROFILED:
+        eff = fits[p.gpu].efficiency
+        if p.architecture != "ada":
+            eff = carry_over(eff, ada, spread["gemm"])
+        own[p.gpu] = eff
+        by_arch.setdefault(p.architecture, eff)  # the first profiled GPU speaks for its architecture
+    moved = {memory: transfer(fits, memory) for memory in classes(fits)}
+    out = {}
+    for name in catalog.gpu_names():
+        arch = catalog.gpu(name).architecture
+        if name in own:
+            out[name] = own[name]
+        elif arch in by_arch:
+            out[name] = by_arch[arch]
+        else:
+            out[name] = moved[_memory(name)]
+    return {k: v.model_copy(update={"source": ""}) for k, v in out.items()}
