@@ -109,13 +109,13 @@ def test_front_end_switch_changes_tpot_where_the_api_server_sets_the_pace():
     steps = api.steps[(api.steps["decode_tokens"] == full) & (api.steps["prefill_tokens"] == 0)]
     assert len(steps) > 50 and np.allclose(steps["duration"], stage)
     eng_steps = eng.steps[(eng.steps["decode_tokens"] == full) & (eng.steps["prefill_tokens"] == 0)]
-    assert len(eng_steps) > 50 and (eng_steps["duration"] < 0.5 * stage).all()
-    # and so TPOT: behind the API server tokens come at its pace, twice as slow or more
-    assert api.summary["tpot_mean"] > 2 * eng.summary["tpot_mean"]
+    assert len(eng_steps) > 50 and (eng_steps["duration"] < 0.8 * stage).all()
+    # and so TPOT: behind the API server tokens come at its pace, slower than the GPU's
+    assert api.summary["tpot_mean"] > 1.2 * eng.summary["tpot_mean"]
     # (a request decodes mostly in full steps; the few that also carry a new prompt are longer)
     assert stage <= api.summary["tpot_p50"] < 1.2 * stage
-    # streaming every 16th token brings the pace back towards the GPU's
-    assert batched.summary["tpot_mean"] < 0.6 * api.summary["tpot_mean"]
+    # streaming every 16th token lowers the stage below the GPU's step: the GPU's pace again
+    assert batched.summary["tpot_mean"] == pytest.approx(eng.summary["tpot_mean"], rel=1e-9)
 
 
 def test_ingress_time_is_in_ttft():

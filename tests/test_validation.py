@@ -90,12 +90,14 @@ def test_a_prediction_is_a_des_run_of_the_one_request():
     """The request's prefill step, then one decode step per further token whose KV holds the
     prompt and the tokens so far: the steps ``des run`` takes, costed by the scenario's model."""
     m = v.Measurement(
-        gpu="rtx4090", model="qwen2.5-7b", engine="e", prompt_tokens=100, output_tokens=50,
+        gpu="rtx4090", model="qwen2.5-7b", engine="e", frontend="api_server", prompt_tokens=100, output_tokens=50,
         metric="output_rate", value=1.0, source="s", url="https://example.org", where="w",
     )  # fmt: skip
     sc = v.one_request_scenario(m)
     assert sc.horizon.num_requests == 1 and sc.cluster.tp == 1
-    cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.cluster.tp))
+    cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.cluster.tp, sc.frontend))
+    # behind a serving front-end the request reaches the scheduler its ingress time late
+    ingress = sc.frontend.ingress(100) if sc.frontend is not None else 0.0
     prefill = BatchShape()
     prefill.add_chunk(0, 100, True)
     steps = [prefill]
@@ -103,7 +105,7 @@ def test_a_prediction_is_a_des_run_of_the_one_request():
         decode = BatchShape()
         decode.add_decode(100 + i - 1)
         steps.append(decode)
-    e2e = sum(cost.step_time(s) for s in steps)
+    e2e = ingress + sum(cost.step_time(s) for s in steps)
     assert v.predict(m) == pytest.approx(50 / e2e, rel=1e-12)
     assert v.predict(m.model_copy(update={"metric": "total_rate"})) == pytest.approx(150 / e2e, rel=1e-12)
     decode_time = sum(cost.step_time(s) for s in steps[1:]) / 49
@@ -111,22 +113,22 @@ def test_a_prediction_is_a_des_run_of_the_one_request():
     assert v.predict(m.model_copy(update={"metric": "tpot"})) == pytest.approx(1e3 * decode_time, rel=1e-12)
     assert v.predict(m.model_copy(update={"metric": "e2e"})) == pytest.approx(1e3 * e2e, rel=1e-12)
     one = m.model_copy(update={"metric": "ttft", "output_tokens": 1})
-    assert v.predict(one) == pytest.approx(1e3 * cost.step_time(prefill), rel=1e-12)
+    assert v.predict(one) == pytest.approx(1e3 * (ingress + cost.step_time(prefill)), rel=1e-12)
 
 
 def test_a_batch_is_submitted_at_once_and_timed_to_its_last_token():
     """``batch`` equal requests arrive together: one prefill step of all their prompts, then
     one decode step of all of them per further token (a static batch, as benchmark_latency runs)."""
     m = v.Measurement(
-        gpu="rtx4090", model="qwen2.5-7b", engine="e", batch=4, prompt_tokens=32, output_tokens=20,
-        metric="e2e", value=1.0, source="s", url="https://example.org", where="w",
+        gpu="rtx4090", model="qwen2.5-7b", engine="e", frontend="api_server", batch=4, prompt_tokens=32,
+        output_tokens=20, metric="e2e", value=1.0, source="s", url="https://example.org", where="w",
     )  # fmt: skip
     sc = v.one_request_scenario(m)
-    cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.cluster.tp))
+    cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.cluster.tp, sc.frontend))
     prefill = BatchShape()
     for _ in range(4):
         prefill.add_chunk(0, 32, True)
-    total = cost.step_time(prefill)
+    total = (sc.frontend.ingress(32) if sc.frontend is not None else 0.0) + cost.step_time(prefill)
     for i in range(1, 20):
         total += cost.step_time(BatchShape.decodes(4, 4 * (32 + i - 1)))
     assert v.predict(m) == pytest.approx(1e3 * total, rel=1e-12)
@@ -149,7 +151,7 @@ def test_write_replaces_only_the_table(tmp_path):
     data = tmp_path / "m.yaml"
     data.write_text(
         "measurements:\n"
-        "  - {gpu: rtx4090, model: qwen2.5-7b, engine: e, prompt_tokens: 10, output_tokens: 20,\n"
+        "  - {gpu: rtx4090, model: qwen2.5-7b, engine: e, frontend: engine, prompt_tokens: 10, output_tokens: 20,\n"
         "     metric: output_rate, value: 50, source: s, url: 'https://example.org', where: w}\n"
     )
     assert v.main(["--write", "--data", str(data), "--readme", str(readme)]) == 0
@@ -165,7 +167,7 @@ def test_a_bad_measurement_is_refused(tmp_path):
     data = tmp_path / "m.yaml"
     data.write_text(
         "measurements:\n"
-        "  - {gpu: rtx4090, model: qwen2.5-7b, engine: e, prompt_tokens: 10, output_tokens: 20,\n"
+        "  - {gpu: rtx4090, model: qwen2.5-7b, engine: e, frontend: engine, prompt_tokens: 10, output_tokens: 20,\n"
         "     metric: output_rate, value: 50, source: '', url: 'https://example.org', where: w}\n"
     )
     with pytest.raises(ValueError, match="source"):

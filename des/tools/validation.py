@@ -67,7 +67,8 @@ class Measurement(Strict):
     ``source`` published it (``url``, ``where``: the table and row). ``gpu`` and ``model``
     are catalog names or mappings as in a scenario (a ``base`` and overrides, or a whole
     spec with its ``source``); ``set`` holds dotted des settings that match engine settings
-    the source states."""
+    the source states; ``frontend`` how the source reached the engine (des's
+    ``serving.frontend``: ``engine`` for offline benchmarks, ``api_server`` through a server)."""
 
     gpu: str | dict[str, Any]
     model: str | dict[str, Any]
@@ -75,6 +76,7 @@ class Measurement(Strict):
     tp: PositiveInt = 1
     batch: PositiveInt = 1
     engine: str = Field(min_length=1)
+    frontend: Literal["engine", "api_server"]
     prompt_tokens: PositiveInt
     output_tokens: PositiveInt
     metric: Metric
@@ -125,6 +127,7 @@ def one_request_scenario(m: Measurement) -> Scenario:
             "output_tokens": {"dist": "fixed", "value": m.output_tokens},
         },
         "cluster": {"tp": m.tp},
+        "serving": {"frontend": m.frontend},
     }
     return load_scenario(data, list(m.set.items()))
 
