@@ -1,9 +1,10 @@
 """Build a scenario's SimPy model, run it, and hand the records to :mod:`des.metrics`.
 
 Random streams: one ``numpy.random.SeedSequence(seed)`` spawns a child generator per
-component — arrivals, prompt lengths, output lengths, router, think times — so
-changing one component's draws never shifts another's, and the same scenario and
-seed give identical results.
+component — arrivals, prompt lengths, output lengths, router, think times, and the
+draw of the step-time model's error (``model``, used only with ``model_uncertainty``:
+:mod:`des.cost.uncertainty`) — so changing one component's draws never shifts
+another's, and the same scenario and seed give identical results.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import simpy
 from simpy.core import EmptySchedule
 from simpy.events import Event
 
+from des.cost.uncertainty import scenario_draws
 from des.engine.cluster import Cluster
 from des.engine.events import StopAt
 from des.scenario import Scenario
@@ -28,7 +30,9 @@ if TYPE_CHECKING:
 
 #: Named random streams, spawned in this order from the run's seed. New streams go at
 #: the end, so the existing ones keep their draws.
-STREAMS = ("arrivals", "prompt_tokens", "output_tokens", "router", "think", "router_decode", "prefix", "turns")
+STREAMS = (
+    "arrivals", "prompt_tokens", "output_tokens", "router", "think", "router_decode", "prefix", "turns", "model",
+)  # fmt: skip
 #: The router stream of each pool, in pool order.
 ROUTER_STREAMS = ("router", "router_decode")
 
@@ -48,7 +52,8 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     streams = _generators(scenario.seed)
     plan = scenario.plan()
     routers = [streams[name] for name in ROUTER_STREAMS]
-    cluster = Cluster(env, plan, scenario.model, scenario.precision, scenario.cost_model, routers, fast_forward)
+    draws = scenario_draws(scenario, streams["model"])
+    cluster = Cluster(env, plan, scenario.model, scenario.precision, scenario.cost_model, routers, fast_forward, draws)
     h = scenario.horizon
     duration = h.duration if h.duration is not None else math.inf
     limit = plan.context_limit(scenario.model)

@@ -27,6 +27,7 @@ import simpy
 from des.catalog.memory import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind
+from des.cost.uncertainty import ModelDraws
 from des.engine.instance import BuildContext, Instance
 from des.engine.ledger import RequestLog
 from des.engine.plan import Plan
@@ -39,7 +40,8 @@ from des.workload.spec import RequestSpec
 
 class Cluster:
     """The pools ``plan`` asks for (of ``model`` at ``precision``, step times from
-    ``cost``), router ``i`` drawing from ``routers[i]``; every step logged."""
+    ``cost``, scaled by ``draws`` when the run draws the model's error), router ``i``
+    drawing from ``routers[i]``; every step logged."""
 
     def __init__(
         self,
@@ -50,12 +52,14 @@ class Cluster:
         cost: CostKind,
         routers: Sequence[np.random.Generator],
         fast_forward: bool = True,
+        draws: ModelDraws | None = None,
     ):
         self.env = env
         self.plan = plan
+        self.draws = draws
         self.log = StepLog()
         self.transfers = TransferLog()
-        ctx = BuildContext(env, model, precision, cost, self.log, self.transfers, self.leave, fast_forward)
+        ctx = BuildContext(env, model, precision, cost, self.log, self.transfers, self.leave, fast_forward, draws)
         self.topology = build_topology(ctx, plan, routers)
         self.ledger = RequestLog()
         self.in_system = 0  # admitted requests not yet completed

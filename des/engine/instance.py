@@ -30,6 +30,7 @@ from simpy.events import Event
 from des.catalog.memory import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind, CostModel
+from des.cost.uncertainty import ModelDraws
 from des.cost.work import StepWork
 from des.engine.events import Barrier, ExactlyAt
 from des.engine.kvcache import BlockManager
@@ -46,8 +47,9 @@ Leave = Callable[[Request, "Instance"], None]
 class BuildContext:
     """What every part of a cluster is built with: the clock ``env``; the ``model`` served
     at ``precision``, with step times from the ``cost`` kind; the run's records (``log``
-    of steps, ``transfers`` of KV); the exit ``leave``; and whether steps run
-    back to back when nothing else can happen (``fast_forward``)."""
+    of steps, ``transfers`` of KV); the exit ``leave``; whether steps run
+    back to back when nothing else can happen (``fast_forward``); and the run's draw of
+    the step-time model's error (``draws``; None: the model as fitted)."""
 
     env: simpy.Environment
     model: ModelSpec
@@ -57,6 +59,7 @@ class BuildContext:
     transfers: TransferLog
     leave: Leave
     fast_forward: bool = True
+    draws: ModelDraws | None = None
 
 
 class Instance:
