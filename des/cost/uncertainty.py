@@ -20,7 +20,7 @@ every group, zero sds included, so that giving one group an sd does not shift th
 others' draws; a zero sd gives a multiplier of exactly 1.
 
 **Where the sds come from: :data:`SD_SOURCES`, the one place to plug a new one in.**
-Each entry is a function ``(gpu, efficiency, scenario) -> {group: sd}``; later entries
+Each entry is a function ``(gpu, efficiency, scenario or None) -> {group: sd}``; later entries
 override earlier ones for the groups they name, and a group no entry names has sd 0.
 Today the only entry reads ``Efficiency.uncertainty`` (the catalog's fitted or transfer
 residuals, or a calibration file's). The tensor-parallel communication sd on the GPU's
@@ -45,13 +45,15 @@ if TYPE_CHECKING:
     from des.catalog.specs import GPUSpec
     from des.scenario import Scenario
 
-#: A source of sds: ``(gpu, efficiency or None, scenario) -> {group: sd}`` (see the module).
-SdSource = Callable[["GPUSpec", "Efficiency | None", "Scenario"], Mapping[UncertaintyGroup, float]]
+#: A source of sds: ``(gpu, efficiency, scenario or None) -> {group: sd}`` (see the module).
+SdSource = Callable[["GPUSpec", Efficiency, "Scenario | None"], Mapping[UncertaintyGroup, float]]
 
 
-def _efficiency_sds(gpu: GPUSpec, efficiency: Efficiency | None, scenario: Scenario) -> Mapping[UncertaintyGroup, float]:
+def _efficiency_sds(
+    gpu: GPUSpec, efficiency: Efficiency, scenario: Scenario | None
+) -> Mapping[UncertaintyGroup, float]:
     """The residual sds the efficiency factors carry (``Efficiency.uncertainty``)."""
-    return efficiency.uncertainty if efficiency is not None else {}
+    return efficiency.uncertainty
 
 
 #: The sources of a GPU's sds, in order of precedence (later wins): plug new ones in here.
@@ -90,17 +92,25 @@ class FactorSource:
         return text + (f"; sd of ln(time): {', '.join(sds)}" if sds else "; no uncertainty stated")
 
 
-def factor_source(gpu: GPUSpec, scenario: Scenario) -> FactorSource:
-    """The factor source of ``gpu`` under ``scenario``'s cost model (its ``efficiency``
-    overrides the GPU's, as :func:`des.cost.roofline.build_roofline` does)."""
-    cost = scenario.cost_model
-    if cost.kind != "roofline":
-        return FactorSource(gpu, None, "spec", f"step times set by the {cost.kind} cost model")
-    efficiency: Efficiency = getattr(cost, "efficiency", None) or gpu.efficiency
+def factor_source(gpu: GPUSpec, efficiency: Efficiency | None = None, scenario: Scenario | None = None) -> FactorSource:
+    """The factor source of ``gpu`` whose cost model uses ``efficiency`` (default: the
+    GPU's own), its sds gathered from :data:`SD_SOURCES` (``scenario``: the run's, when
+    there is one; ``des costmodel`` has none)."""
+    efficiency = efficiency or gpu.efficiency
     sds: dict[UncertaintyGroup, float] = {}
     for source in SD_SOURCES:
         sds.update(source(gpu, efficiency, scenario))
     return FactorSource(gpu, efficiency, efficiency.provenance, efficiency.basis, sds)
+
+
+def scenario_source(gpu: GPUSpec, scenario: Scenario) -> FactorSource:
+    """The factor source of ``gpu`` under ``scenario``'s cost model: a roofline's
+    ``efficiency`` overrides the GPU's (as :func:`des.cost.roofline.build_roofline` does);
+    a constant or linear step time uses no factors."""
+    cost = scenario.cost_model
+    if cost.kind != "roofline":
+        return FactorSource(gpu, None, "spec", f"step times set by the {cost.kind} cost model")
+    return factor_source(gpu, getattr(cost, "efficiency", None), scenario)
 
 
 def factor_sources(scenario: Scenario) -> list[FactorSource]:
@@ -109,7 +119,7 @@ def factor_sources(scenario: Scenario) -> list[FactorSource]:
     for pool in scenario.plan().pools:
         if pool.gpu not in gpus:
             gpus.append(pool.gpu)
-    return [factor_source(gpu, scenario) for gpu in gpus]
+    return [scenario_source(gpu, scenario) for gpu in gpus]
 
 
 def run_provenance(sources: Sequence[FactorSource]) -> Provenance:
@@ -142,9 +152,10 @@ class ModelDraws:
         return None
 
     def describe(self) -> list[str]:
-        """Per GPU type, the multipliers drawn: ``rtx4090: gemm x1.043, attention x0.97``."""
+        """Per GPU type, the multipliers drawn (groups with an sd): ``rtx4090: gemm x1.04, attention x0.97``."""
         return [
-            f"{gpu.name}: " + ", ".join(f"{g} x{m:.3g}" for g, m in multipliers.items())
+            f"{gpu.name}: "
+            + (", ".join(f"{g} x{m:.3g}" for g, m in multipliers.items() if m != 1.0) or "none (every sd 0)")
             for gpu, multipliers in self.draws
         ]
 
@@ -176,6 +187,7 @@ __all__ = [
     "factor_source",
     "factor_sources",
     "no_uncertainty_note",
+    "scenario_source",
     "run_provenance",
     "scenario_draws",
 ]
