@@ -430,9 +430,9 @@ def capacity(
     import json
 
     from des import render
+    from des.scenario import scenario_warnings
     from des.study.capacity import CapacityQuestion
     from des.study.runner import open_backend
-    from des.scenario import scenario_warnings
     from des.study.spec import MODEL_REPLICATIONS, is_replay
     from des.study.sweep import default_workers
 

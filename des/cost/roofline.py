@@ -231,9 +231,7 @@ class Roofline:
         multiplier: every term of a group, and so the group's time in any step, scales by
         it (the softened roofline ``max(W, C) + k · min(W, C)`` too, since ``W`` and ``C``
         both do). Groups left out keep a multiplier of 1."""
-        changes = {
-            name: getattr(self, name) * m for group, m in multipliers.items() for name in GROUP_FIELDS[group]
-        }
+        changes = {name: getattr(self, name) * m for group, m in multipliers.items() for name in GROUP_FIELDS[group]}
         return replace(self, **changes) if changes else self
 
     def step_time(self, shape: BatchShape) -> float:
@@ -425,6 +423,4 @@ class RooflineConfig(Strict):
         return Engine(self.enforce_eager, self.max_cudagraph_capture_size, self.async_scheduling)
 
     def build(self, ctx: CostContext) -> Roofline:
-        return build_roofline(
-            ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.multipliers
-        )
+        return build_roofline(ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.multipliers)

@@ -166,7 +166,9 @@ def draw(sources: Sequence[FactorSource], rng: np.random.Generator) -> ModelDraw
     out = []
     for source in sources:
         z = rng.standard_normal(len(UNCERTAINTY_GROUPS))
-        multipliers = {g: math.exp(source.sds.get(g, 0.0) * float(x)) for g, x in zip(UNCERTAINTY_GROUPS, z, strict=True)}
+        multipliers = {
+            g: math.exp(source.sds.get(g, 0.0) * float(x)) for g, x in zip(UNCERTAINTY_GROUPS, z, strict=True)
+        }
         out.append((source.gpu, multipliers))
     return ModelDraws(tuple(out))
 
