@@ -452,7 +452,7 @@ def capacity(
             f"a replay's interval comes from its {replications - 1} resampled trace(s) "
             "(des/study/resample.py): with fewer than 4 it is very wide or none; give --replications 5 or more"
         )
-    elif sc.model_uncertainty and replications < MODEL_REPLICATIONS:
+    if sc.model_uncertainty and replications < MODEL_REPLICATIONS:
         render.warning(
             f"with model uncertainty the intervals rest on the spread of {replications} replication(s) per value: "
             f"give --replications {MODEL_REPLICATIONS} or more"

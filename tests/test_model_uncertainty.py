@@ -430,3 +430,21 @@ def test_intervals_with_model_uncertainty_cover_a_truth_whose_factors_are_off_by
     # two thirds, and e2e (whose spread over 60 requests is mostly the answers' lengths) in most
     missed = {m: nominal_covered[m] / TRIALS for m in ("ttft_mean", "tpot_mean", "tpot_p50")}
     assert all(s < threshold for s in missed.values()), missed
+
+
+def test_a_replay_with_model_error_takes_the_prediction_interval_of_all_its_replications():
+    values = np.array([0.020, 0.024, 0.018, 0.027, 0.022])
+    both = estimate("tpot_mean", values, replay=True, model=True)
+    assert both == model_interval("tpot_mean", values) and both.value == pytest.approx(values.mean())
+    assert estimate("tpot_mean", values, replay=True).value == 0.020  # without: the recorded trace's
+
+
+def test_capacity_judges_with_model_error_by_the_prediction_interval():
+    from des.study.capacity import judge, parse_slo
+
+    slo = parse_slo("tpot_p50<=0.03", ["tpot_p50"])
+    summaries = [{"stable": True, "tpot_p50": v} for v in (0.020, 0.024, 0.018, 0.027, 0.022)]
+    ev = judge(4.0, [slo], summaries, model=True)
+    e = model_interval("tpot_p50", np.array([s["tpot_p50"] for s in summaries]))
+    assert ev.methods == {"tpot_p50": MODEL} and ev.metrics["tpot_p50"] == pytest.approx((e.value, e.low, e.high))
+    assert ev.holds and not ev.surely_holds  # the real system may reach 30 ms within the model's error

@@ -44,8 +44,10 @@ the measured requests themselves (each run's ``latencies.parquet``, in arrival o
   of the same law), on the log scale for latencies (the drawn multipliers are
   lognormal), its ends clipped to the metric's support. It is not divided by
   ``sqrt(R)``: the real system is one more draw of the model's error and of the
-  traffic, not their mean. A replay keeps its bootstrap interval, whose resampled runs
-  draw the model's error too.
+  traffic, not their mean. A replay's too: its recorded trace and resamples are draws
+  of the traffic, each run with its own draw of the model's error, so the point is their
+  mean (centring on the recorded run's value, itself one draw of the model's error,
+  would leave the interval short by a factor of about sqrt(2)).
 
 Every latency interval holds its point estimate and, but for a prediction interval
 (the real system may be faster than every run), stays at or above the smallest
@@ -222,7 +224,7 @@ def estimate(
     drew the step-time model's error (:func:`model_interval`).
     """
     values = np.asarray(values, float)
-    if model and not replay:
+    if model:
         return model_interval(metric, values, upper)
     latency = latency_stat(metric)
     floor = _smallest(series) if latency is not None and series is not None else None
@@ -246,17 +248,17 @@ def _smallest(series: Sequence[np.ndarray]) -> float | None:
 
 def describe(replications: int, sizes: Sequence[int], replay: bool, model: bool = False) -> str:
     """The methods of a point's intervals, in words (the ``interval_method`` column)."""
-    if model and not replay:
+    if model:
+        resampled = ", all but the first replaying a resample of the trace" if replay else ""
         return (
             f"{MODEL}: 95 % prediction interval of the real system's value from the spread of {replications} "
-            "replication(s), each drawing the step-time model's error (latencies on the log scale)"
+            f"replication(s), each drawing the step-time model's error{resampled} (latencies on the log scale)"
         )
     if replay:
         if replications >= 3:
-            drawn = ", each drawing the step-time model's error" if model else ""
             return (
-                f"{REPLAY}: the recorded trace's value ± t x the spread of {replications - 1} resampled traces"
-                f"{drawn} (latencies on the log scale)"
+                f"{REPLAY}: the recorded trace's value ± t x the spread of {replications - 1} resampled traces "
+                f"(latencies on the log scale)"
             )
         b = batches_per_run(1, sizes[:1])
         return f"{BATCH_MEANS} of the recorded replay ({b} batches) for latencies; no interval for other metrics"
