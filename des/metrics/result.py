@@ -75,6 +75,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     summary.update(transfer_metrics(transfers, requests, scenario.warmup, end))
     summary.update(utilisation(steps, [p for p in pools for _ in range(p.instances)], scenario.warmup, end))
     summary.update(cache_metrics(steps, scenario.warmup, end))
+    summary["factor_provenance"] = run_provenance(factor_sources(scenario))
     split = cluster.plan.link is not None
     start, arrivals_end = summary["arrival_window_start"], summary["arrival_window_end"]
     summary["decode_full_share"] = (
@@ -86,5 +87,4 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     )
     closed = getattr(scenario.workload.arrival, "process", None) == "closed"
     summary.update(verdict_notes(summary, requests, steps, closed, split))
-    summary["factor_provenance"] = run_provenance(factor_sources(scenario))
     return Result(scenario, requests, steps, summary, transfers if split else None, cluster.draws)
