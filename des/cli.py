@@ -389,7 +389,12 @@ def sweep(
     default=None,
     help="Instead: the fewest cluster.replicas that carry this arrival rate (req/s).",
 )
-@click.option("--replications", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--replications",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replications per value (default: 5; 10 with model uncertainty, whose intervals rest on their spread).",
+)
 @click.option(
     "--tolerance",
     type=click.FloatRange(min=1e-4, max=0.5),
@@ -412,7 +417,7 @@ def capacity(
     low: float | None,
     high: float | None,
     target_rate: float | None,
-    replications: int,
+    replications: int | None,
     tolerance: float,
     out_dir: Path | None,
     workers: int | None,
@@ -440,6 +445,7 @@ def capacity(
     for note in scenario_warnings(sc):
         if note.startswith("model_uncertainty:"):
             render.warning(note)
+    replications = replications or (MODEL_REPLICATIONS if sc.model_uncertainty else 5)
     question = CapacityQuestion.ask(
         sc, slos, param, target_rate, replications=replications, low=low, high=high, tolerance=tolerance
     )
