@@ -66,6 +66,22 @@ def headline_facts(points: pd.DataFrame, runs: pd.DataFrame, study: Mapping[str,
     }
 
 
+def factor_facts(runs: pd.DataFrame, scenario: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the headline's step times come from: each GPU type's factors, fitted (to
+    what), transferred (from what) or spec only, with their stated uncertainty, read from
+    a run's resolved ``scenario``; and the runs' ``factor_provenance`` (the least-fitted
+    GPU of each run, from their summaries)."""
+    from des.cost.uncertainty import factor_sources
+    from des.scenario import load_scenario
+
+    sources = factor_sources(load_scenario(scenario))
+    kinds = sorted(set(runs["factor_provenance"].dropna())) if "factor_provenance" in runs else []
+    return {
+        "factor_sources": "; ".join(s.describe() for s in sources),
+        "factor_provenance": ", ".join(kinds) or "not recorded (runs older than factor_provenance)",
+    }
+
+
 def capacity_facts(points: pd.DataFrame, slo: dict[str, float] = capacity.DEFAULT_SLO) -> dict[str, Any]:
     """Each scheduler's capacity under ``slo`` (cv 1 and 3), and what static batching and
     bursts cost: the headline study's continuous and static batching, Poisson and cv 3."""
@@ -112,8 +128,10 @@ def facts(res: Path) -> dict[str, Any]:
     headline and burstiness sweeps in ``res``."""
     head = Sweep(res / "headline")
     points = head.points
+    runs = head.runs
     return (
-        headline_facts(points, head.runs, head.study)
+        headline_facts(points, runs, head.study)
+        | factor_facts(runs, head.scenario(str(runs["run_id"].iloc[0])))
         | capacity_facts(points)
         | static_tpot_facts(points)
         | burstiness_facts(Sweep(res / "burstiness").points)

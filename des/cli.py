@@ -1,8 +1,8 @@
 """The ``des`` command: each subcommand parses its flags, calls the library, renders.
 
-``des run [SCENARIO] [--out DIR] [--seed N] [--set dotted.key=value ...]`` simulates a
-scenario (the embedded default when none is given), prints a summary and writes the
-results folder; ``des sweep STUDY`` runs a study; ``des capacity`` searches for the
+``des run [SCENARIO] [--out DIR] [--seed N] [--set dotted.key=value ...]
+[--model-uncertainty]`` simulates a scenario (the embedded default when none is given),
+prints a summary and writes the results folder; ``des sweep STUDY`` runs a study; ``des capacity`` searches for the
 highest load within SLOs; ``des costmodel`` tabulates the roofline; ``des calibrate``,
 ``des compare`` and ``des bench`` run the tools of :mod:`des.tools`. Invalid input
 prints ``error: <dotted.path or --flag>: <problem>`` lines on stderr and exits with
@@ -89,8 +89,11 @@ def main() -> None:
     """des: discrete-event simulation of LLM inference serving."""
 
 
-def _scenario(path: Path | None, overrides: Sequence[str], seed: int | None = None) -> Scenario:
-    """The scenario at ``path`` (the embedded default when None) with ``--set`` and ``--seed``."""
+def _scenario(
+    path: Path | None, overrides: Sequence[str], seed: int | None = None, model_uncertainty: bool = False
+) -> Scenario:
+    """The scenario at ``path`` (the embedded default when None) with ``--set``, ``--seed``
+    and ``--model-uncertainty``."""
     from des.scenario import load_scenario, read_yaml
     from des.study.spec import is_study
 
@@ -99,6 +102,8 @@ def _scenario(path: Path | None, overrides: Sequence[str], seed: int | None = No
     items: list[str | tuple[str, Any]] = list(overrides)
     if _seed(seed) is not None:
         items.append(("seed", seed))
+    if model_uncertainty:
+        items.append(("model_uncertainty", True))
     return load_scenario(path, items)
 
 
@@ -158,6 +163,11 @@ WORKERS = click.option(
 BACKEND = click.option("--backend", type=click.Choice(["local", "dask"]), default="local", show_default=True)
 ADDRESS = click.option("--address", default=None, help="tcp://host:port of a dask scheduler (default: a LocalCluster).")
 QUIET = click.option("--quiet", is_flag=True, help="Print nothing but errors.")
+MODEL_UNCERTAINTY = click.option(
+    "--model-uncertainty",
+    is_flag=True,
+    help="Draw the step-time model's error from the GPUs' stated uncertainty (model_uncertainty: true).",
+)
 SCENARIO = click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 
 
@@ -173,6 +183,7 @@ SCENARIO = click.argument("scenario", required=False, type=click.Path(dir_okay=F
     show_default=True,
     help="Rows of steps.parquet: every GPU step, a systematic sample of at most 100,000, or no file.",
 )
+@MODEL_UNCERTAINTY
 @QUIET
 @user_errors()
 def run(
@@ -181,6 +192,7 @@ def run(
     seed: int | None,
     overrides: tuple[str, ...],
     steps: str,
+    model_uncertainty: bool,
     quiet: bool,
 ) -> None:
     """Simulate SCENARIO (default: the embedded RTX 4090 + Qwen2.5-7B scenario)."""
@@ -189,7 +201,7 @@ def run(
     from des.scenario import scenario_warnings
     from des.simulation import simulate
 
-    sc = _scenario(scenario, overrides, seed)
+    sc = _scenario(scenario, overrides, seed, model_uncertainty)
     for note in scenario_warnings(sc):
         render.warning(note)
     out_dir = _writable(out_dir or _default_folder(sc.name))
@@ -340,8 +352,11 @@ def sweep(
     from des import render
     from des.study import load_study
     from des.study import sweep as run_sweep
+    from des.study.spec import model_notes
 
     study = load_study(study_path)
+    for note in model_notes(study):
+        render.warning(note)
     out_dir = _writable(out_dir or _default_folder(study.spec.name))
     tick, bar = render.progress("sweep", quiet, f"sweeping {study.spec.name}")
     t0 = time.perf_counter()
@@ -378,7 +393,12 @@ def sweep(
     default=None,
     help="Instead: the fewest cluster.replicas that carry this arrival rate (req/s).",
 )
-@click.option("--replications", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--replications",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replications per value (default: 5; 10 with model uncertainty, whose intervals rest on their spread).",
+)
 @click.option(
     "--tolerance",
     type=click.FloatRange(min=1e-4, max=0.5),
@@ -391,6 +411,7 @@ def sweep(
 @BACKEND
 @ADDRESS
 @SET
+@MODEL_UNCERTAINTY
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON (for scripts); the log goes to stderr.")
 @user_errors()
 def capacity(
@@ -400,13 +421,14 @@ def capacity(
     low: float | None,
     high: float | None,
     target_rate: float | None,
-    replications: int,
+    replications: int | None,
     tolerance: float,
     out_dir: Path | None,
     workers: int | None,
     backend: str,
     address: str | None,
     overrides: tuple[str, ...],
+    model_uncertainty: bool,
     as_json: bool,
 ) -> None:
     """The highest PARAM (default: the arrival rate) at which every SLO holds, with a 95 % CI.
@@ -417,12 +439,17 @@ def capacity(
     import json
 
     from des import render
+    from des.scenario import scenario_warnings
     from des.study.capacity import CapacityQuestion
     from des.study.runner import open_backend
-    from des.study.spec import is_replay
+    from des.study.spec import MODEL_REPLICATIONS, is_replay
     from des.study.sweep import default_workers
 
-    sc = _scenario(scenario, overrides)
+    sc = _scenario(scenario, overrides, model_uncertainty=model_uncertainty)
+    for note in scenario_warnings(sc):
+        if note.startswith("model_uncertainty:"):
+            render.warning(note)
+    replications = replications or (MODEL_REPLICATIONS if sc.model_uncertainty else 5)
     question = CapacityQuestion.ask(
         sc, slos, param, target_rate, replications=replications, low=low, high=high, tolerance=tolerance
     )
@@ -434,6 +461,11 @@ def capacity(
         render.warning(
             f"a replay's interval comes from its {replications - 1} resampled trace(s) "
             "(des/study/resample.py): with fewer than 4 it is very wide or none; give --replications 5 or more"
+        )
+    if sc.model_uncertainty and replications < MODEL_REPLICATIONS:
+        render.warning(
+            f"with model uncertainty the intervals rest on the spread of {replications} replication(s) per value: "
+            f"give --replications {MODEL_REPLICATIONS} or more"
         )
     answer = question.answer(
         open_backend(backend, workers or default_workers(), address),

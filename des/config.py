@@ -65,6 +65,17 @@ def plausible_latency(metric: str, seconds: float) -> str | None:
     return None
 
 
+def _flag(value: Any) -> bool:
+    """``value`` when it is a boolean; ValueError otherwise (pydantic would take ``"yes"``, 1)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false (got {value!r})")
+    return value
+
+
+#: A switch: ``true`` or ``false`` only, not a string or number that pydantic would read as one.
+Flag = Annotated[bool, BeforeValidator(_flag)]
+
+
 class _Duration:
     """Marks a number field that also takes a string with a time unit (``2000ms``)."""
 

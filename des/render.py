@@ -241,6 +241,14 @@ def memory_line(plan: MemoryPlan) -> str:
     )
 
 
+def factor_lines(sc: Scenario) -> list[str]:
+    """Per GPU type of the run, where its step-time factors come from: fitted (to what),
+    transferred (from what) or spec only, and their stated uncertainty."""
+    from des.cost.uncertainty import factor_sources
+
+    return [source.describe() for source in factor_sources(sc)]
+
+
 def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files: Sequence[str] = ()) -> None:
     from des.metrics.summary import rejections
 
@@ -278,6 +286,10 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
             f"waiting for blocks {fmt(s['kv_transfer_wait_mean'])} s mean",
         )
     head.add_row("stable", stability_line(s, sc.slo.limits() if sc.slo is not None else None))
+    for i, line in enumerate(factor_lines(sc)):
+        head.add_row("step times" if i == 0 else "", line)
+    if result.draws is not None:
+        head.add_row("model error", "drawn (model_uncertainty): " + "; ".join(result.draws.describe()))
     console.print(head)
     table = Table(title="latency (seconds)", title_justify="left")
     table.add_column("metric")
@@ -420,6 +432,8 @@ def capacity_answer(answer: CapacityAnswer) -> str:
 
 
 def cost_report(rep: CostReport) -> None:
+    from des.cost.uncertainty import factor_source
+
     gpu, model, precision, tp = rep.gpu, rep.model, rep.precision, rep.tp
     facts = rep.facts()
     console = out()
@@ -438,6 +452,7 @@ def cost_report(rep: CostReport) -> None:
         f"GEMMs at {gpu.efficiency.gemm_compute:.2f} of peak, weights at {gpu.efficiency.weight_bandwidth:.2f} "
         f"of bandwidth (knee {gpu.efficiency.gemm_knee:.2f}), CPU {gpu.efficiency.step_overhead * 1e3:.2g} ms/step",
     )
+    head.add_row("factors", factor_source(gpu).describe())
     head.add_row("ridge", f"{facts['ridge_tokens']:.0f} tokens per step (compute overtakes weight reads)")
     head.add_row(
         "kv",
@@ -631,6 +646,7 @@ def comparison(cmp: Comparison, out_dir: Path) -> None:
         )
     if measured.server is not None:
         console.print(f"server    {measured.server.source}: KV cache size and preemptions as it states them")
+    console.print("\n".join(f"factors   {line}" for line in factor_lines(sc)), highlight=False)
     table = Table(title="measured against des (error = des / measured - 1)", title_justify="left")
     for col in ("metric", "measured", "des", "error"):
         table.add_column(col, justify="left" if col == "metric" else "right")

@@ -33,7 +33,7 @@ from pydantic import (
 from des import catalog
 from des.catalog.memory import GraphCapture, MemoryPlan, Precision
 from des.catalog.specs import GPUSpec, ModelSpec
-from des.config import MAX_TIME, DuplicateKey, Seconds, Strict, load_yaml, plausible_latency
+from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml, plausible_latency
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.cost.frontend import FrontendSpec, Serving
 from des.dotted import deep_copy, set_dotted
@@ -92,7 +92,11 @@ class ClusterConfig(Strict):
 
 
 class Scenario(Strict):
-    """One simulation: hardware, model, workload, engine and horizon. Times in seconds."""
+    """One simulation: hardware, model, workload, engine and horizon. Times in seconds.
+
+    ``model_uncertainty``: draw the step-time model's error for this run, one multiplier
+    per GPU type and group of work from the factors' stated uncertainty
+    (:mod:`des.cost.uncertainty`), from the seed's own ``model`` stream."""
 
     name: str = "scenario"
     seed: int = Field(0, ge=0)
@@ -107,6 +111,7 @@ class Scenario(Strict):
     scheduler: SchedulerConfig = ContinuousConfig()
     cluster: ClusterConfig = ClusterConfig()
     slo: SLO | None = None
+    model_uncertainty: Flag = False
 
     @field_validator("scheduler", "cost_model", mode="before")
     @classmethod
@@ -490,6 +495,12 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
     if isinstance(w.arrival, Trace):
         notes += [f"workload.arrival: {note}" for note in w.arrival.notes]
     notes += _warmup_past_arrivals(scenario)
+    if scenario.model_uncertainty:
+        from des.cost.uncertainty import factor_sources, no_uncertainty_note
+
+        none = no_uncertainty_note(factor_sources(scenario))
+        if none:
+            notes.append(f"model_uncertainty: {none}")
     if scenario.slo is not None:
         for name, limit in scenario.slo.limits().items():
             doubt = plausible_latency(name, limit)

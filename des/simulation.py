@@ -2,8 +2,9 @@
 
 Random streams: one ``numpy.random.SeedSequence(seed)`` spawns a child generator per
 component — arrivals, prompt lengths, output lengths, router, think times, closed-loop
-clients' turnaround — so changing one component's draws never shifts another's, and the
-same scenario and seed give identical results.
+clients' turnaround, and the draw of the step-time model's error (``model``, used only
+with ``model_uncertainty``: :mod:`des.cost.uncertainty`) — so changing one component's
+draws never shifts another's, and the same scenario and seed give identical results.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import simpy
 from simpy.core import EmptySchedule
 from simpy.events import Event
 
+from des.cost.uncertainty import scenario_draws
 from des.engine.cluster import Cluster
 from des.engine.events import StopAt
 from des.scenario import Scenario
@@ -38,6 +40,7 @@ STREAMS = (
     "prefix",
     "turns",
     "client",
+    "model",
 )
 #: The router stream of each pool, in pool order.
 ROUTER_STREAMS = ("router", "router_decode")
@@ -59,8 +62,9 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     plan = scenario.plan()
     routers = [streams[name] for name in ROUTER_STREAMS]
     frontend = scenario.frontend
+    draws = scenario_draws(scenario, streams["model"])
     cluster = Cluster(
-        env, plan, scenario.model, scenario.precision, scenario.cost_model, routers, fast_forward, frontend
+        env, plan, scenario.model, scenario.precision, scenario.cost_model, routers, fast_forward, frontend, draws
     )
     h = scenario.horizon
     duration = h.duration if h.duration is not None else math.inf

@@ -197,6 +197,7 @@ def test_compare_command_prints_the_table_and_writes_the_figure(recorded, tmp_pa
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    assert "factors   rtx4090: " in done.stdout  # where the step-time factors come from
     for metric in ("throughput_rps", "ttft_p99", "tpot_mean", "itl_p50", "e2e_p90"):
         line = next(x for x in done.stdout.splitlines() if metric in x)
         assert "+0.0 %" in line, line

@@ -9,10 +9,12 @@ specs, built once per run from a :class:`CostContext`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from des.catalog.efficiency import UncertaintyGroup
     from des.catalog.memory import Precision
     from des.catalog.specs import GPUSpec, ModelSpec
     from des.cost.frontend import FrontendSpec
@@ -74,13 +76,18 @@ class CostModel(Protocol):
 @dataclass(frozen=True, slots=True)
 class CostContext:
     """What a cost model is built for: ``tp`` GPUs of ``gpu`` serving ``model`` at ``precision``
-    behind ``frontend`` (None: no serving stack around the steps)."""
+    behind ``frontend`` (None: no serving stack around the steps).
+
+    ``multipliers``: this run's draw of the step-time model's error, one factor per group
+    of work (:mod:`des.cost.uncertainty`), which a cost model built from efficiency
+    factors scales its groups' times by; None (no draw) for the model as fitted."""
 
     gpu: GPUSpec
     model: ModelSpec
     precision: Precision
     tp: int = 1
     frontend: FrontendSpec | None = None
+    multipliers: Mapping[UncertaintyGroup, float] | None = None
 
 
 class CostKind(Protocol):

@@ -46,16 +46,22 @@ outside the graph on the emitting rows only).
 
 Everything per (GPU, model, precision, tp, engine) is precomputed by
 :func:`build_roofline`; :meth:`Roofline.step_time` is a few dozen float operations.
+
+Model uncertainty (:mod:`des.cost.uncertainty`): a run that draws its step-time factors
+scales each group's precomputed seconds by one multiplier per group of
+:data:`~des.catalog.efficiency.UNCERTAINTY_GROUPS` (:data:`GROUP_FIELDS` says which
+coefficients belong to which group), once, at build time; the per-step path is the same.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 from pydantic import Field
 
-from des.catalog.efficiency import Efficiency
+from des.catalog.efficiency import Efficiency, UncertaintyGroup
 from des.catalog.interconnect import ring_factor
 from des.catalog.memory import GraphCapture, Precision
 from des.catalog.specs import GPUSpec, ModelSpec
@@ -246,6 +252,14 @@ class Roofline:
         out["frontend"] = self.stage_step_s + self.stage_seq_s * rows
         return out
 
+    def scaled(self, multipliers: Mapping[UncertaintyGroup, float]) -> Roofline:
+        """This roofline with each group's seconds (:data:`GROUP_FIELDS`) times its
+        multiplier: every term of a group, and so the group's time in any step, scales by
+        it (the softened roofline ``max(W, C) + k · min(W, C)`` too, since ``W`` and ``C``
+        both do). Groups left out keep a multiplier of 1."""
+        changes = {name: getattr(self, name) * m for group, m in multipliers.items() for name in GROUP_FIELDS[group]}
+        return replace(self, **changes) if changes else self
+
     def step_time(self, shape: BatchShape) -> float:
         s = shape
         pt, n = s.prefill_tokens, s.decode_tokens
@@ -313,6 +327,31 @@ class Roofline:
         return step if step > stage else stage
 
 
+#: The coefficients (seconds per unit of work) of each group of
+#: :data:`~des.catalog.efficiency.UNCERTAINTY_GROUPS`, which a drawn multiplier scales
+#: (:meth:`Roofline.scaled`). Every field of :class:`Roofline` that holds seconds belongs
+#: to exactly one group (a test checks it): a new time coefficient must be added here.
+GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
+    "gemm": ("gemm_weight_s", "gemm_s_per_prefill_token", "gemm_s_per_decode_token", "head_weight_s", "head_s_per_row"),
+    "attention": (
+        "dec_fixed_s", "dec_s_per_seq", "dec_s_per_context", "pre_fixed_s", "pre_s_per_pair",
+        "stream_s_per_context", "mixed_s_per_context", "mixed_s_per_seq", "mixed_compute_s_per_context",
+        "kv_write_s_per_token",
+    ),
+    "elementwise": (
+        "el_fixed_s", "el_s_per_token", "el_spill_s_per_byte", "samp_fixed_s", "samp_s_per_row",
+        "samp_spill_s_per_byte",
+    ),
+    "communication": ("allreduce_s_per_token", "allreduce_fixed_s", "allreduce_small_fixed_s"),
+    "cpu": ("cpu_step_s", "cpu_seq_s", "cpu_emit_s", "stage_step_s", "stage_seq_s"),
+}  # fmt: skip
+
+
+def time_fields() -> list[str]:
+    """The fields of :class:`Roofline` that hold seconds (``_s`` or ``_s_per_...``)."""
+    return [f.name for f in fields(Roofline) if f.name.endswith("_s") or "_s_per_" in f.name]
+
+
 def build_roofline(
     gpu: GPUSpec,
     model: ModelSpec,
@@ -321,9 +360,11 @@ def build_roofline(
     efficiency: Efficiency | None = None,
     engine: Engine | None = None,
     frontend: FrontendSpec | None = None,
+    multipliers: Mapping[UncertaintyGroup, float] | None = None,
 ) -> Roofline:
     """The roofline of ``model`` on ``tp`` × ``gpu`` with ``precision`` under ``engine``'s
-    settings, behind ``frontend`` (None: the engine core's CPU time alone)."""
+    settings, behind ``frontend`` (None: the engine core's CPU time alone); ``multipliers``
+    scale each group's times (a draw of the model's error, :mod:`des.cost.uncertainty`)."""
     precision = precision or Precision()
     engine = engine or Engine()
     e = efficiency or gpu.efficiency
@@ -361,7 +402,7 @@ def build_roofline(
         if limit and link.custom_latency is not None:
             ar_small = 2 * L * link.custom_latency
             ar_split = limit / (h * ACT_BYTES)
-    return Roofline(
+    roofline = Roofline(
         layers=L,
         gemm_weight_s=p_lin * precision.weight_bytes_per_param * seconds_per_byte(e.weight_bandwidth) / tp,
         gemm_s_per_prefill_token=2 * p_lin / (peak * e.gemm_compute) / tp,
@@ -403,6 +444,7 @@ def build_roofline(
         overlap_cpu=engine.async_scheduling,
         graph_max=engine.graph_max,
     )
+    return roofline.scaled(multipliers) if multipliers else roofline
 
 
 class RooflineConfig(Strict):
@@ -433,4 +475,6 @@ class RooflineConfig(Strict):
         return GraphCapture(self.engine.graph_max, self.estimate_cudagraph_memory)
 
     def build(self, ctx: CostContext) -> Roofline:
-        return build_roofline(ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.frontend)
+        return build_roofline(
+            ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.frontend, ctx.multipliers
+        )

@@ -32,6 +32,7 @@ from des.catalog.memory import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind
 from des.cost.frontend import FrontendSpec
+from des.cost.uncertainty import ModelDraws
 from des.engine.instance import BuildContext, Instance
 from des.engine.ledger import RequestLog
 from des.engine.plan import Plan
@@ -44,7 +45,8 @@ from des.workload.spec import RequestSpec
 
 class Cluster:
     """The pools ``plan`` asks for (of ``model`` at ``precision``, step times from
-    ``cost``, behind ``frontend``), router ``i`` drawing from ``routers[i]``; every step logged."""
+    ``cost``, behind ``frontend``, scaled by ``draws`` when the run draws the model's
+    error), router ``i`` drawing from ``routers[i]``; every step logged."""
 
     def __init__(
         self,
@@ -56,13 +58,17 @@ class Cluster:
         routers: Sequence[np.random.Generator],
         fast_forward: bool = True,
         frontend: FrontendSpec | None = None,
+        draws: ModelDraws | None = None,
     ):
         self.env = env
         self.plan = plan
         self.frontend = frontend
+        self.draws = draws
         self.log = StepLog()
         self.transfers = TransferLog()
-        ctx = BuildContext(env, model, precision, cost, self.log, self.transfers, self.leave, fast_forward, frontend)
+        ctx = BuildContext(
+            env, model, precision, cost, self.log, self.transfers, self.leave, fast_forward, frontend, draws
+        )
         self.topology = build_topology(ctx, plan, routers)
         self.ledger = RequestLog()
         self.in_system = 0  # admitted requests not yet completed

@@ -31,6 +31,7 @@ from des.catalog.memory import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind, CostModel
 from des.cost.frontend import FrontendSpec
+from des.cost.uncertainty import ModelDraws
 from des.cost.work import StepWork
 from des.engine.events import Barrier, ExactlyAt
 from des.engine.kvcache import BlockManager
@@ -48,8 +49,9 @@ class BuildContext:
     """What every part of a cluster is built with: the clock ``env``; the ``model`` served
     at ``precision``, with step times from the ``cost`` kind; the run's records (``log``
     of steps, ``transfers`` of KV); the exit ``leave``; whether steps run
-    back to back when nothing else can happen (``fast_forward``); and the serving
-    front-end around every engine (``frontend``, None: none)."""
+    back to back when nothing else can happen (``fast_forward``); the serving front-end
+    around every engine (``frontend``, None: none); and the run's draw of the step-time
+    model's error (``draws``; None: the model as fitted)."""
 
     env: simpy.Environment
     model: ModelSpec
@@ -60,6 +62,7 @@ class BuildContext:
     leave: Leave
     fast_forward: bool = True
     frontend: FrontendSpec | None = None
+    draws: ModelDraws | None = None
 
 
 class Instance:

@@ -145,7 +145,10 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
     index = 0
     for pool_plan, rng in zip(plan.pools, routers[: len(plan.pools)], strict=True):
         memory = pool_plan.memory(model, precision)
-        cost_model = ctx.cost.build(CostContext(pool_plan.gpu, model, precision, pool_plan.tp, ctx.frontend))
+        multipliers = ctx.draws.for_gpu(pool_plan.gpu) if ctx.draws is not None else None
+        cost_model = ctx.cost.build(
+            CostContext(pool_plan.gpu, model, precision, pool_plan.tp, ctx.frontend, multipliers)
+        )
         work = step_work(pool_plan.gpu, model, precision, pool_plan.tp)
         instances = []
         for _ in range(pool_plan.instances):

@@ -21,6 +21,7 @@ from des.metrics.utilisation import utilisation
 from des.metrics.verdict import verdict_notes
 
 if TYPE_CHECKING:
+    from des.cost.uncertainty import ModelDraws
     from des.engine.cluster import Cluster
     from des.scenario import Scenario
 
@@ -28,13 +29,15 @@ if TYPE_CHECKING:
 @dataclass
 class Result:
     """One run: ``requests`` (a row per request), ``steps`` (a row per GPU step), ``summary``,
-    and ``transfers`` (a row per KV transfer; empty unless prefill and decode are disaggregated)."""
+    and ``transfers`` (a row per KV transfer; empty unless prefill and decode are disaggregated);
+    ``draws``: the multipliers of the step-time model's error the run drew (``model_uncertainty``)."""
 
     scenario: Scenario
     requests: pd.DataFrame
     steps: pd.DataFrame
     summary: dict[str, Any]
     transfers: pd.DataFrame | None = None
+    draws: ModelDraws | None = None
 
 
 def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Result:
@@ -43,8 +46,12 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     ``kv_capacity_tokens`` and ``slot_utilization`` are those of an instance of the pool
     requests finish in (the only pool of colocated serving, the decode pool of
     disaggregated serving); utilisation measures every step against its own instance.
-    The last keys qualify the stability verdict (:mod:`des.metrics.verdict`).
+    The last keys qualify the stability verdict (:mod:`des.metrics.verdict`);
+    ``factor_provenance`` is the least-fitted provenance of the run's GPUs' step-time
+    factors (:func:`des.cost.uncertainty.run_provenance`).
     """
+    from des.cost.uncertainty import factor_sources, run_provenance
+
     cluster.settle()
     requests = requests_table(cluster.ledger)
     steps = steps_table(cluster.log)
@@ -68,6 +75,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     summary.update(transfer_metrics(transfers, requests, scenario.warmup, end))
     summary.update(utilisation(steps, [p for p in pools for _ in range(p.instances)], scenario.warmup, end))
     summary.update(cache_metrics(steps, scenario.warmup, end))
+    summary["factor_provenance"] = run_provenance(factor_sources(scenario))
     split = cluster.plan.link is not None
     start, arrivals_end = summary["arrival_window_start"], summary["arrival_window_end"]
     summary["decode_full_share"] = (
@@ -79,4 +87,4 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     )
     closed = getattr(scenario.workload.arrival, "process", None) == "closed"
     summary.update(verdict_notes(summary, requests, steps, closed, split))
-    return Result(scenario, requests, steps, summary, transfers if split else None)
+    return Result(scenario, requests, steps, summary, transfers if split else None, cluster.draws)

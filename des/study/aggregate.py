@@ -14,7 +14,9 @@ given. ``runs_short`` counts the replications whose warm-up or horizon is too sh
 judge them by (:mod:`des.study.adequacy`, ``adequacy`` says why), ``unstable_transient``
 the unstable ones whose instability their start-up may explain (the sweep calls such a
 point's stability "unsure", not "NO"). A trace replay's point is its recorded trace's run (the replications after it
-replay resamples of the trace, :mod:`des.study.resample`).
+replay resamples of the trace, :mod:`des.study.resample`). When the runs draw the
+step-time model's error (``model_uncertainty``), every interval is a prediction interval
+from the spread across replications (:func:`des.study.intervals.model_interval`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import pandas as pd
 from scipy import stats
 
 from des.study.runner import run_dir
-from des.study.spec import RunSpec, is_replay
+from des.study.spec import RunSpec, is_replay, uses_model_uncertainty
 
 NOT_METRICS = {"run", "replication", "seed"}
 POOLED = ("ttft", "tpot", "e2e", "queue_delay")
@@ -132,12 +134,13 @@ def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequen
         row: dict[str, Any] = {"variant": variant, **dict(zip(grid_keys, values, strict=True)), "n": len(members)}
         frames = [measured_requests(root, s) for s in members]
         replay = is_replay(members[0].scenario)
+        model = uses_model_uncertainty(members[0].scenario)
         for m in metrics:
             latency = latency_stat(m)
             series = [f[latency[0]].to_numpy(dtype=float) for f in frames] if latency else None
-            e = estimate(m, sub[m].to_numpy(dtype=float), series, replay, 1.0 if m in SHARES else None)
+            e = estimate(m, sub[m].to_numpy(dtype=float), series, replay, 1.0 if m in SHARES else None, model)
             row[m], row[f"{m}_lo"], row[f"{m}_hi"] = e.value, e.low, e.high
-        row["interval_method"] = describe(len(members), [len(f) for f in frames], replay)
+        row["interval_method"] = describe(len(members), [len(f) for f in frames], replay, model)
         row["all_stable"] = bool(sub["stable"].all())
         row["any_drifting"] = bool(sub["drifting"].any())
         summaries = sub.to_dict("records")

@@ -26,6 +26,12 @@ fail), bisects on "hold", then finds each edge of the confidence interval the sa
 and the first at which they surely fail above it, extending the bracket until they
 do. The same search over ``cluster.replicas`` (integers, at a fixed rate) gives the
 fewest replicas that carry a target load.
+
+With ``model_uncertainty`` every replication draws the step-time model's error, and the
+intervals are prediction intervals from the replications' spread
+(:func:`des.study.intervals.model_interval`): the SLOs surely hold where the real system
+would meet them whatever the model's error within its stated sds, and the capacity's
+interval covers that error as well as sampling error.
 """
 
 from __future__ import annotations
@@ -50,7 +56,15 @@ from des.study.adequacy import MAX_EXTENSIONS, Adequacy, check, extended, is_clo
 from des.study.adequacy import describe as describe_short
 from des.study.aggregate import SHARES, measured_requests
 from des.study.runner import CAPACITY, Backend, run_specs, sweep_lock
-from des.study.spec import RunSpec, is_replay, point_scenario, replication_seed, resamples, slug
+from des.study.spec import (
+    RunSpec,
+    is_replay,
+    point_scenario,
+    replication_seed,
+    resamples,
+    slug,
+    uses_model_uncertainty,
+)
 
 SLO_PATTERN = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=)\s*(\S+(?:\s+[a-zµ]+)?)\s*$")
 QUOTE_HINT = "quote it in the shell, e.g. --slo 'ttft_p99<=2' (bash reads < and > as redirections)"
@@ -160,12 +174,15 @@ def judge(
     requests: Sequence[pd.DataFrame] | None = None,
     replay: bool = False,
     checks: Sequence[Adequacy] | None = None,
+    model: bool = False,
 ) -> Evaluation:
     """The verdicts at ``value`` from its replications' summaries (and their measured
     ``requests``, in arrival order, for the latencies' intervals), with the reasons for a
     failure. ``replay``: the replications replay a trace, the first as recorded.
     ``checks``: the runs' warm-up and horizon checks; an instability a run's start-up
-    transient may explain keeps the SLOs from holding but is no sure failure."""
+    transient may explain keeps the SLOs from holding but is no sure failure. ``model``:
+    the runs drew the step-time model's error, and the intervals are prediction intervals
+    from the replications' spread (:func:`des.study.intervals.model_interval`)."""
     from des.study.intervals import estimate, latency_stat
 
     checks = checks or []
@@ -186,7 +203,7 @@ def judge(
             continue
         latency = latency_stat(slo.metric)
         series = [f[latency[0]].to_numpy(dtype=float) for f in requests] if latency and requests else None
-        e = estimate(slo.metric, vals, series, replay, 1.0 if slo.metric in SHARES else None)
+        e = estimate(slo.metric, vals, series, replay, 1.0 if slo.metric in SHARES else None, model)
         mean, lo, hi = e.value, e.low, e.high
         if math.isnan(lo) and math.isnan(hi):  # no interval (one replication): judge by the value
             lo = hi = mean
@@ -252,7 +269,7 @@ class Search:
         requests = [measured_requests(self.root, s) for s in specs]
         closed = is_closed(self.base)
         checks = [check(row, req, closed) for row, req in zip(rows, requests, strict=True)]
-        ev = judge(value, self.slos, rows, requests, is_replay(self.base), checks)
+        ev = judge(value, self.slos, rows, requests, is_replay(self.base), checks, uses_model_uncertainty(self.base))
         ev.scale = scale
         note = describe_short(checks, rows)
         if note:

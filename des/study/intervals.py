@@ -35,7 +35,22 @@ the measured requests themselves (each run's ``latencies.parquet``, in arrival o
   one such draw. With fewer than two resamples a replay's latencies get batch means of
   the recorded replay, its other metrics no interval.
 
-Every latency interval holds its point estimate and stays at or above the smallest
+- **model uncertainty** (:func:`model_interval`) when the runs draw the step-time
+  model's error (``model_uncertainty``, :mod:`des.cost.uncertainty`): batches of one run
+  all share its draw, so they cannot see the model's error; only the spread across
+  replications does. Every metric then gets a *prediction* interval for what the real
+  system would show over such a run, from the ``R`` replications' values:
+  ``ȳ ± t_{R-1} · s · sqrt(1 + 1/R)`` (Student-t prediction interval for one more draw
+  of the same law), on the log scale for latencies (the drawn multipliers are
+  lognormal), its ends clipped to the metric's support. It is not divided by
+  ``sqrt(R)``: the real system is one more draw of the model's error and of the
+  traffic, not their mean. A replay's too: its recorded trace and resamples are draws
+  of the traffic, each run with its own draw of the model's error, so the point is their
+  mean (centring on the recorded run's value, itself one draw of the model's error,
+  would leave the interval short by a factor of about sqrt(2)).
+
+Every latency interval holds its point estimate and, but for a prediction interval
+(the real system may be faster than every run), stays at or above the smallest
 latency any of the point's runs measured.
 """
 
@@ -49,7 +64,7 @@ import numpy as np
 from scipy import stats
 
 from des.metrics.summary import LATENCIES, PERCENTILES
-from des.study.aggregate import interval, metric_interval
+from des.study.aggregate import SKEWED, interval, metric_interval
 
 #: Batches per point across its replications (at most), and the fewest requests a batch holds.
 MAX_BATCHES = 8
@@ -59,6 +74,7 @@ LEVEL = 0.95
 BATCH_MEANS = "batch means"
 REPLICATIONS = "replications"
 REPLAY = "replay bootstrap"
+MODEL = "replications with model error"
 NONE = "none"
 
 
@@ -165,20 +181,51 @@ def replay_interval(
     return Estimate(x0, lo, hi, REPLAY)
 
 
+def model_interval(metric: str, values: np.ndarray, upper: float | None = None) -> Estimate:
+    """The replications' mean and the 95 % prediction interval of one more run's value
+    (see the module): log scale for latencies, Student-t otherwise (clipped at 0 when no
+    value is negative); ``upper`` clips the high end (shares)."""
+    values = np.asarray(values, float)
+    values = values[np.isfinite(values)]
+    n = values.size
+    if n == 0:
+        return Estimate(math.nan, math.nan, math.nan, NONE)
+    mean = float(values.mean())
+    if n < 2:
+        return Estimate(mean, math.nan, math.nan, NONE)
+    t = float(stats.t.ppf(0.5 + LEVEL / 2, n - 1)) * math.sqrt(1 + 1 / n)
+    if metric.startswith(SKEWED) and (values > 0).all():
+        logs = np.log(values)
+        half = t * float(logs.std(ddof=1))
+        lo, hi = math.exp(float(logs.mean()) - half), math.exp(float(logs.mean()) + half)
+    else:
+        half = t * float(values.std(ddof=1))
+        lo, hi = mean - half, mean + half
+        if (values >= 0).all():
+            lo = max(lo, 0.0)
+    if upper is not None:
+        hi = min(hi, max(upper, mean))
+    return Estimate(mean, min(lo, mean), max(hi, mean), MODEL)
+
+
 def estimate(
     metric: str,
     values: np.ndarray,
     series: Sequence[np.ndarray] | None = None,
     replay: bool = False,
     upper: float | None = None,
+    model: bool = False,
 ) -> Estimate:
     """The value and 95 % interval of ``metric`` at a point.
 
     ``values`` are the replications' summary values (the recorded replay's first for a
     ``replay``); ``series`` each replication's measured requests' latency of the metric
-    (in arrival order), when it is a latency (:func:`latency_stat`).
+    (in arrival order), when it is a latency (:func:`latency_stat`); ``model``: the runs
+    drew the step-time model's error (:func:`model_interval`).
     """
     values = np.asarray(values, float)
+    if model:
+        return model_interval(metric, values, upper)
     latency = latency_stat(metric)
     floor = _smallest(series) if latency is not None and series is not None else None
     if replay:
@@ -199,8 +246,14 @@ def _smallest(series: Sequence[np.ndarray]) -> float | None:
     return min(values) if values else None
 
 
-def describe(replications: int, sizes: Sequence[int], replay: bool) -> str:
+def describe(replications: int, sizes: Sequence[int], replay: bool, model: bool = False) -> str:
     """The methods of a point's intervals, in words (the ``interval_method`` column)."""
+    if model:
+        resampled = ", all but the first replaying a resample of the trace" if replay else ""
+        return (
+            f"{MODEL}: 95 % prediction interval of the real system's value from the spread of {replications} "
+            f"replication(s), each drawing the step-time model's error{resampled} (latencies on the log scale)"
+        )
     if replay:
         if replications >= 3:
             return (

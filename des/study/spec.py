@@ -13,7 +13,15 @@ grid:                                 # dotted key -> values; several keys make 
 replications: 3
 seed: 0                               # default: the base scenario's seed
 keep_tables: false                    # also keep each run's requests.parquet and steps.parquet
+model_uncertainty: false              # each run draws the step-time model's error (des.cost.uncertainty)
 ```
+
+With ``model_uncertainty: true`` every run of the study (not its saturation probes, which
+set the loads and run the model as fitted) draws its own multipliers of the step-time
+model's error, and the points' intervals come from the spread across replications
+(:mod:`des.study.intervals`): they then cover the model's error as well as sampling
+error. Replications default to :data:`MODEL_REPLICATIONS` then; fewer are warned about
+(:func:`model_notes`).
 
 Instead of one grid of arrival rates shared by every variant (which jumps past a
 slow scheduler's capacity after two points), ``load`` gives each variant its own:
@@ -73,7 +81,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
-from des.config import Strict
+from des.config import Flag, Strict
 from des.dotted import deep_copy, merge, set_dotted
 from des.errors import ScenarioError
 from des.scenario import load_scenario, problems_of, read_yaml
@@ -82,6 +90,10 @@ RATE = "workload.arrival.rate"
 #: The arrivals a saturation probe replaces: grid keys under it do not reach the probe.
 ARRIVAL = "workload.arrival"
 NAME = re.compile(r"[A-Za-z0-9_.+-]+")
+#: Replications a point needs when its intervals rest on their spread alone (model
+#: uncertainty): the prediction interval's factor ``t(R-1) · sqrt(1 + 1/R)`` is within
+#: about 20 % of its limit 1.96 from 10 on (2.37; 3.04 at 5, 4.97 at 3).
+MODEL_REPLICATIONS = 10
 
 
 class LoadGrid(Strict):
@@ -100,6 +112,15 @@ class StudySpec(Strict):
     seed: int | None = Field(None, ge=0)
     keep_tables: bool = False
     load: LoadGrid | None = None
+    model_uncertainty: Flag = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_replications(cls, data: Any) -> Any:
+        """With model uncertainty, replications default to :data:`MODEL_REPLICATIONS`."""
+        if isinstance(data, dict) and data.get("model_uncertainty") is True and "replications" not in data:
+            return {**data, "replications": MODEL_REPLICATIONS}
+        return data
 
     @model_validator(mode="after")
     def _load_sets_the_rate(self) -> StudySpec:
@@ -348,6 +369,7 @@ def _probes(spec: StudySpec, base: dict[str, Any]) -> tuple[list[RunSpec], list[
             users = 2 * sum(pool.instances * pool.policy.max_batch for pool in engine.plan().pools)
             closed = {"process": "closed", "concurrency": users, "think_time": 0.0}
             s = point_scenario(merged, [*keys, (ARRIVAL, closed)], where)
+            s["model_uncertainty"] = False  # a probe sets the loads: the model as fitted
             s["seed"] = replication_seed(seed, 0)
             s["name"] = f"{spec.name}/{where}"
             probes.append(RunSpec(len(probes), where, vname, shared, 0, s["seed"], s))
@@ -377,12 +399,56 @@ def _base_scenario(spec: StudySpec, base_dir: Path) -> dict[str, Any]:
         base = load_scenario(source).resolved()
     except ScenarioError as exc:
         raise exc.prefixed("base") from None
+    if spec.model_uncertainty:
+        base["model_uncertainty"] = True
     if not spec.set:
         return base
     try:
         return load_scenario(base, list(spec.set.items())).resolved()
     except ScenarioError as exc:
         raise exc.prefixed("set") from None
+
+
+def uses_model_uncertainty(scenario: Mapping[str, Any]) -> bool:
+    """Whether a (resolved) scenario's runs draw the step-time model's error."""
+    return bool(scenario.get("model_uncertainty"))
+
+
+def model_notes(study: Study) -> list[str]:
+    """Warnings for a study whose runs draw the model's error: too few replications for
+    intervals that rest on their spread; no GPU stating an uncertainty (said once)."""
+    from des.cost.uncertainty import factor_sources, no_uncertainty_note
+
+    drawing = [r for r in study.runs if r.replication == 0 and uses_model_uncertainty(r.scenario)]
+    if not drawing:
+        return []
+    notes = []
+    n = study.spec.replications
+    if n < MODEL_REPLICATIONS:
+        notes.append(
+            f"replications: {n} with model_uncertainty; its intervals rest on the spread across replications "
+            f"(the t factor {_t_factor(n)} against 1.96 with many): give {MODEL_REPLICATIONS} or more"
+        )
+    seen: set[str] = set()
+    sources = []
+    for run in drawing:
+        key = json.dumps([run.scenario["gpu"], run.scenario["cost_model"], run.scenario["scheduler"]], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            sources += factor_sources(load_scenario(run.scenario))
+    none = no_uncertainty_note(sources)
+    if none:
+        notes.append(f"model_uncertainty: {none}")
+    return notes
+
+
+def _t_factor(n: int) -> str:
+    """``t(n-1) · sqrt(1 + 1/n)``, the half-width of a prediction interval from ``n`` values in sds."""
+    if n < 2:
+        return "infinite: no interval from one replication"
+    from scipy import stats
+
+    return f"{float(stats.t.ppf(0.975, n - 1)) * (1 + 1 / n) ** 0.5:.2f}"
 
 
 def _expand(

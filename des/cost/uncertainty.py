@@ -1,0 +1,212 @@
+"""Where a run's step-time factors come from, how uncertain they are, and a draw of their error.
+
+Every GPU type of a run has one :class:`FactorSource`: the provenance of its efficiency
+factors (``fitted`` to a kernel profile, ``transferred`` from fitted architectures by a
+rule, or ``spec`` only: :data:`~des.catalog.efficiency.PROVENANCE_ORDER`), what they
+were fitted to or transferred from (``basis``), and per group of work of
+:data:`~des.catalog.efficiency.UNCERTAINTY_GROUPS` the standard deviation ``sd`` of
+``ln(true time / predicted time)`` that their error implies. A run is as fitted as its
+least-fitted GPU (:func:`run_provenance`, the summary's ``factor_provenance``).
+
+**Model uncertainty** (``model_uncertainty: true``): each run draws, for each GPU type
+and group, a multiplier ``exp(sd · z)`` with ``z ~ N(0, 1)`` (median 1: the fitted model
+is the median prediction), from its own random stream (``model`` in
+:data:`des.simulation.STREAMS`, so the workload's draws stay those of the same seed
+without it). Every instance of a GPU type shares its draw: a model's error is
+systematic, the same on every card of a kind, not noise between instances. The
+multipliers scale the roofline's precomputed coefficients of each group
+(:meth:`des.cost.roofline.Roofline.scaled`) at build time. The normals are drawn for
+every group, zero sds included, so that giving one group an sd does not shift the
+others' draws; a zero sd gives a multiplier of exactly 1.
+
+**Where the sds come from: :data:`SD_SOURCES`, the one place to plug a new one in.**
+Each entry is a function ``(gpu, efficiency, scenario or None) -> {group: sd}``; later entries
+override earlier ones for the groups they name, and a group no entry names has sd 0.
+The entries: ``Efficiency.uncertainty`` (the catalog's fitted or transfer residuals, or a
+calibration file's: gemm, attention, elementwise), the GPU's interconnect spec
+(communication: the NCCL fit's residuals or its transfer rule's band) and the serving
+front-end (cpu: its CPU time's sd, in quadrature with the engine core's).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from des.catalog.efficiency import PROVENANCE_ORDER, UNCERTAINTY_GROUPS, Efficiency, Provenance, UncertaintyGroup
+
+if TYPE_CHECKING:
+    from des.catalog.specs import GPUSpec
+    from des.scenario import Scenario
+
+#: A source of sds: ``(gpu, efficiency, scenario or None) -> {group: sd}`` (see the module).
+SdSource = Callable[["GPUSpec", Efficiency, "Scenario | None"], Mapping[UncertaintyGroup, float]]
+
+
+def _efficiency_sds(
+    gpu: GPUSpec, efficiency: Efficiency, scenario: Scenario | None
+) -> Mapping[UncertaintyGroup, float]:
+    """The residual sds the efficiency factors carry (``Efficiency.uncertainty``)."""
+    return efficiency.uncertainty
+
+
+def _interconnect_sds(
+    gpu: GPUSpec, efficiency: Efficiency, scenario: Scenario | None
+) -> Mapping[UncertaintyGroup, float]:
+    """The tensor-parallel all-reduce's sd, from the GPU's interconnect spec (fitted to NCCL
+    profiles, or a transfer rule's wider band: :mod:`des.catalog.interconnect`)."""
+    return {"communication": gpu.link.uncertainty}
+
+
+def _frontend_sds(gpu: GPUSpec, efficiency: Efficiency, scenario: Scenario | None) -> Mapping[UncertaintyGroup, float]:
+    """The CPU time's sd: the serving front-end's (:mod:`des.cost.frontend`), which carries
+    the larger and less certain share of it, combined in quadrature with the engine core's
+    (``Efficiency.uncertainty['cpu']``, if any); the engine core's alone without a front-end."""
+    frontend = scenario.frontend if scenario is not None else None
+    if frontend is None:
+        return {}
+    core = efficiency.uncertainty.get("cpu", 0.0)
+    return {"cpu": math.hypot(core, frontend.uncertainty)}
+
+
+#: The sources of a GPU's sds, in order of precedence (later wins): plug new ones in here.
+SD_SOURCES: tuple[SdSource, ...] = (_efficiency_sds, _interconnect_sds, _frontend_sds)
+
+
+@dataclass(frozen=True)
+class FactorSource:
+    """Where one GPU type's step-time factors come from (see the module).
+
+    ``efficiency`` is None when the cost model uses no efficiency factors (a constant or
+    linear step time, set by hand: provenance ``spec``, nothing to draw)."""
+
+    gpu: GPUSpec
+    efficiency: Efficiency | None
+    provenance: Provenance
+    basis: str
+    sds: dict[UncertaintyGroup, float] = field(default_factory=dict)
+
+    @property
+    def uncertain(self) -> bool:
+        """Whether some group of work carries a non-zero sd."""
+        return any(sd > 0 for sd in self.sds.values())
+
+    def describe(self) -> str:
+        """In words: ``rtx4090: fitted to <basis>; sd of ln(time): gemm 0.05, attention 0.08``."""
+        if self.efficiency is None:
+            text = f"{self.gpu.name}: spec only ({self.basis})"
+        elif self.provenance == "fitted":
+            text = f"{self.gpu.name}: fitted to {self.basis or 'a kernel profile (basis not given)'}"
+        elif self.provenance == "transferred":
+            text = f"{self.gpu.name}: transferred from {self.basis or 'fitted architectures (basis not given)'}"
+        else:
+            text = f"{self.gpu.name}: spec only" + (f" ({self.basis})" if self.basis else "")
+        sds = [f"{g} {self.sds[g]:.2g}" for g in UNCERTAINTY_GROUPS if self.sds.get(g)]
+        return text + (f"; sd of ln(time): {', '.join(sds)}" if sds else "; no uncertainty stated")
+
+
+def factor_source(gpu: GPUSpec, efficiency: Efficiency | None = None, scenario: Scenario | None = None) -> FactorSource:
+    """The factor source of ``gpu`` whose cost model uses ``efficiency`` (default: the
+    GPU's own), its sds gathered from :data:`SD_SOURCES` (``scenario``: the run's, when
+    there is one; ``des costmodel`` has none)."""
+    efficiency = efficiency or gpu.efficiency
+    sds: dict[UncertaintyGroup, float] = {}
+    for source in SD_SOURCES:
+        sds.update(source(gpu, efficiency, scenario))
+    return FactorSource(gpu, efficiency, efficiency.provenance, efficiency.basis, sds)
+
+
+def scenario_source(gpu: GPUSpec, scenario: Scenario) -> FactorSource:
+    """The factor source of ``gpu`` under ``scenario``'s cost model: a roofline's
+    ``efficiency`` overrides the GPU's (as :func:`des.cost.roofline.build_roofline` does);
+    a constant or linear step time uses no factors."""
+    cost = scenario.cost_model
+    if cost.kind != "roofline":
+        return FactorSource(gpu, None, "spec", f"step times set by the {cost.kind} cost model")
+    return factor_source(gpu, getattr(cost, "efficiency", None), scenario)
+
+
+def factor_sources(scenario: Scenario) -> list[FactorSource]:
+    """One :class:`FactorSource` per distinct GPU type of ``scenario``'s pools, in pool order."""
+    gpus: list[GPUSpec] = []
+    for pool in scenario.plan().pools:
+        if pool.gpu not in gpus:
+            gpus.append(pool.gpu)
+    return [scenario_source(gpu, scenario) for gpu in gpus]
+
+
+def run_provenance(sources: Sequence[FactorSource]) -> Provenance:
+    """The least-fitted provenance of a run's GPUs (:data:`PROVENANCE_ORDER`)."""
+    return max((s.provenance for s in sources), key=PROVENANCE_ORDER.index, default="spec")
+
+
+def no_uncertainty_note(sources: Sequence[FactorSource]) -> str | None:
+    """Why ``model_uncertainty`` would draw nothing (every sd 0), or None."""
+    if any(s.uncertain for s in sources):
+        return None
+    names = ", ".join(s.gpu.name for s in sources)
+    return (
+        f"no GPU of the run ({names}) states an uncertainty for its step-time factors (every sd is 0): "
+        "the replications draw no model error, and the intervals cover sampling error only"
+    )
+
+
+@dataclass(frozen=True)
+class ModelDraws:
+    """One run's draw of the model's error: per GPU type, a multiplier per group."""
+
+    draws: tuple[tuple[GPUSpec, dict[UncertaintyGroup, float]], ...]
+
+    def for_gpu(self, gpu: GPUSpec) -> dict[UncertaintyGroup, float] | None:
+        """The multipliers of ``gpu``'s type (None if the draw does not know it)."""
+        for known, multipliers in self.draws:
+            if known == gpu:
+                return multipliers
+        return None
+
+    def describe(self) -> list[str]:
+        """Per GPU type, the multipliers drawn (groups with an sd): ``rtx4090: gemm x1.04, attention x0.97``."""
+        return [
+            f"{gpu.name}: "
+            + (", ".join(f"{g} x{m:.3g}" for g, m in multipliers.items() if m != 1.0) or "none (every sd 0)")
+            for gpu, multipliers in self.draws
+        ]
+
+
+def draw(sources: Sequence[FactorSource], rng: np.random.Generator) -> ModelDraws:
+    """Multipliers ``exp(sd · z)``, ``z ~ N(0, 1)``, for every group of every GPU type of
+    ``sources`` (in their order, groups in :data:`UNCERTAINTY_GROUPS` order)."""
+    out = []
+    for source in sources:
+        z = rng.standard_normal(len(UNCERTAINTY_GROUPS))
+        multipliers = {
+            g: math.exp(source.sds.get(g, 0.0) * float(x)) for g, x in zip(UNCERTAINTY_GROUPS, z, strict=True)
+        }
+        out.append((source.gpu, multipliers))
+    return ModelDraws(tuple(out))
+
+
+def scenario_draws(scenario: Scenario, rng: np.random.Generator) -> ModelDraws | None:
+    """The draw of a run of ``scenario`` from its ``model`` stream; None when
+    ``model_uncertainty`` is off (the fitted model as it is)."""
+    if not scenario.model_uncertainty:
+        return None
+    return draw(factor_sources(scenario), rng)
+
+
+__all__ = [
+    "SD_SOURCES",
+    "FactorSource",
+    "ModelDraws",
+    "draw",
+    "factor_source",
+    "factor_sources",
+    "no_uncertainty_note",
+    "scenario_source",
+    "run_provenance",
+    "scenario_draws",
+]
