@@ -129,6 +129,12 @@ def test_factor_facts_say_where_each_gpus_factors_come_from():
     scenario = des.load_scenario(None, [("gpu", gpu)]).resolved()
     runs = pd.DataFrame({"factor_provenance": ["transferred", "transferred"]})
     facts = report.factor_facts(runs, scenario)
-    assert facts["factor_sources"] == "rtx4090: transferred from Ada and Hopper fits; no uncertainty stated"
+    # the catalog's sds (gemm, attention, elementwise), the interconnect's and the front-end's
+    stated = facts["factor_sources"]
+    assert stated.startswith("rtx4090: transferred from Ada and Hopper fits; sd of ln(time): gemm 0.042, ")
+    assert "communication 0.57" in stated and stated.endswith("cpu 0.5")
+    bare = {**gpu, "efficiency": {**gpu["efficiency"], "uncertainty": {}}}
+    none = des.load_scenario(None, [("gpu", bare), ("cost_model", {"kind": "constant", "step_time": 0.01})])
+    assert report.factor_facts(runs, none.resolved())["factor_sources"].endswith("no uncertainty stated")
     assert facts["factor_provenance"] == "transferred"
     assert report.factor_facts(pd.DataFrame({"x": [1]}), scenario)["factor_provenance"].startswith("not recorded")
