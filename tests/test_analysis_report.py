@@ -4,6 +4,7 @@ points, worked out here, and its template filled from them."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -125,15 +126,18 @@ def test_the_report_template_puts_the_sections_between_burstiness_and_the_detail
 def test_factor_facts_say_where_each_gpus_factors_come_from():
     import des
 
-    gpu = {"base": "rtx4090", "efficiency": {"provenance": "transferred", "basis": "Ada and Hopper fits"}}
+    moved: dict[str, Any] = {"provenance": "transferred", "basis": "Ada and Hopper fits"}
+    gpu = {"base": "rtx4090", "efficiency": moved}
     scenario = des.load_scenario(None, [("gpu", gpu)]).resolved()
     runs = pd.DataFrame({"factor_provenance": ["transferred", "transferred"]})
     facts = report.factor_facts(runs, scenario)
-    # the catalog's sds (gemm, attention, elementwise), the interconnect's and the front-end's
+    # the catalog's sds (gemm, attention, elementwise) and the front-end's; no all-reduce at tp 1
     stated = facts["factor_sources"]
     assert stated.startswith("rtx4090: transferred from Ada and Hopper fits; sd of ln(time): gemm 0.042, ")
-    assert "communication 0.57" in stated and stated.endswith("cpu 0.5")
-    bare = {**gpu, "efficiency": {**gpu["efficiency"], "uncertainty": {}}}
+    assert "communication" not in stated and stated.endswith("cpu 0.5")
+    tp2 = des.load_scenario(None, [("gpu", gpu), ("cluster.tp", 2)]).resolved()
+    assert "communication 0.57, cpu 0.5" in report.factor_facts(runs, tp2)["factor_sources"]
+    bare = {**gpu, "efficiency": {**moved, "uncertainty": {}}}
     none = des.load_scenario(None, [("gpu", bare), ("cost_model", {"kind": "constant", "step_time": 0.01})])
     assert report.factor_facts(runs, none.resolved())["factor_sources"].endswith("no uncertainty stated")
     assert facts["factor_provenance"] == "transferred"

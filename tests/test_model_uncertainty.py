@@ -47,6 +47,9 @@ FACTORS = {
     "sampler_bandwidth": 1.559, "sampler_spill": 0.5059, "sampler_l2": 0.542, "step_overhead": 0.0005,
     "seq_overhead": 1.2e-05,
 }  # fmt: skip
+#: Every group's sd zero (an empty mapping would leave the catalog entry's sds in place:
+#: overrides merge into the base GPU's efficiency key by key).
+ZERO = dict.fromkeys(("gemm", "attention", "elementwise", "communication", "cpu"), 0.0)
 FITTED = {**FACTORS, "provenance": "fitted", "basis": "a test profile", "uncertainty": SDS}
 
 
@@ -55,9 +58,11 @@ def gpu_with(efficiency: dict) -> dict:
 
 
 def small(**extra) -> dict:
-    """A small scenario (60 requests, short answers) on the fixture's fitted 4090."""
+    """A small scenario (60 requests, short answers) on the fixture's fitted 4090, behind an
+    API server whose own CPU time is taken as exact, so that the fixture's sds are the run's."""
     return {
         "gpu": gpu_with(FITTED),
+        "serving": {"frontend": "api_server", "uncertainty": 0.0},
         "horizon": {"num_requests": 60},
         "workload": {
             "arrival": {"process": "poisson", "rate": 4.0},
@@ -139,7 +144,7 @@ def truth_efficiency(factors: dict, m: dict) -> dict:
         "sampler_spill": e.sampler_spill / el,
         "step_overhead": e.step_overhead * c,
         "seq_overhead": e.seq_overhead * c,
-        "uncertainty": {},
+        "uncertainty": ZERO,
     }
     return out
 
@@ -172,7 +177,7 @@ def test_the_model_stream_comes_last_so_the_workloads_streams_keep_their_draws()
 def test_off_by_default_on_with_zero_sds_the_same_run_and_with_sds_the_same_workload():
     off = des.simulate(des.load_scenario(small()))
     assert off.draws is None and not off.scenario.model_uncertainty
-    flat = {**FITTED, "uncertainty": {}}
+    flat = {**FITTED, "uncertainty": ZERO}
     zero = des.simulate(des.load_scenario(small(gpu=gpu_with(flat), model_uncertainty=True)))
     assert zero.draws is not None and all(v == 1.0 for v in zero.draws.draws[0][1].values())
     pd.testing.assert_frame_equal(zero.requests, off.requests)
@@ -207,7 +212,7 @@ def test_every_instance_of_a_gpu_type_shares_its_draw_and_each_type_has_its_own(
     prefill, decode = cluster.topology.pools
     assert len({id(i.cost) for i in prefill.instances}) == 1 and len({id(i.cost) for i in decode.instances}) == 1
     gpu, model = prefill.plan.gpu, sc.model
-    expected = build_roofline(gpu, model, sc.precision, multipliers=draws.for_gpu(gpu))
+    expected = build_roofline(gpu, model, sc.precision, frontend=sc.frontend, multipliers=draws.for_gpu(gpu))
     assert prefill.instances[0].cost == expected
 
 
@@ -258,6 +263,7 @@ def test_the_summary_carries_the_runs_factor_provenance():
     split = small(scheduler={"kind": "disaggregated", "prefill": {"gpu": gpu_with(moved)}})
     assert des.simulate(des.load_scenario(split)).summary["factor_provenance"] == "transferred"
     constant = small(cost_model={"kind": "constant", "step_time": 0.02})
+    del constant["serving"]  # a constant step time has no serving stack
     sc = des.load_scenario(constant)
     assert des.simulate(sc).summary["factor_provenance"] == "spec"
     assert factor_sources(sc)[0].describe() == "rtx4090: spec only (step times set by the constant cost model); " + (
@@ -306,7 +312,7 @@ def test_the_cli_flag_draws_and_says_where_the_factors_come_from(tmp_path):
 
 def test_on_with_every_sd_zero_is_said_once_and_is_no_error(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(small(gpu=gpu_with({**FITTED, "uncertainty": {}}), model_uncertainty=True)))
+    path.write_text(yaml.safe_dump(small(gpu=gpu_with({**FITTED, "uncertainty": ZERO}), model_uncertainty=True)))
     done = des_cli("run", str(path), "--out", str(tmp_path / "r"), "--quiet")
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("every sd is 0") == 1 and "warning: model_uncertainty: no GPU" in done.stderr
@@ -338,7 +344,7 @@ def test_a_study_with_model_uncertainty_sets_it_on_every_run_and_takes_enough_re
     (note,) = model_notes(few)
     assert note.startswith("replications: 3 with model_uncertainty") and "t factor 4.97" in note
     assert model_notes(load_study(study(replications=3))) == []  # off: nothing to say
-    flat = load_study(study(model_uncertainty=True, base=small(gpu=gpu_with({**FITTED, "uncertainty": {}}))))
+    flat = load_study(study(model_uncertainty=True, base=small(gpu=gpu_with({**FITTED, "uncertainty": ZERO}))))
     notes = model_notes(flat)
     assert len(notes) == 1 and "every sd is 0" in notes[0]
     loaded = load_study({**study(model_uncertainty=True), "load": {"fractions": [0.5]}, "grid": {}})

@@ -213,11 +213,14 @@ class Serving(Strict):
     """How requests reach the engine (:mod:`des.cost.frontend`): ``frontend`` is
     ``api_server`` (``vllm serve``, the default) or ``engine`` (the ``LLM`` class,
     in-process); an API server sends one SSE event per ``stream_interval`` tokens and may
-    run as ``api_server_count`` processes."""
+    run as ``api_server_count`` processes. ``uncertainty``: sd of ln(true / predicted) of
+    the front-end's CPU time for model-uncertainty draws (None: the front-end's stated
+    one; a user who measured their own stack may state a tighter one)."""
 
     frontend: FrontendName = DEFAULT_FRONTEND
     stream_interval: PositiveInt = Field(1, le=1 << 20)
     api_server_count: PositiveInt = Field(1, le=1024)
+    uncertainty: float | None = Field(None, ge=0, le=5.0)
 
     @model_validator(mode="after")
     def _api_server_settings(self) -> Serving:
@@ -232,6 +235,10 @@ class Serving(Strict):
     @property
     def spec(self) -> FrontendSpec:
         """The front-end's CPU time with these settings."""
+        base = FRONTENDS[self.frontend]
         return replace(
-            FRONTENDS[self.frontend], stream_interval=self.stream_interval, api_servers=self.api_server_count
+            base,
+            stream_interval=self.stream_interval,
+            api_servers=self.api_server_count,
+            uncertainty=base.uncertainty if self.uncertainty is None else self.uncertainty,
         )

@@ -58,7 +58,10 @@ def _interconnect_sds(
     gpu: GPUSpec, efficiency: Efficiency, scenario: Scenario | None
 ) -> Mapping[UncertaintyGroup, float]:
     """The tensor-parallel all-reduce's sd, from the GPU's interconnect spec (fitted to NCCL
-    profiles, or a transfer rule's wider band: :mod:`des.catalog.interconnect`)."""
+    profiles, or a transfer rule's wider band: :mod:`des.catalog.interconnect`), where the
+    run has such GPUs in a tensor-parallel group (alone, one runs no all-reduce)."""
+    if scenario is None or all(p.tp == 1 for p in scenario.plan().pools if p.gpu.name == gpu.name):
+        return {}
     return {"communication": gpu.link.uncertainty}
 
 
