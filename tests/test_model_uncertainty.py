@@ -454,3 +454,18 @@ def test_capacity_judges_with_model_error_by_the_prediction_interval():
     e = model_interval("tpot_p50", np.array([s["tpot_p50"] for s in summaries]))
     assert ev.methods == {"tpot_p50": MODEL} and ev.metrics["tpot_p50"] == pytest.approx((e.value, e.low, e.high))
     assert ev.holds and not ev.surely_holds  # the real system may reach 30 ms within the model's error
+
+
+def test_factors_set_by_hand_over_fitted_ones_are_spec_and_say_what_was_changed():
+    fitted = des.load_scenario(None, [("gpu", {"base": "rtx4090", "memory_bytes": 30_000_000_000})])
+    assert fitted.gpu.efficiency.provenance == "fitted"  # other keys leave the factors' provenance
+    hand = des.load_scenario(None, [("gpu", {"base": "rtx4090", "efficiency": {"mbu": 0.8, "gemm_knee": 0.2}})])
+    e = hand.gpu.efficiency
+    assert e.provenance == "spec" and e.basis.startswith("rtx4090's fitted (")
+    assert e.basis.endswith("factors with gemm_knee, mbu set by hand")
+    assert run_provenance(factor_sources(hand)) == "spec"
+    # the same value as the catalog's changes nothing; a stated provenance is kept
+    same = des.load_scenario(None, [("gpu", {"base": "rtx4090", "efficiency": {"gemm_knee": 0.3547}})])
+    assert same.gpu.efficiency.provenance == "fitted"
+    told = {"base": "rtx4090", "efficiency": {"gemm_knee": 0.2, "provenance": "fitted", "basis": "my profile"}}
+    assert des.load_scenario(None, [("gpu", told)]).gpu.efficiency.basis == "my profile"

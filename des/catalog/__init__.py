@@ -57,8 +57,28 @@ def resolve(kind: str, value: Any) -> dict[str, Any]:
         entry = resolve(kind, value["base"])
         if value.get("calibration") is not None:
             entry.pop("efficiency", None)
-        return merge(entry, {k: v for k, v in value.items() if k != "base"})
+        return merge(entry, {k: v for k, v in value.items() if k != "base"} | _hand_set(entry, value))
     return value
+
+
+#: Keys of an efficiency block that say where its factors come from rather than set one.
+_PROVENANCE_KEYS = frozenset({"source", "provenance", "basis", "uncertainty"})
+
+
+def _hand_set(entry: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """A GPU override that sets efficiency factors by hand over a catalog entry's fitted or
+    transferred ones makes them ``spec`` (nothing measured behind the changed factors),
+    with a basis naming what was changed, unless the override states its own provenance."""
+    eff = override.get("efficiency")
+    base = entry.get("efficiency")
+    if not isinstance(eff, dict) or not isinstance(base, dict) or "provenance" in eff:
+        return {}
+    changed = sorted(k for k in eff if k not in _PROVENANCE_KEYS and eff[k] != base.get(k))
+    if not changed or base.get("provenance", "spec") == "spec":
+        return {}
+    was = f"{base.get('provenance')} ({base['basis']})" if base.get("basis") else str(base.get("provenance"))
+    basis = f"{override['base']}'s {was} factors with {', '.join(changed)} set by hand"
+    return {"efficiency": {**eff, "provenance": "spec", "basis": basis}}
 
 
 def _load(kind: str, cls: type[Spec], name: str) -> Spec:
