@@ -12,7 +12,9 @@ at or after
 
 - ``first_token_time`` when colocated (the next step of the same instance), or
 - ``transfer_end`` when disaggregated (a transferred request joins the decode batch at
-  the next step boundary after its KV has arrived),
+  the next step boundary after its KV has arrived; under async scheduling, when a step
+  was running as it arrived, the batch after that step was already formed, and it joins
+  the one after: that first step is not its),
 
 and end at or before ``finish_time``. When exactly ``output_tokens - 1`` such steps
 exist, the request emitted a token at the end of each of them, and those ends are its
@@ -76,6 +78,14 @@ def token_times(request: pd.Series, steps: pd.DataFrame) -> np.ndarray:
     sel = (own["start"].to_numpy(float) >= start - EPS) & (ends <= finish + EPS)
     later = np.sort(ends[sel])
     need = int(request["output_tokens"]) - 1
+    if split and later.size == need + 1:
+        # under async scheduling the batch after the step running as the KV arrived was
+        # formed before it arrived, so that step is not the request's (a decode sits out
+        # no other step: it is never starved)
+        starts = own["start"].to_numpy(float)
+        running = (starts < start - EPS) & (ends >= start - EPS)
+        if running.any() and abs(ends[running].max() - starts[sel].min()) < EPS:
+            later = later[1:]
     if later.size != need:
         raise ValueError(
             f"request {rid}: {later.size} steps of instance {instance} in its decode span for its "

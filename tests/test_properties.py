@@ -468,6 +468,20 @@ def check_step_membership(scn, res) -> None:
             busy = any(a < t <= b for a, b in spans[int(i)])
             if not busy:
                 assert r.scheduled_time == t, f"request {r.request_id} waited at an idle instance"
+    # under async scheduling (vLLM V1's engine forms the next batch while a step runs) a
+    # request that reached the scheduler during a step [a, b] does not start at b, since
+    # that batch was formed at a, unless it came out empty and was formed again at b: then
+    # no request ran through the step and on after it without being preempted
+    cost = scn.cost_model
+    if cost.async_scheduling and s.kind != "static":
+        for i, g in done.groupby("instance"):
+            reach = g["arrival_time"] if fe is None else g["arrival_time"] + [fe.ingress(p) for p in g["prompt_tokens"]]
+            on = req[(req["instance"] == i) & (req["preemptions"] == 0)]
+            for r, t in zip(g.itertuples(), reach, strict=True):
+                for a, b in spans[int(i)]:
+                    if a < t <= b and r.scheduled_time == b:
+                        through = (on["scheduled_time"] <= a) & ~(on["finish_time"] <= b)
+                        assert not through.any(), f"request {r.request_id} joined a batch formed before it came"
 
 
 def check_static_batches(scn, done, steps) -> None:

@@ -96,4 +96,11 @@ class CostKind(Protocol):
     @property
     def kind(self) -> str: ...
 
+    @property
+    def async_scheduling(self) -> bool:
+        """Whether the engine forms the next batch while a step runs (vLLM V1's async
+        scheduling), so that the batch after it sees only the requests that reached the
+        scheduler by the step's start (:mod:`des.engine.instance`)."""
+        ...
+
     def build(self, ctx: CostContext) -> CostModel: ...

@@ -48,6 +48,11 @@ class ConstantConfig(Strict):
     kind: Literal["constant"] = "constant"
     step_time: PositiveFloat
 
+    @property
+    def async_scheduling(self) -> bool:
+        """No engine: each batch is formed when the step before it ends."""
+        return False
+
     def build(self, ctx: CostContext) -> Constant:
         return Constant(self.step_time)
 
@@ -60,6 +65,11 @@ class LinearConfig(Strict):
     per_prefill_token: float = Field(0.0, ge=0)
     per_decode_token: float = Field(0.0, ge=0)
     per_context_token: float = Field(0.0, ge=0)
+
+    @property
+    def async_scheduling(self) -> bool:
+        """No engine: each batch is formed when the step before it ends."""
+        return False
 
     def build(self, ctx: CostContext) -> Linear:
         return Linear(self.base, self.per_prefill_token, self.per_decode_token, self.per_context_token)

@@ -6,7 +6,11 @@ scheduler for a batch, cost it, hold the GPU for that long, apply the step, and 
 every request that leaves to its one exit, ``leave(request, instance)``, which asks
 the cluster's route for the request's next stage. Batches are formed after every
 other event at the same instant (a late-priority barrier), so requests arriving at
-time ``t`` can join the batch formed at ``t``.
+time ``t`` can join the batch formed at ``t``. Under async scheduling (the cost kind's
+``async_scheduling``: vLLM V1's engine forms the next batch while a step runs) the
+batch of a step that follows another back to back was formed when that one started,
+and the scheduler is told so (``schedule(now, seen)``): a request that reached it
+during the step waits a step more; after idling, the batch is formed at once.
 
 Fast-forward: a step that ends strictly before the next event anywhere in the
 simulation cannot be touched by anything else, nor can the steps after it that also
@@ -94,6 +98,7 @@ class Instance:
         self.record = ctx.log.recorder(index, role, work)
         self.leave = ctx.leave
         self.fast_forward = ctx.fast_forward
+        self.forms_ahead = ctx.cost.async_scheduling  # the next batch is formed while a step runs
         self.outstanding = 0  # requests routed here and not yet left
         self._wake: Event | None = None
         self.process = env.process(self._run())
@@ -133,6 +138,7 @@ class Instance:
             self._enqueue(req, blocks)
 
     def _enqueue(self, req: Request, blocks: int) -> None:
+        req.queued_time = self.env.now
         self.scheduler.add(req, blocks)
         self._wake_up()
 
@@ -143,11 +149,12 @@ class Instance:
 
     def _run(self) -> Generator[Event, Any, None]:
         env, sched, cost, record, kv = self.env, self.scheduler, self.cost, self.record, self.kv
-        leave, fast = self.leave, self.fast_forward
+        leave, fast, ahead = self.leave, self.fast_forward, self.forms_ahead
+        seen: float | None = None  # when the next batch was formed (None: when it starts)
         while True:
             if env.peek() == env.now:
                 yield Barrier(env)  # let every arrival due now join this batch
-            step = sched.schedule(env.now)
+            step = sched.schedule(env.now, seen)
             if step is None:
                 self._wake = env.event()
                 wake_at = sched.wakeup_time()
@@ -156,6 +163,7 @@ class Instance:
                 else:
                     yield self._wake | env.timeout(max(wake_at - env.now, 0.0))
                 self._wake = None
+                seen = None  # idle: the next batch is formed when work comes
                 continue
             t = env.now
             limit = env.peek() if fast else t  # steps ending before it run back to back
@@ -164,12 +172,14 @@ class Instance:
                 duration = cost.step_time(step.shape)
                 kv_used, waiting = kv.used, sched.num_waiting()
                 end = t + duration
+                if ahead:
+                    seen = t  # the batch after this step is formed as it starts
                 if end < limit and not kv.waiters:
                     released = sched.finish_step(step, end)
                     record(t, duration, step, kv_used, waiting)
                     t = end
                     if not released:
-                        nxt = sched.schedule(t)
+                        nxt = sched.schedule(t, seen)
                         if nxt is not None:
                             step = nxt
                             continue

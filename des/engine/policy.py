@@ -4,7 +4,9 @@
 them and below :mod:`des.engine.plan`, which plans pools of them.)
 
 An instance calls ``schedule(now)`` before every step; the scheduler re-decides the
-batch and returns a :class:`Step` (or ``None`` when nothing can run now). After the
+batch and returns a :class:`Step` (or ``None`` when nothing can run now). Under async
+scheduling the instance says when the batch was formed, ``schedule(now, seen)``: a
+request that reached the scheduler after ``seen`` waits for the next batch. After the
 step's duration the instance calls ``finish_step(step, now)``, which applies the
 step's progress and returns the requests that leave the instance at ``now``. A
 request that leaves keeps its KV blocks until whoever knows its next stage calls
@@ -65,8 +67,10 @@ class Scheduler(Protocol):
         """Queue a request that already holds ``blocks`` KV blocks here (a transferred prompt's)."""
         ...
 
-    def schedule(self, now: float) -> Step[Any] | None:
-        """The next step's batch, or None when nothing can start now."""
+    def schedule(self, now: float, seen: float | None = None) -> Step[Any] | None:
+        """The batch of the step starting at ``now``, or None when nothing can start now.
+        ``seen``: the batch was formed then, so it admits only requests that reached the
+        scheduler by that time (vLLM's async scheduling); None: formed at ``now``."""
         ...
 
     def finish_step(self, step: Step[Any], now: float) -> list[Request]:

@@ -34,6 +34,7 @@ class Request:
     arrival_time: float
     prompt_tokens: int
     output_tokens: int
+    queued_time: float = math.nan  # when it last reached an instance's scheduler (vLLM's queued_ts)
     scheduled_time: float = math.nan
     first_token_time: float = math.nan
     finish_time: float = math.nan

@@ -158,11 +158,17 @@ class ContinuousScheduler:
         self.waiting.appendleft(req)
 
     # -- scheduling -----------------------------------------------------------------
-    def schedule(self, now: float) -> Step[np.ndarray] | None:
+    def schedule(self, now: float, seen: float | None = None) -> Step[np.ndarray] | None:
+        """The step starting at ``now``, its batch formed at ``seen`` (async scheduling):
+        formed again at ``now`` if that one is empty."""
         self.step_cached = 0
-        return self._schedule(now)
+        if seen is not None and seen < now:
+            step = self._schedule(now, seen)
+            if step is not None:
+                return step
+        return self._schedule(now, now)
 
-    def _schedule(self, now: float) -> Step[np.ndarray] | None:
+    def _schedule(self, now: float, seen: float) -> Step[np.ndarray] | None:
         kv, bs, run = self.kv, self.block_size, self.running
         n = run.n
         budget = self.max_tokens
@@ -199,9 +205,9 @@ class ContinuousScheduler:
         else:
             k = np.zeros(0, np.int64)
         if not preempted:
-            admitted, budget = self._admit(self.ready, now, budget) if self.ready else ([], budget)
+            admitted, budget = self._admit(self.ready, now, seen, budget) if self.ready else ([], budget)
             if self.waiting and budget > 0:
-                more, budget = self._admit(self.waiting, now, budget)
+                more, budget = self._admit(self.waiting, now, seen, budget)
                 admitted += more
             if admitted:
                 k = np.concatenate([k, np.array(admitted, np.int64)])
@@ -217,7 +223,7 @@ class ContinuousScheduler:
             # next iteration would, decide again, now admitting; the next step formed
             # counts these preemptions.
             self.unrecorded_preemptions += preempted
-            return self._schedule(now)
+            return self._schedule(now, seen)
         if self.unrecorded_preemptions:
             preempted += self.unrecorded_preemptions
             self.unrecorded_preemptions = 0
@@ -260,14 +266,16 @@ class ContinuousScheduler:
         k_out[: len(out)] = out
         return k_out, budget, preempted
 
-    def _admit(self, waiting: deque[Request], now: float, budget: int) -> tuple[list[int], int]:
-        """Admit requests from the head of ``waiting`` while budget, sequence cap and blocks
-        allow (the head blocks the rest); returns the tokens each admitted request gets this
-        step, and the budget left."""
+    def _admit(self, waiting: deque[Request], now: float, seen: float, budget: int) -> tuple[list[int], int]:
+        """Admit requests from the head of ``waiting`` that reached the scheduler by ``seen``
+        while budget, sequence cap and blocks allow (the head blocks the rest); returns the
+        tokens each admitted request gets this step, and the budget left."""
         kv, bs, run, held = self.kv, self.block_size, self.running, self.held
         ks = []
         while waiting and budget > 0 and run.n < self.max_seqs:
             req = waiting[0]
+            if req.queued_time > seen:
+                break
             tokens = req.prompt_tokens + req.generated  # KV it needs before its next token
             has = held.get(req.id, 0)
             computed, hit, found, evictable = req.computed, 0, NO_BLOCKS, 0

@@ -13,6 +13,29 @@ blocks:
    (preempted ones first) while the budget, the sequence cap and the KV blocks allow;
    the queue's head blocks the rest (no overtaking).
 
+Under vLLM V1's async scheduling (``cost_model.async_scheduling``, on by default since
+vLLM 0.11) the engine core forms the batch of step N+1 while step N runs: with a batch
+queue of two, ``EngineCore.step_with_batch_queue`` (``vllm/v1/engine/core.py``)
+schedules N+1 and launches it, and only then blocks on N's output; the busy loop hands
+new requests to the scheduler (``_process_input_queue``) between two such calls. So
+step N+1 admits only the requests that reached the scheduler by about the start of
+step N (des neglects the CPU time of ``update_from_output(N-1)`` before it, well under
+a millisecond), a later one waits for N+2, and an idle engine schedules a request at
+once; a batch that comes out empty is followed at once by the next. The instance says
+when the batch was formed (``schedule(now, seen)``); the waiting queue is in the order
+requests reached the scheduler (preempted ones, which reached it long before, first),
+so admission stops at the first request too late. What vLLM's scheduler does for
+N+1 otherwise matches what des decides at N's end: it advances ``num_computed_tokens``
+when it schedules (``_update_after_schedule``; ``AsyncScheduler`` adds an output
+placeholder), so a prompt completed in N decodes in N+1 and its blocks and
+preemptions are decided as des decides them; a request whose last token by length
+(``max_tokens``) comes out of N is not scheduled into N+1 (``Scheduler.schedule``:
+"Async scheduling: Avoid scheduling an extra step"), so no placeholder token is wasted
+on des's requests, whose output lengths are known. Not modelled: a request that stops
+on EOS or a stop string does get one wasted decode in N+1, and a request finishing in
+N frees its KV blocks and its place under ``max_num_seqs`` only in
+``update_from_output(N)``, after N+1 was formed (des frees them for N+1).
+
 Constant work per step. The running set is split into the few requests still
 computing their prompt (*prefilling*, in admission order) and the many *decoding* one
 token per step, kept as running aggregates (:mod:`des.engine.schedulers.decoding`). A
@@ -181,11 +204,19 @@ class ContinuousScheduler:
         return seq
 
     # -- scheduling -----------------------------------------------------------------
-    def schedule(self, now: float) -> Step[Batch] | None:
+    def schedule(self, now: float, seen: float | None = None) -> Step[Batch] | None:
+        """The step starting at ``now``; its batch formed at ``seen`` (None: at ``now``)
+        admits only requests that reached the scheduler by then (async scheduling, see the
+        module's docstring). A batch formed then that comes out empty is formed again at
+        ``now``: the engine's next schedule() follows an empty batch at once."""
         self.step_cached = 0
-        return self._schedule(now)
+        if seen is not None and seen < now:
+            step = self._schedule(now, seen)
+            if step is not None:
+                return step
+        return self._schedule(now, now)
 
-    def _schedule(self, now: float) -> Step[Batch] | None:
+    def _schedule(self, now: float, seen: float) -> Step[Batch] | None:
         kv = self.kv
         budget = self.max_num_batched_tokens
         batch = Batch()
@@ -194,9 +225,9 @@ class ContinuousScheduler:
             budget, preempted = self._schedule_running(batch, budget)
         if not preempted:
             if self.ready:
-                budget = self._admit(self.ready, now, budget, batch)
+                budget = self._admit(self.ready, now, seen, budget, batch)
             if self.waiting and budget > 0:
-                budget = self._admit(self.waiting, now, budget, batch)
+                budget = self._admit(self.waiting, now, seen, budget, batch)
         if kv.waiters and not self.waiting:
             kv.serve()  # what is left goes to the links' reservations
         tokens = self.max_num_batched_tokens - budget
@@ -208,7 +239,7 @@ class ContinuousScheduler:
             # next iteration would, decide again, now admitting; the next step formed
             # counts these preemptions.
             self.unrecorded_preemptions += preempted
-            return self._schedule(now)
+            return self._schedule(now, seen)
         if self.unrecorded_preemptions:
             preempted += self.unrecorded_preemptions
             self.unrecorded_preemptions = 0
@@ -307,12 +338,16 @@ class ContinuousScheduler:
             scheduled.append((seq, k))
         return scheduled, preempted
 
-    def _admit(self, waiting: deque[Request], now: float, budget: int, batch: Batch) -> int:
-        """Admit requests from the head of ``waiting`` while budget, sequence cap and blocks
-        allow (the head blocks the rest); adds them to ``batch``; returns the budget left."""
+    def _admit(self, waiting: deque[Request], now: float, seen: float, budget: int, batch: Batch) -> int:
+        """Admit requests from the head of ``waiting`` that reached the scheduler by ``seen``
+        while budget, sequence cap and blocks allow (the head blocks the rest: the queue is
+        in the order requests reached it, preempted ones first); adds them to ``batch``;
+        returns the budget left."""
         kv = self.kv
         while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = waiting[0]
+            if req.queued_time > seen:  # reached it after the batch was formed
+                break
             tokens = req.prompt_tokens + req.generated  # KV it needs before its next token
             found = kv.lookup(req, tokens)  # a cached prefix to reuse (none if it holds KV here)
             computed = max(req.computed, found.hit)

@@ -18,8 +18,9 @@ instances, and each request's KV cache crosses a link between them:
   KV only, and grows them as the request decodes, one block per ``block_size``
   tokens, preempting its newest request when blocks run out (which then recomputes
   prompt and output on the decode instance, as vLLM does). A transferred request joins
-  the batch at the next step boundary after its transfer ends; an idle decode
-  instance starts at once.
+  the batch at the next step boundary after its transfer ends (under async scheduling
+  the one after, if a step was running as it ended: the next batch was formed as that
+  step started); an idle decode instance starts at once.
 
 ``first_token_from: prefill`` (the default, as DistServe and Splitwise count it) dates
 the first token at the end of the prefill step; ``decode`` dates it when the KV has

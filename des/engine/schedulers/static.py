@@ -135,7 +135,9 @@ class StaticScheduler:
             req.scheduled_time = now
         return _Batch(members, prompt, length, reserved)
 
-    def schedule(self, now: float) -> Step[list[Request]] | None:
+    def schedule(self, now: float, seen: float | None = None) -> Step[list[Request]] | None:
+        """The current batch's next step, or a new batch formed at ``now`` from what is
+        queued (a static batch is formed only once the last has ended: ``seen`` unused)."""
         batch = self.batch
         if batch is None:
             batch = self.batch = self._form(now)
