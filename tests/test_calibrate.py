@@ -220,7 +220,8 @@ def test_public_facts_set_des_against_each_measurement():
     def row(gpu: str, measured: float, predicted: float, metric: str = "output_rate", source: str = "src") -> Row:
         m = Measurement.model_validate(
             {"gpu": gpu, "model": "qwen2.5-7b", "engine": "vLLM", "frontend": "engine", "prompt_tokens": 1,
-             "output_tokens": 100, "metric": metric, "value": measured, "source": source, "url": "https://example.org", "where": "w"}
+             "output_tokens": 100, "metric": metric, "value": measured, "source": source,
+             "url": "https://example.org", "where": "w"}
         )  # fmt: skip
         return Row(m, predicted, gpu, "qwen2.5-7b", "spec")
 

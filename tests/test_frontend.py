@@ -228,7 +228,12 @@ def test_serving_needs_a_cost_model_with_a_serving_stack(tmp_path):
     ]
     # a resolved roofline scenario's default section is dropped when a study switches the cost model
     data = des.load_scenario(None).resolved() | {"cost_model": {"kind": "constant", "step_time": 0.01}}
-    assert data["serving"] == {"frontend": "api_server", "stream_interval": 1, "api_server_count": 1, "uncertainty": None}
+    assert data["serving"] == {
+        "frontend": "api_server",
+        "stream_interval": 1,
+        "api_server_count": 1,
+        "uncertainty": None,
+    }
     assert des.load_scenario(data).serving is None
     with pytest.raises(des.ScenarioError, match="serving.stream_interval: only an api_server"):
         des.load_scenario(None, ["serving={frontend: engine, stream_interval: 4}"])
