@@ -24,6 +24,7 @@ from des.cost.uncertainty import (
     SD_SOURCES,
     FactorSource,
     draw,
+    factor_source,
     factor_sources,
     no_uncertainty_note,
     run_provenance,
@@ -469,3 +470,15 @@ def test_factors_set_by_hand_over_fitted_ones_are_spec_and_say_what_was_changed(
     assert same.gpu.efficiency.provenance == "fitted"
     told = {"base": "rtx4090", "efficiency": {"gemm_knee": 0.2, "provenance": "fitted", "basis": "my profile"}}
     assert des.load_scenario(None, [("gpu", told)]).gpu.efficiency.basis == "my profile"
+
+
+def test_every_catalog_gpu_says_where_its_factors_come_from_once():
+    from des import catalog
+
+    for name in catalog.gpu_names():
+        text = factor_source(catalog.gpu(name)).describe()
+        e = catalog.gpu(name).efficiency
+        assert e.provenance in ("fitted", "transferred"), name  # no catalog GPU is spec only any more
+        said = {"fitted": "fitted to ", "transferred": "transferred from "}[e.provenance]
+        assert text.startswith(f"{name}: {said}") and text.count(said) == 1, text
+        assert "sd of ln(time): gemm" in text, text

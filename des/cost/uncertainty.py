@@ -103,9 +103,11 @@ class FactorSource:
         if self.efficiency is None:
             text = f"{self.gpu.name}: spec only ({self.basis})"
         elif self.provenance == "fitted":
-            text = f"{self.gpu.name}: fitted to {self.basis or 'a kernel profile (basis not given)'}"
+            basis = self.basis.removeprefix("fitted to ")
+            text = f"{self.gpu.name}: fitted to {basis or 'a kernel profile (basis not given)'}"
         elif self.provenance == "transferred":
-            text = f"{self.gpu.name}: transferred from {self.basis or 'fitted architectures (basis not given)'}"
+            basis = self.basis.removeprefix("transferred from ")
+            text = f"{self.gpu.name}: transferred from {basis or 'fitted architectures (basis not given)'}"
         else:
             text = f"{self.gpu.name}: spec only" + (f" ({self.basis})" if self.basis else "")
         sds = [f"{g} {self.sds[g]:.2g}" for g in UNCERTAINTY_GROUPS if self.sds.get(g)]
