@@ -69,6 +69,7 @@ from des.cost.roofline import (
     build_roofline,
 )
 from des.errors import ScenarioError
+from des.tools.profile_csv import read_csv
 from des.tools.vidur import ELEMENTWISE_OPS as VIDUR_ELEMENTWISE
 from des.tools.vidur import GEMM_OPS as VIDUR_GEMM
 from des.tools.vidur import VidurProfile, profile_files, read_vidur
@@ -158,11 +159,7 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     name = str(path)
     if not path.is_file():
         raise _problem(f"{name!r}: no such file (a profile needs {', '.join(FILES)})")
-    try:
-        frame = pd.read_csv(path)
-    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        text = str(exc).strip().splitlines()
-        raise _problem(f"{name!r}: cannot parse it ({text[0] if text else type(exc).__name__})") from None
+    frame = read_csv(path, _problem)
     if tuple(frame.columns) != columns:
         raise _problem(f"{name!r}: columns must be {','.join(columns)} (has {','.join(map(str, frame.columns))})")
     if frame.empty:

@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from des.errors import ScenarioError
-from des.workload.formats.files import FileProblem, NestedTooDeep, data_suffix, json_value, utf8_bytes
+from des.workload.formats.files import NestedTooDeep, data_suffix, json_value, user_bytes
 from des.workload.formats.request_log import read_request_log
 from des.workload.formats.vllm_bench import read_vllm_bench
 from des.workload.formats.vllm_records import looks_like_records, looks_like_spans, read_otel_spans, read_vllm_records
@@ -148,16 +148,7 @@ def detect_format(path: Path) -> str:
     ``arrival_time``, ``first_token_ts``, ``last_token_ts`` are vLLM request records,
     other JSON lines a jsonl table; anything else a CSV table. ValueError when the file
     cannot be read or is none of these."""
-    try:
-        data = utf8_bytes(path)
-    except FileNotFoundError:
-        raise ValueError(f"{str(path)!r}: no such file") from None
-    except IsADirectoryError:
-        raise ValueError(f"{str(path)!r}: is a folder, not a result file") from None
-    except OSError as exc:
-        raise ValueError(f"{str(path)!r}: cannot read it ({exc.strerror or exc})") from None
-    except FileProblem as exc:
-        raise ValueError(f"{str(path)!r}: {exc}") from None
+    data = user_bytes(path, "result file")
     head = data.lstrip()
     if not head:
         raise ValueError(f"{str(path)!r}: is empty")

@@ -34,6 +34,7 @@ from scipy.optimize import least_squares
 
 from des.catalog.interconnect import AllReduceCost, log_sd, ring_factor
 from des.errors import ScenarioError
+from des.tools.profile_csv import read_csv
 
 FLAG = "--network"
 FILE = "all_reduce.csv"
@@ -117,11 +118,7 @@ def profile_files(path: Path) -> dict[str, Path]:
 def read_all_reduce(path: Path) -> pd.DataFrame:
     """One node's rows of an ``all_reduce.csv``: ``tp``, ``bytes``, ``time`` (seconds)."""
     name = str(path)
-    try:
-        frame = pd.read_csv(path)
-    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        text = str(exc).strip().splitlines()
-        raise _problem(f"{name!r}: cannot parse it ({text[0] if text else type(exc).__name__})") from None
+    frame = read_csv(path, _problem)
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
         raise _problem(f"{name!r}: needs the columns {', '.join(COLUMNS)} (missing {', '.join(missing)})")

@@ -43,6 +43,7 @@ import pandas as pd
 
 from des.catalog.specs import ModelSpec
 from des.errors import ScenarioError
+from des.tools.profile_csv import read_csv
 
 ARG = "PROFILE_DIR"
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -108,11 +109,7 @@ def _model(name: str, shape: pd.Series) -> ModelSpec:
 
 def _read_one(path: Path) -> tuple[pd.DataFrame, pd.Series]:
     name = str(path)
-    try:
-        frame = pd.read_csv(path)
-    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        text = str(exc).strip().splitlines()
-        raise _problem(f"{name!r}: cannot parse it ({text[0] if text else type(exc).__name__})") from None
+    frame = read_csv(path, _problem)
     need = [f"time_stats.{op}.median" for op in GEMM_OPS] + list(SHAPE) + list(GRID)
     missing = [c for c in need if c not in frame.columns]
     if missing:

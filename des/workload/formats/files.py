@@ -116,6 +116,22 @@ def utf8_bytes(path: Path) -> bytes:
     return data
 
 
+def user_bytes(path: Path, what: str = "file") -> bytes:
+    """:func:`utf8_bytes` of a file the user named, every problem as one ``ValueError`` line
+    naming it: missing, a folder (not a ``what``), unreadable, badly compressed, not UTF-8."""
+    where = repr(str(path))
+    try:
+        return utf8_bytes(path)
+    except FileNotFoundError:
+        raise ValueError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{where}: is a folder, not a {what}") from None
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    except FileProblem as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
 def _decompress(kind: str, raw: bytes) -> bytes:
     if kind == "gzip":
         return gzip.decompress(raw)

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from des.workload.formats.files import FileProblem, NestedTooDeep, json_value, utf8_bytes
+from des.workload.formats.files import NestedTooDeep, json_value, user_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -170,16 +170,7 @@ def _issue_times(
 def _load(path: Path) -> dict[str, Any]:
     """The JSON object in ``path`` (compressed as its name says, a leading byte order mark
     dropped: see :mod:`~des.workload.formats.files`)."""
-    try:
-        text = utf8_bytes(path).decode("utf-8")
-    except FileNotFoundError:
-        raise _fail(path, "no such file") from None
-    except IsADirectoryError:
-        raise _fail(path, "is a folder, not a result file") from None
-    except OSError as exc:
-        raise _fail(path, f"cannot read it ({exc.strerror or exc})") from None
-    except FileProblem as exc:
-        raise _fail(path, str(exc)) from None
+    text = user_bytes(path, "result file").decode("utf-8")
     try:
         data = json_value(text)
     except json.JSONDecodeError as exc:

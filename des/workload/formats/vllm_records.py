@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from des.workload.formats.checks import MAX_TOKENS
-from des.workload.formats.files import FileProblem, NestedTooDeep, json_value, utf8_bytes
+from des.workload.formats.files import NestedTooDeep, json_value, user_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,16 +101,7 @@ def _fail(path: Path, msg: str) -> ValueError:
 
 
 def _text(path: Path) -> str:
-    try:
-        return utf8_bytes(path).decode("utf-8")
-    except FileNotFoundError:
-        raise _fail(path, "no such file") from None
-    except IsADirectoryError:
-        raise _fail(path, "is a folder, not a file") from None
-    except OSError as exc:
-        raise _fail(path, f"cannot read it ({exc.strerror or exc})") from None
-    except FileProblem as exc:
-        raise _fail(path, str(exc)) from None
+    return user_bytes(path).decode("utf-8")
 
 
 def _json_lines(path: Path, text: str) -> list[tuple[int, Any]]:

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from des.workload.formats.files import FileProblem, utf8_bytes
+from des.workload.formats.files import user_bytes
 
 KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 KV_BLOCKS = re.compile(r"# (?:GPU|cuda|gpu) blocks: (\d+)")
@@ -51,16 +51,7 @@ class ServerFacts:
 
 def read_server_log(path: Path) -> ServerFacts:
     """The KV capacity and preemptions a vLLM log or ``/metrics`` scrape states (see the module)."""
-    try:
-        text = utf8_bytes(path).decode("utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"{str(path)!r}: no such file") from None
-    except IsADirectoryError:
-        raise ValueError(f"{str(path)!r}: is a folder, not a log file") from None
-    except OSError as exc:
-        raise ValueError(f"{str(path)!r}: cannot read it ({exc.strerror or exc})") from None
-    except FileProblem as exc:
-        raise ValueError(f"{str(path)!r}: {exc}") from None
+    text = user_bytes(path, "log file").decode("utf-8")
     return parse_server_log(text, path.name, str(path))
 
 
