@@ -441,7 +441,9 @@ def cost_report(rep: CostReport) -> None:
     head = Table.grid(padding=(0, 2))
     head.add_row(
         "model",
-        f"{model.name}: {facts['params'] / 1e9:.2f} B parameters, {precision.weights} weights "
+        f"{model.name}: {facts['params'] / 1e9:.2f} B parameters"
+        + (f" ({facts['active_params'] / 1e9:.2f} B active per token)" if model.is_moe else "")
+        + f", {precision.weights} weights "
         f"{facts['weight_bytes'] / gib:.2f} GiB, "
         f"KV {facts['kv_bytes_per_token']:,} bytes/token ({precision.kv_cache_dtype})",
     )

@@ -102,7 +102,7 @@ class Precision(Strict):
 def weight_bytes(model: ModelSpec, precision: Precision | None = None) -> int:
     """Bytes of all weights: quantised layer matrices plus bf16 embeddings, head, norms, biases."""
     precision = precision or Precision()
-    linear = model.num_layers * model.layer_linear_params
+    linear = model.linear_params  # every expert of a mixture of experts is resident
     rest = model.num_params - linear
     return int(round(linear * precision.weight_bytes_per_param + rest * 2.0))
 
@@ -148,9 +148,12 @@ def forward_activation_bytes(model: ModelSpec, num_tokens: int, tp: int = 1) -> 
     (``2 h``), the gate/up product (``2 I / tp``) and the SiLU-and-mul output (``I / tp``)
     per token; attention holds the residual and normed input, the fused q/k/v projection
     and the attention output. The profile run skips the attention kernel itself (no KV
-    cache yet), so it adds no workspace. bf16 values.
+    cache yet), so it adds no workspace. bf16 values. A mixture of experts' layer counts
+    ``I`` as the width a token runs (``num_experts_per_tok × moe_intermediate_size`` plus
+    the shared experts'): the same three products per routed token; vLLM's fused-MoE
+    workspace caches (``fused_moe.py``) are not modelled separately.
     """
-    h, i = model.hidden_size, model.intermediate_size
+    h, i = model.hidden_size, model.widest_mlp_per_token
     mlp = 2 * h + 3 * i // tp
     attention = 2 * h + (2 * model.q_dim + 2 * model.kv_dim) // tp
     return num_tokens * ACT_BYTES * max(mlp, attention)

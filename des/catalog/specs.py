@@ -159,7 +159,18 @@ class GPUSpec(Strict):
 
 class ModelSpec(Strict):
     """A decoder-only transformer with grouped-query attention and a gated MLP (or, with
-    ``gated_mlp: false``, an ungated one: up, activation, down)."""
+    ``gated_mlp: false``, an ungated one: up, activation, down).
+
+    Mixture of experts (``num_experts`` set): the MLP of each sparse layer is a router
+    (``hidden × num_experts`` weights) and ``num_experts`` expert MLPs of width
+    ``moe_intermediate_size``, of which each token runs ``num_experts_per_tok``, plus
+    ``num_shared_experts`` experts every token runs (width ``shared_expert_intermediate_size``
+    each, default the experts' width). Layer ``i`` (from 0) is sparse when
+    ``i >= first_k_dense`` and ``(i + 1) % decoder_sparse_step == 0`` (Qwen-MoE's
+    ``decoder_sparse_step``, DeepSeek's ``first_k_dense_replace``); the other layers keep
+    a dense MLP of width ``intermediate_size``. Parameter counts: :attr:`num_params` holds
+    every expert, :attr:`active_params` those one token runs.
+    """
 
     name: str = "custom"
     description: str = ""
@@ -174,7 +185,15 @@ class ModelSpec(Strict):
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     max_model_len: PositiveInt = 4096
+    num_experts: PositiveInt | None = None
+    num_experts_per_tok: PositiveInt | None = None
+    moe_intermediate_size: PositiveInt | None = None
+    num_shared_experts: int = Field(0, ge=0)
+    shared_expert_intermediate_size: PositiveInt | None = None
+    first_k_dense: int = Field(0, ge=0)
+    decoder_sparse_step: PositiveInt = 1
     published_params: PositiveFloat | None = None
+    published_active_params: PositiveFloat | None = None
     source: str = ""
 
     model_config = Strict.model_config | {"ignored_types": (cached_property,)}
@@ -188,7 +207,99 @@ class ModelSpec(Strict):
             )
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
             raise ValueError("head_dim: required when hidden_size is not a multiple of num_attention_heads")
+        moe = (self.num_experts, self.num_experts_per_tok, self.moe_intermediate_size)
+        if any(v is not None for v in moe) and any(v is None for v in moe):
+            raise ValueError(
+                "num_experts: a mixture of experts needs num_experts, num_experts_per_tok and moe_intermediate_size"
+            )
+        if self.num_experts is not None and self.num_experts_per_tok is not None:
+            if self.num_experts_per_tok > self.num_experts:
+                raise ValueError(
+                    f"num_experts_per_tok: {self.num_experts_per_tok} is more than num_experts {self.num_experts}"
+                )
+            if self.num_moe_layers == 0:
+                raise ValueError("first_k_dense: leaves no sparse layer (use a dense model)")
+        elif self.num_shared_experts:
+            raise ValueError("num_shared_experts: needs num_experts (a mixture of experts)")
         return self
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the model is a mixture of experts."""
+        return self.num_experts is not None
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (0 for a dense model)."""
+        if self.num_experts is None:
+            return 0
+        step = self.decoder_sparse_step
+        return sum(1 for i in range(self.first_k_dense, self.num_layers) if (i + 1) % step == 0)
+
+    @property
+    def num_dense_layers(self) -> int:
+        """Layers with a dense MLP of width ``intermediate_size``."""
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def attention_linear_params(self) -> int:
+        """Weights of one layer's attention projections (q, k, v, o)."""
+        h = self.hidden_size
+        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one routed expert's MLP (0 for a dense model)."""
+        return self.mlp_matrices * self.hidden_size * (self.moe_intermediate_size or 0)
+
+    @property
+    def shared_expert_width(self) -> int:
+        """MLP width of the shared experts of one sparse layer, all together."""
+        return self.num_shared_experts * (self.shared_expert_intermediate_size or self.moe_intermediate_size or 0)
+
+    @property
+    def moe_layer_fixed_params(self) -> int:
+        """Weights every token of a sparse layer reads besides its routed experts: the
+        router (``hidden × num_experts``) and the shared experts."""
+        h = self.hidden_size
+        return h * (self.num_experts or 0) + self.mlp_matrices * h * self.shared_expert_width
+
+    @property
+    def always_linear_params(self) -> int:
+        """Matrix weights every step reads whatever the routing: attention of every layer,
+        the dense layers' MLPs, and the sparse layers' routers and shared experts."""
+        dense_mlp = self.mlp_matrices * self.hidden_size * self.intermediate_size
+        return (
+            self.num_layers * self.attention_linear_params
+            + self.num_dense_layers * dense_mlp
+            + self.num_moe_layers * self.moe_layer_fixed_params
+        )
+
+    @property
+    def linear_params(self) -> int:
+        """Weights of all layers' matrix products, every expert included, biases excluded."""
+        return self.always_linear_params + self.num_moe_layers * (self.num_experts or 0) * self.expert_params
+
+    @property
+    def active_linear_params(self) -> int:
+        """Matrix weights one token runs: :attr:`linear_params` with ``num_experts_per_tok``
+        routed experts per sparse layer (all of them for a dense model)."""
+        return self.always_linear_params + self.num_moe_layers * (self.num_experts_per_tok or 0) * self.expert_params
+
+    @property
+    def mlp_width_per_token(self) -> float:
+        """MLP width one token runs, averaged over the layers (``intermediate_size`` for a
+        dense model; ``k × moe_intermediate_size`` plus the shared experts' in a sparse layer)."""
+        if not self.is_moe:
+            return self.intermediate_size
+        sparse = (self.num_experts_per_tok or 0) * (self.moe_intermediate_size or 0) + self.shared_expert_width
+        return (self.num_dense_layers * self.intermediate_size + self.num_moe_layers * sparse) / self.num_layers
+
+    @property
+    def widest_mlp_per_token(self) -> int:
+        """The widest MLP a token runs in any one layer (the activation peak's width)."""
+        sparse = (self.num_experts_per_tok or 0) * (self.moe_intermediate_size or 0) + self.shared_expert_width
+        return max(self.intermediate_size if self.num_dense_layers else 0, sparse)
 
     @property
     def d_head(self) -> int:
@@ -205,10 +316,9 @@ class ModelSpec(Strict):
 
     @property
     def layer_linear_params(self) -> int:
-        """Weights of one layer's matrix products (q, k, v, o, gate, up, down), biases excluded;
-        an ungated MLP (``gated_mlp: false``, GELU as in phi-2) has no gate."""
-        h = self.hidden_size
-        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + self.mlp_matrices * h * self.intermediate_size
+        """Weights of one dense layer's matrix products (q, k, v, o, gate, up, down), biases
+        excluded; an ungated MLP (``gated_mlp: false``, GELU as in phi-2) has no gate."""
+        return self.attention_linear_params + self.mlp_matrices * self.hidden_size * self.intermediate_size
 
     @property
     def mlp_matrices(self) -> int:
@@ -217,9 +327,14 @@ class ModelSpec(Strict):
 
     @property
     def layer_params(self) -> int:
-        """All parameters of one layer: matrices, attention biases and the two RMSNorms."""
+        """All parameters of one dense layer: matrices, attention biases and the two RMSNorms."""
+        return self.layer_linear_params + self.layer_small_params
+
+    @property
+    def layer_small_params(self) -> int:
+        """Parameters of one layer outside its matrices: attention biases and the two RMSNorms."""
         bias = (self.q_dim + 2 * self.kv_dim) if self.attention_bias else 0
-        return self.layer_linear_params + bias + 2 * self.hidden_size
+        return bias + 2 * self.hidden_size
 
     @property
     def embedding_params(self) -> int:
@@ -234,7 +349,14 @@ class ModelSpec(Strict):
     def num_params(self) -> int:
         """Total parameter count: embedding, layers, final norm and an untied LM head."""
         head = 0 if self.tie_word_embeddings else self.lm_head_params
-        return self.embedding_params + self.num_layers * self.layer_params + self.hidden_size + head
+        layers = self.linear_params + self.num_layers * self.layer_small_params
+        return self.embedding_params + layers + self.hidden_size + head
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token runs through: :attr:`num_params` less the routed experts it
+        skips (equal to :attr:`num_params` for a dense model)."""
+        return self.num_params - (self.linear_params - self.active_linear_params)
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float = 2) -> int:
         """Bytes of K and V cache one token occupies across all layers."""

@@ -127,6 +127,7 @@ class CostReport:
         r = self.roofline
         return {
             "params": self.model.num_params,
+            "active_params": self.model.active_params,
             "weight_bytes": weight_bytes(self.model, self.precision),
             "kv_bytes_per_token": self.model.kv_bytes_per_token(self.precision.kv_bytes),
             "ridge_tokens": r.ridge_tokens,

@@ -12,6 +12,13 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   shorter roof hides under the longer but for a share ``k = gemm_knee``, so the time
   rises with slope ``k`` below the ridge point instead of staying flat (``k = 0`` is the
   sharp roofline ``max(W, C)``);
+  with a mixture of experts (:class:`~des.catalog.specs.ModelSpec`), ``C`` counts the
+  active weights (``k`` routed experts per token) and ``W`` the weights every step reads
+  (attention, dense layers' MLPs, routers, shared experts) plus the distinct experts the
+  step's ``T'`` tokens touch, ``E · (1 − (1 − k/E)^T')`` per sparse layer under uniform
+  routing (:func:`expected_experts`; one power per step). The expert GEMMs take the same
+  GEMM factors: vLLM's fused-MoE Triton kernel (``fused_moe.py``) is not profiled, so its
+  efficiency is assumed to be the dense GEMMs';
 - **LM head** for the ``E`` rows that emit, the same softened roofline on its weights;
 - **attention**, per layer: in decode-only steps ``a_d + n · s_d + D · kv / (B · e_kv)``;
   in steps with prefill, ``a_p + max(4 · q_dim · (P + α · T_p) / (F · e_a),
@@ -93,7 +100,7 @@ def activation_bytes(model: ModelSpec, tp: int = 1) -> tuple[float, float]:
     GPUs, the rest split.
     """
     h, q = model.hidden_size, model.q_dim
-    act = model.mlp_matrices * model.intermediate_size
+    act = model.mlp_matrices * model.mlp_width_per_token
     layer = ACT_BYTES * (2 * 4 * h + (act + 2 * (q + model.kv_dim)) / tp)
     return layer, ACT_BYTES * (2 * h + 4 * h)
 
@@ -119,6 +126,14 @@ class Engine:
         return 4 if m >= 4 else min(m, 2)
 
 
+def expected_experts(experts: int, miss: float, tokens: int) -> float:
+    """Expected distinct experts ``tokens`` tokens touch in one sparse layer when each
+    token picks ``k`` of ``experts`` uniformly (``miss = 1 - k / experts``):
+    ``E · (1 − (1 − k/E)^T)``; every token independently leaves a given expert out with
+    probability ``1 − k/E``. 0 for a dense model (``experts = 0``)."""
+    return experts * (1.0 - miss**tokens) if experts else 0.0
+
+
 def graph_size(tokens: int) -> int:
     """The captured size a step of ``tokens`` tokens is padded to (1, 2, 4, 8, 16, ... 248, 256, 272, ...)."""
     if tokens <= 2:
@@ -136,7 +151,10 @@ class Roofline:
 
     layers: int
     # GEMMs and LM head (already divided by tp)
-    gemm_weight_s: float
+    gemm_weight_s: float  # weights every step reads (with MoE: attention, dense MLPs, routers, shared experts)
+    moe_expert_weight_s: float  # one routed expert's weights in every sparse layer (0 for a dense model)
+    moe_experts: int  # routed experts per sparse layer (0 for a dense model)
+    moe_miss: float  # 1 - k / E: the chance a token's routing skips a given expert
     gemm_s_per_prefill_token: float
     gemm_s_per_decode_token: float
     knee: float  # share of the shorter roof that shows: max(W, C) + knee · min(W, C)
@@ -208,7 +226,7 @@ class Roofline:
         rows = s.num_emitting
         out: dict[str, float] = {}
         out["gemm"] = self._roof(
-            self.gemm_weight_s,
+            self.gemm_weight_s + self.moe_expert_weight_s * expected_experts(self.moe_experts, self.moe_miss, tg),
             self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt),
         )
         out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
@@ -273,6 +291,8 @@ class Roofline:
         # GEMMs (softened roofline)
         k = self.knee
         w = self.gemm_weight_s
+        if self.moe_experts:  # distinct experts the step's tokens touch, uniform routing
+            w += self.moe_expert_weight_s * self.moe_experts * (1.0 - self.moe_miss**tg)
         c = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
         gpu = w + k * c if w > c else c + k * w
         # LM head and sampler, for the emitting rows
@@ -332,7 +352,10 @@ class Roofline:
 #: (:meth:`Roofline.scaled`). Every field of :class:`Roofline` that holds seconds belongs
 #: to exactly one group (a test checks it): a new time coefficient must be added here.
 GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
-    "gemm": ("gemm_weight_s", "gemm_s_per_prefill_token", "gemm_s_per_decode_token", "head_weight_s", "head_s_per_row"),
+    "gemm": (
+        "gemm_weight_s", "moe_expert_weight_s", "gemm_s_per_prefill_token", "gemm_s_per_decode_token",
+        "head_weight_s", "head_s_per_row",
+    ),
     "attention": (
         "dec_fixed_s", "dec_s_per_seq", "dec_s_per_context", "pre_fixed_s", "pre_s_per_pair",
         "stream_s_per_context", "mixed_s_per_context", "mixed_s_per_seq", "mixed_compute_s_per_context",
@@ -373,7 +396,8 @@ def build_roofline(
     peak = gpu.sustained_flops(precision.compute_dtype)
     peak16 = gpu.sustained_flops("bf16")
     L, h, q = model.num_layers, model.hidden_size, model.q_dim
-    p_lin = L * model.layer_linear_params
+    p_lin = model.active_linear_params  # FLOPs: the weights a token runs
+    p_read = model.always_linear_params  # read every step; the routed experts on top
     vocab = model.vocab_size
     kv_layer = 2 * model.kv_dim * precision.kv_bytes  # KV bytes per token and layer
     kv_all = L * kv_layer / tp  # per token, all layers, one GPU
@@ -382,6 +406,7 @@ def build_roofline(
         return 1.0 / (bw * factor) if factor else 0.0
 
     e_dec = e.compute_decode
+    w_byte = precision.weight_bytes_per_param * seconds_per_byte(e.weight_bandwidth) / tp
     e_att = e.attention_compute or e.gemm_compute
     e_att_dec = e.decode_compute or e_att
     kv_read = seconds_per_byte(e.kv_bandwidth or e.weight_bandwidth) * kv_all
@@ -404,7 +429,10 @@ def build_roofline(
             ar_split = limit / (h * ACT_BYTES)
     roofline = Roofline(
         layers=L,
-        gemm_weight_s=p_lin * precision.weight_bytes_per_param * seconds_per_byte(e.weight_bandwidth) / tp,
+        gemm_weight_s=(p_read if model.is_moe else p_lin) * w_byte,
+        moe_expert_weight_s=model.num_moe_layers * model.expert_params * w_byte,
+        moe_experts=model.num_experts or 0,
+        moe_miss=1.0 - (model.num_experts_per_tok or 0) / (model.num_experts or 1),
         gemm_s_per_prefill_token=2 * p_lin / (peak * e.gemm_compute) / tp,
         gemm_s_per_decode_token=2 * p_lin / (peak * e_dec) / tp,
         knee=e.gemm_knee,

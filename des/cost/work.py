@@ -7,6 +7,9 @@ duration), per instance of ``tp`` GPUs, for a step of shape ``s`` with ``T`` new
   query-key pair of attention (``s.prefill_pairs + s.decode_context`` pairs: a decode
   attends to its whole context), and ``2 · hidden · vocab`` per sequence through the
   LM head (``s.num_emitting``);
+- with a mixture of experts ``P_lin`` counts the weights a token runs (``k`` routed
+  experts per sparse layer) in the FLOPs, and every expert in the bytes (an upper bound:
+  a small step touches fewer; :mod:`des.cost.roofline` takes the expected number);
 - bytes: the layers' weights once per step, the LM head's weights when some sequence
   emits, the KV cache read by attention (``s.prefill_context + s.decode_context``
   tokens) and written for the new tokens (``T``), at ``kv_bytes_per_token`` each.
@@ -53,9 +56,9 @@ class StepWork:
 def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1) -> StepWork:
     """The work coefficients of ``model`` at ``precision`` on ``tp`` x ``gpu``."""
     L = model.num_layers
-    p_lin = L * model.layer_linear_params
+    p_lin = model.linear_params  # every expert of a mixture of experts: weight bytes at most
     return StepWork(
-        flops_per_token=2.0 * p_lin,
+        flops_per_token=2.0 * model.active_linear_params,
         flops_per_pair=4.0 * L * model.q_dim,
         flops_per_row=2.0 * model.lm_head_params,
         weight_bytes=p_lin * precision.weight_bytes_per_param,
