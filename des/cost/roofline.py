@@ -201,8 +201,10 @@ class Roofline:
 
     @property
     def ridge_tokens(self) -> float:
-        """Tokens per step at which the GEMMs' compute time equals their weight-streaming time."""
-        return self.gemm_weight_s / self.gemm_s_per_decode_token
+        """Tokens per step at which the GEMMs' compute time equals their weight-streaming time
+        (with a mixture of experts, the time to stream every expert: a step that large
+        touches nearly all of them)."""
+        return (self.gemm_weight_s + self.moe_expert_weight_s * self.moe_experts) / self.gemm_s_per_decode_token
 
     def _roof(self, memory: float, compute: float) -> float:
         if memory > compute:
