@@ -298,6 +298,11 @@ def _hardware(
         err = exc.errors()[0]
         flag = "--weights" if err["loc"][0] == "weights" else "--kv-cache-dtype"
         raise ScenarioError((flag, f"{err['msg'].lower()} (got {err['input']!r})")) from None
+    from des.catalog.quantization import unsupported
+
+    refused = unsupported(gpu, precision)
+    if refused is not None:
+        raise ScenarioError(("--weights", refused))
     return gpu, model, precision
 
 

@@ -432,6 +432,7 @@ def capacity_answer(answer: CapacityAnswer) -> str:
 
 
 def cost_report(rep: CostReport) -> None:
+    from des.catalog.quantization import compute_dtype
     from des.cost.uncertainty import factor_source
 
     gpu, model, precision, tp = rep.gpu, rep.model, rep.precision, rep.tp
@@ -449,8 +450,8 @@ def cost_report(rep: CostReport) -> None:
     )
     head.add_row(
         "gpu",
-        f"{tp} x {gpu.name}: {gpu.sustained_flops(precision.compute_dtype) / 1e12:.1f} TFLOP/s "
-        f"{precision.compute_dtype}, {gpu.memory_bandwidth / 1e9:.0f} GB/s, {gpu.memory_bytes / gib:.1f} GiB; "
+        f"{tp} x {gpu.name}: {gpu.sustained_flops(compute_dtype(gpu, precision)) / 1e12:.1f} TFLOP/s "
+        f"{compute_dtype(gpu, precision)}, {gpu.memory_bandwidth / 1e9:.0f} GB/s, {gpu.memory_bytes / gib:.1f} GiB; "
         f"GEMMs at {gpu.efficiency.gemm_compute:.2f} of peak, weights at {gpu.efficiency.weight_bandwidth:.2f} "
         f"of bandwidth (knee {gpu.efficiency.gemm_knee:.2f}), CPU {gpu.efficiency.step_overhead * 1e3:.2g} ms/step",
     )

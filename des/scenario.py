@@ -32,6 +32,7 @@ from pydantic import (
 
 from des import catalog
 from des.catalog.memory import GraphCapture, MemoryPlan, Precision
+from des.catalog.quantization import unsupported
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml, plausible_latency
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
@@ -214,12 +215,17 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _hardware_can_serve(self) -> Scenario:
-        """What vLLM refuses to start, des refuses to simulate: a tensor-parallel degree that
+        """What vLLM refuses to start, des refuses to simulate: a weight format it has no kernel
+        for on the GPU (:mod:`des.catalog.quantization`), a tensor-parallel degree that
         does not divide the attention heads, a context beyond the model's, a model that does
         not fit, and more KV blocks than the memory left holds."""
         problems: list[tuple[str, str]] = []
         model = self.model
         for pool in self.plan().pools:
+            refused = unsupported(pool.gpu, self.precision)
+            if refused is not None:
+                problems.append(("precision.weights", refused))
+                continue
 
             def path(name: str, default: str, role: str = pool.role) -> str:
                 where = self.scheduler.setting_path(role, name)

@@ -48,13 +48,18 @@ from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.errors import ScenarioError
 
-WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4-awq", "int4-gptq"]
+WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4-awq", "int4-gptq", "mxfp4", "nvfp4"]
 KVDtype = Literal["bf16", "fp16", "fp8"]
 
 #: Quantisation group size of AWQ / GPTQ checkpoints (weights per scale).
 INT4_GROUP_SIZE = 128
 #: Bytes of metadata per int4 group: an fp16 scale and a packed 4-bit zero point.
 INT4_GROUP_BYTES = 2.5
+#: MXFP4 (OCP Microscaling Formats spec v1.0): 4-bit E2M1 values, one 8-bit E8M0 scale per 32.
+MXFP4_BLOCK = 32
+#: NVFP4 (vLLM ``ModelOptNvFp4LinearMethod``: ``weight`` uint8 holding two values, ``weight_scale``
+#: FP8-E4M3 of shape [out, in / group_size], group_size 16, plus one fp32 scale per tensor).
+NVFP4_BLOCK = 16
 
 WEIGHT_BYTES: dict[str, float] = {
     "bf16": 2.0,
@@ -63,9 +68,12 @@ WEIGHT_BYTES: dict[str, float] = {
     "int8": 1.0,
     "int4-awq": 0.5 + INT4_GROUP_BYTES / INT4_GROUP_SIZE,
     "int4-gptq": 0.5 + INT4_GROUP_BYTES / INT4_GROUP_SIZE,
+    "mxfp4": 0.5 + 1.0 / MXFP4_BLOCK,  # 4.25 bits
+    "nvfp4": 0.5 + 1.0 / NVFP4_BLOCK,  # 4.5 bits
 }
 KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
-#: Tensor-core dtype the matrix products of each weight format run in.
+#: Tensor-core dtype the matrix products of each weight format run in where the GPU has that
+#: path; :func:`des.catalog.quantization.compute_dtype` falls back to bf16 (weight-only) where not.
 COMPUTE_DTYPE: dict[str, str] = {
     "bf16": "bf16",
     "fp16": "fp16",
@@ -73,6 +81,8 @@ COMPUTE_DTYPE: dict[str, str] = {
     "int8": "int8",
     "int4-awq": "fp16",
     "int4-gptq": "fp16",
+    "mxfp4": "fp4",
+    "nvfp4": "fp4",
 }
 
 

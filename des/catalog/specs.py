@@ -20,7 +20,9 @@ from des.catalog.efficiency import Efficiency
 from des.catalog.interconnect import InterconnectSpec
 from des.config import Strict, resolve_path
 
-Dtype = Literal["bf16", "fp16", "fp8", "int8"]
+Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
+#: Low-precision tensor-core paths a GPU may have (:mod:`des.catalog.quantization`).
+TensorCorePath = Literal["fp8", "fp4"]
 
 
 class KVLinkSpec(Strict):
@@ -79,7 +81,9 @@ class GPUSpec(Strict):
     ``runtime_reserve_bytes``: memory the serving engine's runtime takes outside
     PyTorch's allocator while it starts (vLLM's "non-torch memory";
     :mod:`des.catalog.memory`). ``sm_count``: streaming multiprocessors (compute units on
-    AMD), which size vLLM's sampler scratch buffer.
+    AMD), which size vLLM's sampler scratch buffer. ``tensor_cores``: the low-precision
+    tensor-core paths it has (``fp8``, ``fp4``), each with its ``flops``; None: those ``flops``
+    lists (:attr:`tensor_core_paths`, :mod:`des.catalog.quantization`).
     """
 
     name: str = "custom"
@@ -90,6 +94,7 @@ class GPUSpec(Strict):
     memory_bytes: PositiveInt
     memory_bandwidth: PositiveFloat
     flops: dict[Dtype, PositiveFloat]
+    tensor_cores: list[TensorCorePath] | None = None
     interconnect: InterconnectSpec | None = None
     interconnect_bandwidth: PositiveFloat | None = None
     interconnect_latency: float | None = Field(None, ge=0, le=1.0)
@@ -126,6 +131,20 @@ class GPUSpec(Strict):
         if "bf16" not in self.flops:
             raise ValueError("flops: needs a 'bf16' entry (FLOP/s)")
         return self
+
+    @model_validator(mode="after")
+    def _paths_have_flops(self) -> GPUSpec:
+        for path in self.tensor_cores or []:
+            if path not in self.flops:
+                raise ValueError(f"tensor_cores: {path!r} needs a flops.{path} entry (FLOP/s)")
+        return self
+
+    @property
+    def tensor_core_paths(self) -> frozenset[str]:
+        """Low-precision tensor-core paths (``fp8``, ``fp4``) the matrix products can take."""
+        if self.tensor_cores is not None:
+            return frozenset(self.tensor_cores)
+        return frozenset(p for p in ("fp8", "fp4") if p in self.flops)
 
     @property
     def link(self) -> InterconnectSpec:

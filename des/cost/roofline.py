@@ -71,6 +71,7 @@ from pydantic import Field
 from des.catalog.efficiency import Efficiency, UncertaintyGroup
 from des.catalog.interconnect import ring_factor
 from des.catalog.memory import GraphCapture, Precision
+from des.catalog.quantization import compute_dtype
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.cost.base import BatchShape, CostContext
@@ -395,7 +396,7 @@ def build_roofline(
     e = efficiency or gpu.efficiency
     fe = frontend
     bw = gpu.memory_bandwidth
-    peak = gpu.sustained_flops(precision.compute_dtype)
+    peak = gpu.sustained_flops(compute_dtype(gpu, precision))  # des/catalog/quantization.py
     peak16 = gpu.sustained_flops("bf16")
     L, h, q = model.num_layers, model.hidden_size, model.q_dim
     p_lin = model.active_linear_params  # FLOPs: the weights a token runs

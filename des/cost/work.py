@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from des.catalog.memory import Precision
+from des.catalog.quantization import compute_dtype
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.base import BatchShape
 
@@ -64,6 +65,6 @@ def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1)
         weight_bytes=p_lin * precision.weight_bytes_per_param,
         head_bytes=2.0 * model.lm_head_params,
         kv_bytes_per_token=float(model.kv_bytes_per_token(precision.kv_bytes)),
-        peak_flops=gpu.peak_flops(precision.compute_dtype) * tp,
+        peak_flops=gpu.peak_flops(compute_dtype(gpu, precision)) * tp,
         peak_bandwidth=gpu.memory_bandwidth * tp,
     )
