@@ -41,6 +41,7 @@ STREAMS = (
     "turns",
     "client",
     "model",
+    "speculative",
 )
 #: The router stream of each pool, in pool order.
 ROUTER_STREAMS = ("router", "router_decode")
