@@ -1,4 +1,4 @@
-"""Paths shared by the tests (imported explicitly; pytest advises against importing conftest)."""
+"""Paths and scenarios shared by the tests (imported explicitly; pytest advises against importing conftest)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,21 @@ def ledger(cluster: Any) -> pd.DataFrame:
     table = requests_table(cluster.ledger)
     table["generated"] = cluster.ledger.arrays()["generated"]
     return table
+
+
+def md1(rate: float = 0.5, n: int = 2500, seed: int = 0) -> dict[str, Any]:
+    """One slot, one step of 1 s per request, Poisson arrivals at ``rate`` req/s: M/D/1 at
+    ``rate`` load, ``n`` requests, 100 s of warm-up."""
+    return {
+        "name": "md1",
+        "seed": seed,
+        "horizon": {"num_requests": n},
+        "warmup": 100,
+        "workload": {
+            "arrival": {"process": "poisson", "rate": rate},
+            "prompt_tokens": {"dist": "fixed", "value": 1},
+            "output_tokens": {"dist": "fixed", "value": 1},
+        },
+        "cost_model": {"kind": "constant", "step_time": 1.0},
+        "scheduler": {"kind": "static", "max_batch_size": 1},
+    }

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import ROOT, SCENARIOS, des_cli
+from tests.helpers import ROOT, SCENARIOS, des_cli, md1
 from tests.test_terminal import in_pty
 
 
@@ -91,22 +91,7 @@ def test_the_sweep_table_has_short_unique_headers_and_rows_that_do_not_wrap(tmp_
 @pytest.fixture(scope="module")
 def md1_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("md1") / "md1.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "md1",
-                "horizon": {"num_requests": 3000},
-                "warmup": 100,
-                "workload": {
-                    "arrival": {"process": "poisson", "rate": 0.5},
-                    "prompt_tokens": {"dist": "fixed", "value": 1},
-                    "output_tokens": {"dist": "fixed", "value": 1},
-                },
-                "cost_model": {"kind": "constant", "step_time": 1.0},
-                "scheduler": {"kind": "static", "max_batch_size": 1},
-            }
-        )
-    )
+    path.write_text(yaml.safe_dump(md1(n=3000)))
     return path
 
 

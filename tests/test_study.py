@@ -16,7 +16,7 @@ from des.errors import ScenarioError
 from des.study import load_study, replication_seed, sweep
 from des.study.intervals import estimate
 from des.study.runner import SweepLocked, sweep_lock
-from tests.helpers import SCENARIOS, des_cli
+from tests.helpers import SCENARIOS, des_cli, md1
 
 SMALL: dict[str, Any] = {
     "name": "small",
@@ -26,22 +26,6 @@ SMALL: dict[str, Any] = {
     "grid": {"workload.arrival.rate": [1, 3]},
     "replications": 2,
 }
-
-
-def md1(rate=0.5, n=2500, seed=0):
-    return {
-        "name": "md1",
-        "seed": seed,
-        "horizon": {"num_requests": n},
-        "warmup": 100,
-        "workload": {
-            "arrival": {"process": "poisson", "rate": rate},
-            "prompt_tokens": {"dist": "fixed", "value": 1},
-            "output_tokens": {"dist": "fixed", "value": 1},
-        },
-        "cost_model": {"kind": "constant", "step_time": 1.0},
-        "scheduler": {"kind": "static", "max_batch_size": 1},
-    }
 
 
 def drop_wall(frame: pd.DataFrame) -> pd.DataFrame:

@@ -23,7 +23,7 @@ import pytest
 
 import des
 from des.study import load_study, sweep
-from tests.helpers import des_cli
+from tests.helpers import des_cli, md1
 
 #: The review's scenario ``chat1k.yaml``: one RTX 4090, Qwen2.5-7B, chat of ~1000 -> 250 tokens.
 CHAT1K: dict[str, Any] = {
@@ -123,23 +123,6 @@ def test_batch_intervals_cover_mm1_sojourn_times_at_the_stated_rate(replications
             covered[stat] += e.low <= value <= high
     for stat, hits in covered.items():
         assert hits / trials >= 0.95 - 3 * coverage_se(trials), f"{stat}: {hits}/{trials}"
-
-
-def md1(seed: int, n: int = 2500) -> dict[str, Any]:
-    """One slot, one step of 1 s per request, Poisson arrivals at 0.5 req/s: M/D/1 at 50 % load."""
-    return {
-        "name": "md1",
-        "seed": seed,
-        "horizon": {"num_requests": n},
-        "warmup": 100,
-        "workload": {
-            "arrival": {"process": "poisson", "rate": 0.5},
-            "prompt_tokens": {"dist": "fixed", "value": 1},
-            "output_tokens": {"dist": "fixed", "value": 1},
-        },
-        "cost_model": {"kind": "constant", "step_time": 1.0},
-        "scheduler": {"kind": "static", "max_batch_size": 1},
-    }
 
 
 def md1_wait_cdf(t: float, lam: float) -> float:
