@@ -1,0 +1,192 @@
+"""What one RTX 4090 can serve: capacity under the SLO of the models people run on it.
+
+Reads the sweep of ``scenarios/models-4090.yaml`` (a variant per model and weight format,
+each on a load grid of its own saturation throughput) and draws, per model, the p99 time
+to first token and the median time per output token against load (mean over
+replications, 95 % band; hollow: a replication was unstable) with the SLO's limits, and
+the capacity under the SLO with its 95 % interval beside the saturation throughput.
+Weights and KV cache come from each variant's memory plan (:meth:`des.scenario.Scenario.memory_plan`),
+rebuilt from the run's own scenario file.
+
+The report's section is :func:`facts` (its numbers) filled into
+``analysis/templates/models.md`` (its words) by :func:`section`.
+
+    python -m analysis.models results/models-4090 --out reports/models.png
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from analysis import capacity
+from analysis.common import RATE, Sweep, plain_log_axis, save, slo_line, slo_metrics, slo_text, style
+from analysis.markdown import render, rows
+from des.scenario import load_scenario
+
+STUDY = "models-4090"
+GiB = 2**30
+
+
+def _f(x: Any) -> str:
+    return "open" if x is None or x != x else f"{x:.2f}"
+
+
+def order(sweep: Sweep) -> list[str]:
+    """The study's variants in the order its file lists them."""
+    return list(sweep.study.get("variants") or {})
+
+
+def variants(sweep: Sweep) -> pd.DataFrame:
+    """One row per variant: its model, weight format, weights and KV cache on the GPU
+    (GiB, tokens), from the memory plan of its first run's scenario."""
+    runs = sweep.runs
+    out = []
+    for variant in order(sweep):
+        g = runs[runs["variant"] == variant]
+        scenario = load_scenario(sweep.scenario(str(g["run_id"].iloc[0])))
+        plan = scenario.memory_plan()
+        model = scenario.model
+        out.append(
+            {
+                "variant": variant,
+                "model": model.name,
+                "weights": scenario.precision.weights,
+                "active": model.active_params,
+                "params": model.num_params,
+                "weights_gib": plan.weights / GiB,
+                "kv_tokens": plan.kv_capacity_tokens,
+            }
+        )
+    return pd.DataFrame(out).set_index("variant")
+
+
+def draw(points: pd.DataFrame, slo: dict[str, float], caps: pd.DataFrame):
+    """Three panels: p99 TTFT and median TPOT against offered load per variant, and each
+    variant's capacity under ``slo`` (95 % interval) against its saturation throughput."""
+    style()
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    order = list(caps.index)
+    colours = dict(zip(order, plt.get_cmap("tab10").colors, strict=False))
+    for ax, metric in zip(axes[:2], ("ttft_p99", "tpot_p50"), strict=True):
+        for variant in order:
+            g = points[points["variant"] == variant].sort_values(RATE)
+            c = colours[variant]
+            ax.plot(g[RATE], g[metric], color=c, lw=1.5, label=variant)
+            ax.fill_between(g[RATE], g[f"{metric}_lo"], g[f"{metric}_hi"], color=c, alpha=0.12, lw=0)
+            stable = g["all_stable"].astype(bool)
+            ax.scatter(g.loc[stable, RATE], g.loc[stable, metric], color=c, s=14, zorder=3)
+            ax.scatter(g.loc[~stable, RATE], g.loc[~stable, metric], facecolors="white", edgecolors=c, s=20, zorder=3)
+        if metric in slo:
+            slo_line(ax, slo[metric], slo_text(metric, slo[metric]), boxed=True)
+        ax.set_yscale("log")
+        plain_log_axis(ax.yaxis)
+        name = "p99 time to first token (s)" if metric == "ttft_p99" else "median time per output token (s)"
+        ax.set(xlabel="offered load (requests / s)", ylabel=name)
+    axes[0].legend(loc="upper left", fontsize=8, frameon=False)
+    ax = axes[2]
+    y = np.arange(len(order))
+    for i, variant in enumerate(order):
+        row = caps.loc[variant]
+        c = colours[variant]
+        ax.barh(i, row["saturation"], color=c, alpha=0.25, height=0.6)
+        cap = capacity.middle(row)
+        if cap == cap:
+            low = row["ci_low"] if row["ci_low"] == row["ci_low"] else cap
+            high = row["ci_high"] if row["ci_high"] is not None and row["ci_high"] == row["ci_high"] else cap
+            ax.errorbar(cap, i, xerr=[[cap - low], [high - cap]], fmt="o", color=c, capsize=4, ms=6)
+    ax.set_yticks(y, order)
+    ax.invert_yaxis()
+    ax.set(xlabel="requests / s")
+    ax.set_title("capacity under the SLO (dot, 95 % CI) and saturation (bar)", fontsize=10)
+    fig.suptitle(
+        "What one RTX 4090 can serve: chat-like Poisson traffic (mean of replications, 95 % CI; hollow: unstable)",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    return fig
+
+
+def facts(points: pd.DataFrame, info: pd.DataFrame, slo: dict[str, float], reps: int) -> dict[str, Any]:
+    """The section's numbers (analysis/templates/models.md): a table row per variant with
+    its weights, KV cache, saturation throughput and capacity under the SLO."""
+    caps = capacities(points, slo).reindex(info.index)
+    table = []
+    for variant, row in caps.iterrows():
+        v = info.loc[variant]
+        known = row["capacity"] == row["capacity"]
+        cap = capacity.cell(row, _f(row["ci_low"]), _f(row["ci_high"])) if known else "none"
+        size = f"{v['params'] / 1e9:.1f}B"
+        table.append(
+            [
+                f"{v['model']} ({v['weights']})",
+                f"{v['active'] / 1e9:.1f}B of {size}" if v["active"] != v["params"] else size,
+                f"{v['weights_gib']:.1f}",
+                f"{v['kv_tokens']:,}",
+                f"{row['saturation']:.2f}",
+                cap,
+            ]
+        )
+    best = caps.assign(mid=[capacity.middle(r) for _, r in caps.iterrows()])["mid"]
+    return {
+        "models_reps": reps,
+        "models_table": rows(
+            [
+                [
+                    "model (weights)",
+                    "parameters (active)",
+                    "weights (GiB)",
+                    "KV cache (tokens)",
+                    "saturation (req/s)",
+                    "capacity under the SLO (req/s, 95 % CI)",
+                ],
+                ["---"] * 6,
+                *table,
+            ]
+        ),  # fmt: skip
+        "models_best": str(best.idxmax()),
+        "models_best_capacity": float(best.max()),
+        "models_moe_gain": best.get("qwen3-30b-a3b-awq", np.nan) / best.get("qwen2.5-7b", np.nan),
+        "models_14b_share": best.get("qwen2.5-14b-awq", np.nan) / best.get("qwen2.5-7b", np.nan),
+        "models_moe_weights": info["weights_gib"].get("qwen3-30b-a3b-awq", np.nan),
+        "models_dense_weights": info["weights_gib"].get("qwen2.5-7b", np.nan),
+    }
+
+
+def capacities(points: pd.DataFrame, slo: dict[str, float]) -> pd.DataFrame:
+    """Capacity (requests per second) per variant, with its 95 % interval."""
+    return capacity.capacities(points, slo, by=["variant"]).set_index("variant")
+
+
+def section(res: Path, out: Path) -> tuple[str, dict[str, Path]]:
+    """The report's section on what a 4090 can serve (Markdown) and the figure drawn for it."""
+    sweep = Sweep(res / STUDY)
+    points = sweep.points
+    slo = slo_metrics(sweep.study["set"].get("slo"))
+    caps = capacities(points, slo).reindex(order(sweep))
+    figure = save(draw(points, slo, caps), out / "models.png")
+    text = render("models", facts(points, variants(sweep), slo, int(sweep.study.get("replications", 1))))
+    return text, {"models": figure}
+
+
+def main(argv=None) -> Path:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, help="the models-4090 sweep's folder")
+    ap.add_argument("--out", type=Path, default=Path("reports/models.png"))
+    args = ap.parse_args(argv)
+    sweep = Sweep(args.results)
+    points = sweep.points
+    slo = slo_metrics(sweep.study["set"].get("slo"))
+    caps = capacities(points, slo).reindex(order(sweep))
+    for _, row in caps.reset_index().iterrows():
+        print(capacity.describe(row, slo))
+    return save(draw(points, slo, caps), args.out)
+
+
+if __name__ == "__main__":
+    print(main())
