@@ -52,7 +52,7 @@ def test_the_section_holds_every_variant_and_its_capacity(results, tmp_path):
     slo = slo_metrics(sweep.study["set"]["slo"])
     assert slo == {"ttft_p99": 2.0, "tpot_p50": 0.1}
     caps = models.capacities(sweep.points, slo)
-    for variant, row in caps.iterrows():
+    for _, row in caps.iterrows():
         assert f"{row['saturation']:.2f}" in text
         if row["capacity"] == row["capacity"]:
             assert capacity.cell(row, models._f(row["ci_low"]), models._f(row["ci_high"])) in text
