@@ -23,6 +23,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
 
 from analysis import capacity
 from analysis.common import RATE, Sweep, plain_log_axis, save, slo_line, slo_metrics, slo_text, style
@@ -72,7 +73,7 @@ def draw(points: pd.DataFrame, slo: dict[str, float], caps: pd.DataFrame):
     style()
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
     order = list(caps.index)
-    colours = dict(zip(order, plt.get_cmap("tab10").colors, strict=False))
+    colours = dict(zip(order, sns.color_palette("tab10", len(order)), strict=True))
     for ax, metric in zip(axes[:2], ("ttft_p99", "tpot_p50"), strict=True):
         for variant in order:
             g = points[points["variant"] == variant].sort_values(RATE)
