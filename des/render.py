@@ -151,9 +151,11 @@ def _split_parts(s: dict[str, Any]) -> list[str]:
     if s.get("prefill_overloaded"):
         return [f"the prefill pool is overloaded (the decode pool was full only {_pct_of(full)} of the window)"]
     if full >= DECODE_FULL_NOTE:
-        wait, p99 = s.get("kv_transfer_wait_mean"), s.get("kv_transfer_wait_p99")
+        wait, p99 = s.get("kv_block_wait_mean"), s.get("kv_block_wait_p99")
         waits = (
-            f"; KV transfers waited {wait:.2g} s mean, p99 {p99:.2g} s" if wait is not None and p99 is not None else ""
+            f"; KV transfers waited for its blocks {wait:.2g} s mean, p99 {p99:.2g} s"
+            if wait is not None and p99 is not None
+            else ""
         )
         return [
             f"decode pool full {_pct_of(full)} of the window{waits}: that shows in TPOT (the first decode gap), "
@@ -283,7 +285,8 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
         head.add_row(
             "kv transfer",
             f"{fmt(s['kv_transfer_time_mean'])} s mean, p99 {fmt(s['kv_transfer_time_p99'])} s; "
-            f"waiting for blocks {fmt(s['kv_transfer_wait_mean'])} s mean",
+            f"waiting for decode blocks {fmt(s['kv_block_wait_mean'])} s mean, "
+            f"for the link {fmt(s['kv_link_wait_mean'])} s mean",
         )
     head.add_row("stable", stability_line(s, sc.slo.limits() if sc.slo is not None else None))
     for i, line in enumerate(factor_lines(sc)):

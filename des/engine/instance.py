@@ -105,14 +105,16 @@ class Instance:
 
     @property
     def free_blocks(self) -> int:
-        """KV blocks free (not held or reserved) on this instance."""
-        return self.kv.free
+        """KV blocks free on this instance and not asked for by a reservation still waiting."""
+        return self.kv.free - self.kv.pending
 
     def reserve(self, req: Request, tokens: int) -> Event:
         """An event that fires once the KV blocks of ``req``'s first ``tokens`` tokens are
         set aside here for its arrival (see :meth:`BlockManager.reserve`; the scheduler
-        serves reservations at step boundaries); wakes the instance if idle so that it can."""
+        serves reservations at step boundaries); wakes the instance if idle so that it can.
+        The request counts as routed here (:attr:`outstanding`) from now on."""
         event = self.kv.reserve(req, tokens)
+        self.outstanding += 1
         self._wake_up()
         return event
 
@@ -122,16 +124,18 @@ class Instance:
         self.scheduler.free(req_id)
         self._wake_up()
 
-    def submit(self, req: Request, blocks: int = 0, delay: float = 0.0) -> None:
+    def submit(self, req: Request, blocks: int = 0, delay: float = 0.0, routed: bool = False) -> None:
         """Route a request (holding ``blocks`` KV blocks here) to this instance now and hand it
         to the scheduler ``delay`` seconds later (its front-end's ingress time: parsing,
-        tokenizing), waking the instance if idle."""
+        tokenizing), waking the instance if idle. ``routed``: it was already counted here
+        when its blocks were reserved."""
         req.instance = self.index
         if self.role == "prefill":
             req.prefill_instance = self.index
         elif self.role == "decode":
             req.decode_instance = self.index
-        self.outstanding += 1
+        if not routed:
+            self.outstanding += 1
         if delay > 0:
             self.env.timeout(delay).callbacks.append(lambda _: self._enqueue(req, blocks))
         else:

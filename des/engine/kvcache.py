@@ -91,7 +91,7 @@ class BlockManager:
     without caching, nothing is ever found and blocks are only counted.
     """
 
-    __slots__ = ("env", "num_blocks", "block_size", "free", "waiters", "held")
+    __slots__ = ("env", "num_blocks", "block_size", "free", "waiters", "pending", "held")
 
     #: Whether blocks keep their content for reuse (prefix caching).
     caching = False
@@ -102,6 +102,7 @@ class BlockManager:
         self.block_size = block_size
         self.free = num_blocks
         self.waiters: deque[tuple[Request, int, simpy.Event]] = deque()  # reservations not yet served
+        self.pending = 0  # blocks the reservations not yet served ask for
         self.held: dict[int, int] = {}  # request id -> blocks, of requests outside a running batch
 
     @property
@@ -185,6 +186,7 @@ class BlockManager:
             raise RuntimeError("this block manager has no environment to wait in")
         event = self.env.event()
         self.waiters.append((req, tokens, event))
+        self.pending += self.blocks_for(tokens)
         return event
 
     @property
@@ -201,4 +203,5 @@ class BlockManager:
             if not self.allocate(req.id, tokens, found):
                 return
             waiters.popleft()
+            self.pending -= self.blocks_for(tokens)
             event.succeed((self.blocks_for(tokens), found.hit))

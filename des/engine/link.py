@@ -1,14 +1,18 @@
 """The KV link out of a prefill instance: transfers of prompts' KV caches to decode instances.
 
-A :class:`KVLink` is a stage of the topology (it ``admit``\\ s requests). Its SimPy
-process serves one transfer at a time, first come first served in the order requests
-were admitted (the order their prompts completed). For the transfer at the head of
-the line it asks the decode pool's router for an instance, waits until that instance
-has reserved the blocks of the prompt's KV (:meth:`Instance.reserve`), holds the
-link for ``bytes / bandwidth + latency`` seconds (bytes: the prompt's KV but for a
-prefix the decode instance finds in its own prefix cache), then frees the prompt's blocks on
-the prefill instance and hands the request, with its reserved blocks, to the decode
-instance. Every transfer is recorded in a :class:`TransferLog`.
+A :class:`KVLink` is a stage of the topology (it ``admit``\\ s requests). When a
+prompt completes, the link asks the decode pool's router for an instance at once and
+that instance reserves the blocks of the prompt's KV (:meth:`Instance.reserve`; the
+decode scheduler grants reservations at its step boundaries, as a vLLM scheduler
+allocates slots for requests whose KV is remote). Reservations of the prompts queued on
+a link wait side by side, not one behind another; the wire moves one transfer at a
+time, first come first served in the order their blocks were granted, each holding it
+for ``bytes / bandwidth + latency`` seconds (bytes: the prompt's KV but for a prefix the
+decode instance finds in its own prefix cache). Then the prompt's blocks on the prefill
+instance are freed and the request, with its reserved blocks, goes to the decode
+instance. Every transfer is recorded in a :class:`TransferLog` with when it was queued,
+when its blocks were granted (the wait before is the decode pool's), when it started
+(the wait before is the wire's) and ended.
 """
 
 from __future__ import annotations
@@ -48,13 +52,23 @@ class KVLink:
         self.kv_bytes_per_token = kv_bytes_per_token
         self.log = log
         self.first_token_from = first_token_from
-        self.queue: deque[tuple[Request, float]] = deque()
+        #: transfers whose blocks are granted, waiting for the wire: (request, decode
+        #: instance, blocks, tokens cached there, queued at, granted at)
+        self.queue: deque[tuple[Request, Instance, int, int, float, float]] = deque()
         self._wake: Event | None = None
         self.process = env.process(self._run())
 
     def admit(self, req: Request) -> None:
-        """Queue ``req``'s transfer (its prompt is done on ``source``)."""
-        self.queue.append((req, self.env.now))
+        """``req``'s prompt is done on ``source``: pick its decode instance and reserve its
+        blocks there; the transfer joins the wire's queue once they are granted."""
+        enqueued = self.env.now
+        dest = self.pick()
+        granted = dest.reserve(req, req.prompt_tokens)
+        granted.callbacks.append(lambda event: self._granted(req, dest, enqueued, event.value))
+
+    def _granted(self, req: Request, dest: Instance, enqueued: float, value: tuple[int, int]) -> None:
+        blocks, cached = value
+        self.queue.append((req, dest, blocks, cached, enqueued, self.env.now))
         wake = self._wake
         if wake is not None and not wake.triggered:
             wake.succeed()
@@ -66,9 +80,7 @@ class KVLink:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
-            req, enqueued = queue.popleft()
-            dest = self.pick()
-            blocks, cached = yield dest.reserve(req, req.prompt_tokens)
+            req, dest, blocks, cached, enqueued, reserved = queue.popleft()
             start = env.now
             nbytes = (req.prompt_tokens - cached) * self.kv_bytes_per_token  # a cached prefix stays put
             yield env.timeout(nbytes / self.bandwidth + self.latency)
@@ -76,5 +88,5 @@ class KVLink:
             if self.first_token_from == "decode":
                 req.first_token_time = env.now
             self.source.free(req.id)
-            self.log.record(req, self.source.index, dest.index, enqueued, start, env.now, nbytes)
-            dest.submit(req, blocks)
+            self.log.record(req, self.source.index, dest.index, enqueued, reserved, start, env.now, nbytes)
+            dest.submit(req, blocks, routed=True)

@@ -6,16 +6,18 @@ spend in steps, averaged over them), ``{role}_mean_batch_size`` (sequences per s
 weighted by the part of each step inside the window) and ``{role}_kv_use`` (the share
 of an instance's KV blocks in use, weighted the same way). For the KV link, over the
 transfers of the requests that arrived in the window: ``kv_transfer_time_*`` (start to
-end: bytes / bandwidth + latency) and ``kv_transfer_wait_*`` (queued to start: waiting
-for the link and for the decode instance's blocks), mean, p50 and p99, in seconds.
+end: bytes / bandwidth + latency) and ``kv_transfer_wait_*`` (queued to start), split into
+``kv_block_wait_*`` (queued until the decode instance granted the prompt's blocks: at
+least until its next step boundary) and ``kv_link_wait_*`` (granted until the wire was
+free), mean, p50 and p99, in seconds.
 Keys of roles or transfers a run does not have are None, so every run has the same keys.
 
 ``decode_full_share`` (:func:`decode_full_share`) is the share of the arrival window
 during which the decode pool held requests back: some link sat idle with a transfer at
 its head waiting for a decode instance's blocks, or some decode instance ran a step
 with requests left out of its batch (transferred and waiting for a slot, or preempted).
-At light load it is a few per cent (a transfer's reservation waits for the decode
-instance's next step boundary); it goes to 1 when the decode pool is overloaded, its full
+At light load it is a few per cent (a reservation waits for the decode instance's next
+step boundary); it goes to 1 when the decode pool is overloaded, its full
 cache stalling the links and, through the prefill blocks they hold, prefill admission
 (see :mod:`des.engine.schedulers.disaggregated`).
 """
@@ -66,13 +68,19 @@ def pool_metrics(steps: pd.DataFrame, pools: Sequence[PoolFacts], warmup: float,
 
 
 def transfer_metrics(transfers: pd.DataFrame, requests: pd.DataFrame, warmup: float, end: float) -> dict[str, Any]:
-    """Time on the link and time waiting for it, over transfers of requests arrived in the window."""
+    """Time on the link and time waiting before it (for decode blocks, then for the wire),
+    over transfers of requests arrived in the window."""
     arrival = requests["arrival_time"].to_numpy()[transfers["request_id"].to_numpy()]
     sel = (arrival >= warmup) & (arrival <= end)
     start, stop = transfers["start"].to_numpy()[sel], transfers["end"].to_numpy()[sel]
-    queued = transfers["enqueued"].to_numpy()[sel]
+    queued, reserved = transfers["enqueued"].to_numpy()[sel], transfers["reserved"].to_numpy()[sel]
     out: dict[str, Any] = {}
-    for name, values in (("kv_transfer_time", stop - start), ("kv_transfer_wait", start - queued)):
+    for name, values in (
+        ("kv_transfer_time", stop - start),
+        ("kv_transfer_wait", start - queued),
+        ("kv_block_wait", reserved - queued),
+        ("kv_link_wait", start - reserved),
+    ):
         if values.size == 0:
             out.update({f"{name}_{s}": None for s in TRANSFER_STATS})
             continue
@@ -98,17 +106,13 @@ def _union_length(lo: np.ndarray, hi: np.ndarray, start: float, end: float) -> f
 
 
 def _link_waits(transfers: pd.DataFrame, requests: pd.DataFrame, stop: float, first_token_at_prefill: bool):
-    """The intervals (starts, ends) during which a link sat idle with a transfer at its head
-    waiting for a decode instance's blocks (see :func:`decode_full_share`)."""
+    """The intervals (starts, ends) during which a transfer waited for a decode instance's
+    blocks (see :func:`decode_full_share`)."""
     link = transfers["link"].to_numpy()
-    lo_parts, hi_parts = [np.zeros(0)], [np.zeros(0)]
+    lo_parts, hi_parts = [transfers["enqueued"].to_numpy()], [transfers["reserved"].to_numpy()]
     last_end: dict[int, float] = {}
     for i in np.unique(link):
-        mine = transfers.loc[link == i].sort_values("start", kind="stable")
-        ends = mine["end"].to_numpy()
-        lo_parts.append(np.maximum(mine["enqueued"].to_numpy(), np.concatenate([[-np.inf], ends[:-1]])))
-        hi_parts.append(mine["start"].to_numpy())
-        last_end[int(i)] = float(ends[-1])
+        last_end[int(i)] = float(transfers.loc[link == i, "end"].max())
     if first_token_at_prefill:
         waiting = (
             (requests["status"] == "unfinished").to_numpy()
@@ -140,14 +144,13 @@ def decode_full_share(
 
     Two kinds of interval count, merged:
 
-    - a link waiting, idle, for a decode instance's blocks. A link serves its transfers one
-      at a time in order (:class:`~des.engine.link.KVLink`): the ``k``-th waits for blocks
-      from ``max(enqueued_k, end_{k-1})`` to its ``start``. Transfers still waiting when a
-      run stops (no drain) are not in the transfer log: with the first token dated at the
-      end of the prefill (``first_token_at_prefill``), a link with such a request waits from
-      the earliest of their prefills' ends (or its last transfer's end) to ``stop``; with
-      the first token dated at the decode instance, their prefills' ends are unknown and
-      that tail is left out;
+    - a transfer waiting for a decode instance's blocks, from its prompt's end (``enqueued``)
+      until they were granted (``reserved``; :class:`~des.engine.link.KVLink`). Transfers
+      still waiting when a run stops (no drain) are not in the transfer log: with the first
+      token dated at the end of the prefill (``first_token_at_prefill``), a link with such a
+      request waits from the earliest of their prefills' ends (or its last transfer's end)
+      to ``stop``; with the first token dated at the decode instance, their prefills' ends
+      are unknown and that tail is left out;
     - a step of a decode instance that left requests waiting (``num_waiting`` > 0: its
       batch was full, in slots, tokens or blocks).
     """

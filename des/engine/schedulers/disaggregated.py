@@ -7,13 +7,14 @@ instances, and each request's KV cache crosses a link between them:
   prefill, FCFS). The step that completes a prompt emits the first token; the request
   then leaves the instance but keeps its KV blocks there until its transfer ends.
   (A request of one output token is done there.)
-- Each prefill instance has one outbound link. Transfers on it run one at a time, in
-  the order prompts completed (ties by arrival). The transfer at the head of the line
-  asks the decode pool's router for an instance and waits until that instance has
-  *reserved* the blocks of the prompt's KV; only then does it start, lasting
-  ``prompt_tokens × kv_bytes_per_token / bandwidth + latency`` seconds. A full decode
-  cache therefore stalls the link, which keeps prefill blocks held, which stalls
-  prefill admission: back-pressure all the way, and nothing is ever dropped.
+- Each prefill instance has one outbound link (:class:`~des.engine.link.KVLink`). When a
+  prompt completes, the decode pool's router picks its decode instance at once, and that
+  instance *reserves* the blocks of the prompt's KV, granting reservations at its step
+  boundaries in the order they came (at once when idle). Reservations wait side by side;
+  the wire moves one transfer at a time, in the order their blocks were granted, each
+  lasting ``prompt_tokens × kv_bytes_per_token / bandwidth + latency`` seconds. A full
+  decode cache therefore holds transfers back, which keeps prefill blocks held, which
+  stalls prefill admission: back-pressure all the way, and nothing is ever dropped.
 - A decode instance runs continuous batching too. It reserves blocks for the prompt's
   KV only, and grows them as the request decodes, one block per ``block_size``
   tokens, preempting its newest request when blocks run out (which then recomputes
