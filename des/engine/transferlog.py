@@ -22,7 +22,15 @@ class TransferLog:
         }
 
     def record(
-        self, req: Request, link: int, decode: int, enqueued: float, reserved: float, start: float, end: float, nbytes: int
+        self,
+        req: Request,
+        link: int,
+        decode: int,
+        enqueued: float,
+        reserved: float,
+        start: float,
+        end: float,
+        nbytes: int,
     ) -> None:
         values = (req.id, link, decode, enqueued, reserved, start, end, nbytes)
         for name, value in zip(TRANSFER_COLUMNS, values, strict=True):
