@@ -17,9 +17,7 @@ class TransferLog:
     it started and ended on the wire (seconds) and its size (bytes)."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, array[Any]] = {
-            name: array("d" if name in TIMES else "q") for name in TRANSFER_COLUMNS
-        }
+        self.columns: dict[str, array[Any]] = {name: array("d" if name in TIMES else "q") for name in TRANSFER_COLUMNS}
 
     def record(
         self,
