@@ -76,10 +76,14 @@ def test_one_request_first_token_at_prefill_end_then_transfer_then_decodes(tmp_p
     ]  # fmt: skip
 
 
-def test_first_token_from_decode_adds_the_transfer_to_ttft(tmp_path):
+def test_first_token_from_decode_adds_the_transfer_and_the_decode_step_to_ttft(tmp_path):
+    # vLLM's P/D proxy: the KV arrives at 2.5; the decode instance's first step [2.5, 3.5]
+    # recomputes the prompt's last token and emits the first token; tokens 2 and 3 follow
     r = des.simulate(scenario(tmp_path, [(0, 4, 3)], first_token_from="decode"))
     req = by_id(r).loc[0]
-    assert req.first_token_time == 2.5 and req.ttft == 2.5 and req.finish_time == 4.5 and req.tpot == 1.0
+    assert req.first_token_time == 3.5 and req.ttft == 3.5 and req.finish_time == 5.5 and req.tpot == 1.0
+    assert steps_of(r, "decode")["start"].tolist() == [2.5, 3.5, 4.5]
+    assert steps_of(r, "decode")["prefill_tokens"].tolist()[0] == 1
 
 
 def test_two_transfers_queue_on_one_link_in_the_order_prompts_completed(tmp_path):

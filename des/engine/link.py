@@ -10,13 +10,18 @@ time, first come first served in the order their blocks were granted, each holdi
 for ``bytes / bandwidth + latency`` seconds (bytes: the prompt's KV but for a prefix the
 decode instance finds in its own prefix cache). Then the prompt's blocks on the prefill
 instance are freed and the request, with its reserved blocks, goes to the decode
-instance. Every transfer is recorded in a :class:`TransferLog` with when it was queued,
+instance. With ``first_token_from: decode`` (vLLM's P/D proxy: the prefill instance's
+token is dropped) the decode instance recomputes the prompt's last token, whose KV it
+already holds, and its first step emits the client's first token, as vLLM's scheduler
+recomputes the last token of a request whose whole prompt arrived as remote KV to get
+its logits. Every transfer is recorded in a :class:`TransferLog` with when it was queued,
 when its blocks were granted (the wait before is the decode pool's), when it started
 (the wait before is the wire's) and ended.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any, Literal
@@ -85,8 +90,8 @@ class KVLink:
             nbytes = (req.prompt_tokens - cached) * self.kv_bytes_per_token  # a cached prefix stays put
             yield env.timeout(nbytes / self.bandwidth + self.latency)
             req.transfer_start, req.transfer_end = start, env.now
-            if self.first_token_from == "decode":
-                req.first_token_time = env.now
+            if self.first_token_from == "decode":  # the client's first token comes from the decode instance
+                req.generated, req.computed, req.first_token_time = 0, req.computed - 1, math.nan
             self.source.free(req.id)
             self.log.record(req, self.source.index, dest.index, enqueued, reserved, start, env.now, nbytes)
             dest.submit(req, blocks, routed=True)

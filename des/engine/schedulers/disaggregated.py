@@ -24,9 +24,11 @@ instances, and each request's KV cache crosses a link between them:
   step started); an idle decode instance starts at once.
 
 ``first_token_from: prefill`` (the default, as DistServe and Splitwise count it) dates
-the first token at the end of the prefill step; ``decode`` dates it when the KV has
-arrived at the decode instance, so the transfer adds to TTFT. Either way TPOT spans
-the transfer gap. A request is rejected, with the reason, when some pool on its path
+the first token at the end of the prefill step, and TPOT spans the transfer gap;
+``decode`` (vLLM's P/D proxy, which drops the prefill instance's token) has the decode
+instance recompute the prompt's last token in its first step, which emits the first
+token: TTFT adds the transfer, the wait for a decode step and that step, and the decode
+instance emits every token. A request is rejected, with the reason, when some pool on its path
 can never hold its KV (its prompt on a prefill instance, ``prompt + output - 1`` on a
 decode instance).
 
