@@ -41,6 +41,7 @@ from des.dotted import deep_copy, set_dotted
 from des.engine.plan import MAX_INSTANCES, Plan, PlanContext, PoolPlan
 from des.engine.router import RouterName
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, DisaggregatedConfig, SchedulerConfig
+from des.engine.schedulers.continuous import ContinuousSettings
 from des.errors import ScenarioError, did_you_mean, reword, validation_errors
 from des.registry import kind_of
 from des.workload.arrivals import ARRIVALS, Trace
@@ -253,6 +254,18 @@ class Scenario(Strict):
                     f"{limit} tokens is longer than the {model.max_model_len}-token context of {model.name} "
                     "(vLLM refuses a max_model_len above the model's; its outputs beyond are not to be trusted)"
                 )))  # fmt: skip
+            policy = pool.policy
+            context = min(limit or model.max_model_len, model.max_model_len)
+            if isinstance(policy, ContinuousSettings) and not policy.enable_chunked_prefill:
+                budget = policy.max_num_batched_tokens
+                if budget < context:
+                    problems.append((path("max_num_batched_tokens", "scheduler.max_num_batched_tokens"), (
+                        f"{budget} tokens is smaller than max_model_len ({context}) with chunked prefill off"
+                        f"{'' if pool.role == 'colocated' else f' on the {pool.role} pool'}: "
+                        "a prompt longer than one step could never run (vLLM refuses this at start-up: raise "
+                        f"max_num_batched_tokens to {context}, set max_model_len to {budget} or less, or "
+                        "enable chunked prefill)"
+                    )))  # fmt: skip
             try:
                 memory = pool.memory(model, self.precision)
             except ScenarioError as exc:  # at `model`: say what would fit

@@ -16,7 +16,7 @@ import pytest
 import des
 from des import catalog
 from des.engine.schedulers.continuous import ContinuousSettings
-from tests.helpers import SCENARIOS
+from tests.helpers import SCENARIOS, des_cli
 
 KV_BYTES = catalog.model("qwen2.5-7b").kv_bytes_per_token(2)  # bf16 KV, bytes per token
 LINK = {"bandwidth": 4 * KV_BYTES, "latency": 0.5}
@@ -344,3 +344,20 @@ def test_chat_at_load_waits_for_the_wire_less_than_half_a_decode_step():
     assert s["kv_link_wait_mean"] <= step / 2
     assert s["kv_block_wait_mean"] <= step
     assert s["kv_transfer_wait_mean"] == pytest.approx(s["kv_block_wait_mean"] + s["kv_link_wait_mean"])
+
+
+def test_a_pool_without_chunked_prefill_and_a_budget_below_the_context_is_refused(tmp_path):
+    # vLLM refuses max_num_batched_tokens < max_model_len without chunked prefill at start-up
+    # (SchedulerConfig's check); des used to reject the long prompts one by one instead
+    proc = des_cli(
+        "run", "--set", "scheduler.kind=disaggregated", "--set", "scheduler.prefill.enable_chunked_prefill=false",
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [
+        "error: scheduler.max_num_batched_tokens: 2048 tokens is smaller than max_model_len (32768) with chunked "
+        "prefill off on the prefill pool: a prompt longer than one step could never run (vLLM refuses this at "
+        "start-up: raise max_num_batched_tokens to 32768, set max_model_len to 2048 or less, or enable chunked "
+        "prefill)"
+    ]

@@ -69,6 +69,9 @@ def disaggregated_scenarios(draw, drain: bool | None = None) -> des.Scenario:
             "latency": draw(st.sampled_from([0.0, 0.002, 0.1])),
         },
     }
+    if not sched["enable_chunked_prefill"]:  # vLLM: each pool's budget >= the context
+        budgets = (sched[role].get("max_num_batched_tokens", 2048) for role in ("prefill", "decode"))
+        sched["max_model_len"] = min(budgets)
     data = {
         "name": "pd-prop",
         "seed": draw(st.integers(0, 2**20)),
@@ -86,16 +89,12 @@ def expected_reason(scn: des.Scenario, prompt: int, output: int) -> str:
     pre, dec = (p.policy for p in scn.plan().pools)
     assert isinstance(pre, ContinuousSettings) and isinstance(dec, ContinuousSettings)
     blocks = [m.num_blocks for m in scn.memory_plans()]
-    if prompt + output > scn.model.max_model_len:
+    if prompt + output > scn.plan().context_limit(scn.model):
         return "exceeds_max_model_len"
     if math.ceil(prompt / pre.block_size) > blocks[0]:
         return "exceeds_kv_capacity"
-    if not pre.enable_chunked_prefill and prompt > pre.max_num_batched_tokens:
-        return "exceeds_token_budget"
     if math.ceil((prompt + output - 1) / dec.block_size) > blocks[1]:
         return "exceeds_kv_capacity"
-    if not dec.enable_chunked_prefill and prompt + output - 1 > dec.max_num_batched_tokens:
-        return "exceeds_token_budget"
     return ""
 
 

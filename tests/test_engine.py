@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import des
+from des.errors import ScenarioError
 from tests.golden import shipped
 
 
@@ -64,14 +65,17 @@ def test_chunked_prefill_timeline(tmp_path):
     assert req.loc[0, "tpot"] == 1.0
 
 
-def test_without_chunked_prefill_a_prompt_over_the_budget_is_rejected(tmp_path):
-    sc = trace_scenario(
-        tmp_path,
-        [(0, 20, 3), (0, 2, 2)],
-        {"kind": "continuous", "max_num_batched_tokens": 8, "enable_chunked_prefill": False},
-    )
+def test_without_chunked_prefill_a_budget_below_the_context_is_refused_as_vllm_refuses_it(tmp_path):
+    settings = {"kind": "continuous", "max_num_batched_tokens": 8, "enable_chunked_prefill": False}
+    with pytest.raises(ScenarioError) as err:
+        trace_scenario(tmp_path, [(0, 20, 3)], settings)
+    (where, message), *_ = err.value.problems
+    assert where == "scheduler.max_num_batched_tokens"
+    assert message.startswith("8 tokens is smaller than max_model_len (32768) with chunked prefill off")
+    # with the context at the budget, a prompt over it is over the context
+    sc = trace_scenario(tmp_path, [(0, 20, 3), (0, 2, 2)], settings | {"max_model_len": 8})
     req = by_id(des.simulate(sc))
-    assert req.loc[0, "status"] == "rejected" and req.loc[0, "reason"] == "exceeds_token_budget"
+    assert req.loc[0, "status"] == "rejected" and req.loc[0, "reason"] == "exceeds_max_model_len"
     assert req.loc[1, "status"] == "completed" and req.loc[1, "finish_time"] == 2.0
 
 

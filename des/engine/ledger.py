@@ -21,7 +21,7 @@ import numpy as np
 from des.engine.request import COMPLETED, REJECTED, UNFINISHED, Request
 
 STATUSES = (UNFINISHED, COMPLETED, REJECTED)
-REASONS = ("", "exceeds_max_model_len", "exceeds_kv_capacity", "exceeds_token_budget")
+REASONS = ("", "exceeds_max_model_len", "exceeds_kv_capacity")
 _STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
 _REASON_CODE = {r: i for i, r in enumerate(REASONS)}
 

@@ -72,7 +72,7 @@ from pydantic import Field
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager, CacheConfig
 from des.engine.plan import Plan, PlanContext, colocated
-from des.engine.policy import Role, Step, held_tokens, length_rejection
+from des.engine.policy import Role, Step, length_rejection
 from des.engine.request import Request
 from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
 
@@ -151,11 +151,9 @@ class ContinuousScheduler:
 
     # -- protocol -------------------------------------------------------------------
     def rejection(self, req: Request) -> str | None:
-        reason = length_rejection(req, self.max_model_len, self.kv, self.role)
-        if reason is None and not self.chunked and held_tokens(req, self.role) > self.max_num_batched_tokens:
-            # a preempted request must recompute prompt + generated tokens in one step
-            reason = "exceeds_token_budget"
-        return reason
+        # without chunked prefill the scenario holds max_num_batched_tokens >= max_model_len
+        # (as vLLM refuses to start otherwise), so a request that fits the context fits a step
+        return length_rejection(req, self.max_model_len, self.kv, self.role)
 
     def add(self, req: Request, blocks: int = 0) -> None:
         if blocks:
