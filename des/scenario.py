@@ -183,7 +183,7 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _cluster_fits_scheduler(self) -> Scenario:
         """A disaggregated scheduler's instances and routers are its pools' (the cluster's
-        would be silently ignored), and its link needs a bandwidth."""
+        would be silently ignored), and its GPUs can have the link it asks for."""
         s, c = self.scheduler, self.cluster
         if not isinstance(s, DisaggregatedConfig):
             return self
@@ -203,15 +203,10 @@ class Scenario(Strict):
                     "(set scheduler.router.prefill and scheduler.router.decode; null unsets it)",
                 )
             )
-        missing = s.unlinked_gpu(self.gpu)
-        if missing is not None:
-            raise ScenarioError(
-                (
-                    "scheduler.kv_transfer",
-                    f"required: GPU {missing!r} has no kv_link in the catalog "
-                    "(give {bandwidth: bytes/s, latency: s})",
-                )
-            )
+        problem = s.link_problem(self.gpu)
+        if problem is not None:
+            field = "scheduler.kv_transfer.path" if s.kv_transfer is not None else "scheduler.kv_transfer"
+            raise ScenarioError((field, problem))
         return self
 
     @model_validator(mode="after")
@@ -418,15 +413,21 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError(("--set", f"{text!r}: {exc.problem}")) from None
     except yaml.YAMLError:
         value = raw
-    return key, _from_cwd(key.rsplit(".", 1)[-1], value)
+    parent, _, name = key.rpartition(".")
+    return key, _from_cwd(name, value, parent.rpartition(".")[2])
 
 
-def _from_cwd(name: str, value: Any) -> Any:
-    """``value`` with the relative paths of its ``path`` keys made absolute against the CWD."""
-    if name == "path" and isinstance(value, str) and value and not Path(value).is_absolute():
-        return str(Path.cwd() / value)
+#: Keys named ``path`` that name no file: ``scheduler.kv_transfer.path`` is where KV crosses.
+NOT_FILES = frozenset({"kv_transfer"})
+
+
+def _from_cwd(name: str, value: Any, parent: str = "") -> Any:
+    """``value`` with the relative paths of its ``path`` keys (but those under
+    :data:`NOT_FILES`) made absolute against the CWD; ``parent``: the key above ``name``."""
+    if name == "path" and parent not in NOT_FILES and isinstance(value, str) and value:
+        return value if Path(value).is_absolute() else str(Path.cwd() / value)
     if isinstance(value, dict):
-        return {k: _from_cwd(str(k), v) for k, v in value.items()}
+        return {k: _from_cwd(str(k), v, name) for k, v in value.items()}
     return value
 
 

@@ -16,6 +16,8 @@ import pytest
 import des
 from des import catalog
 from des.engine.schedulers.continuous import ContinuousSettings
+from des.catalog.kv_link import GENERIC, RDMA, default_link
+from des.engine.plan import LinkPlan
 from tests.helpers import SCENARIOS, des_cli
 
 KV_BYTES = catalog.model("qwen2.5-7b").kv_bytes_per_token(2)  # bf16 KV, bytes per token
@@ -189,10 +191,9 @@ def test_pools_may_name_their_own_gpu_and_tp_and_get_their_own_kv_plan():
     assert (pre.role, pre.gpu.name, pre.instances, pre.tp) == ("prefill", "h100-80gb", 2, 1)
     assert (dec.role, dec.gpu.name, dec.instances, dec.tp) == ("decode", "a100-80gb", 1, 2)
     assert plan.num_gpus == 4
-    # the link is as fast as its slower end
-    a100, h100 = catalog.gpu("a100-80gb").kv_link, catalog.gpu("h100-80gb").kv_link
-    assert a100 is not None and h100 is not None
-    assert plan.link is not None and plan.link.bandwidth == min(a100.bandwidth, h100.bandwidth)
+    # an H100 and an A100 sit in different servers: RDMA, one NIC per GPU; one prefill rank
+    # sends to two decode ranks: one shard at a time
+    assert plan.link == LinkPlan(RDMA.bandwidth, RDMA.latency, "rdma")
     blocks = [m.num_blocks for m in sc.memory_plans()]
     assert blocks[1] > blocks[0]  # two A100s hold more KV than one H100
 
@@ -361,3 +362,54 @@ def test_a_pool_without_chunked_prefill_and_a_budget_below_the_context_is_refuse
         "start-up: raise max_num_batched_tokens to 32768, set max_model_len to 2048 or less, or enable chunked "
         "prefill)"
     ]
+
+
+@pytest.mark.parametrize(
+    "prefill, decode, path, expected",
+    [
+        ("rtx4090", "rtx4090", None, "rtx4090"),  # one server: the GPU's own link (host-staged)
+        ("h100-80gb", "h100-80gb", None, "h100-80gb"),  # NVLink, at a connector's 49 GB/s
+        ("h100-80gb", "a100-80gb", None, "rdma"),  # unlike GPUs: different servers
+        ("h100-80gb", "mi300x", None, "rdma"),
+        ("h100-80gb", "h100-80gb", "rdma", "rdma"),  # across nodes, said outright
+        ("rtx4090", "l40s", "host", "host"),  # one PCIe box, staged through host memory
+        ("l40s", "l4", "pcie", "pcie"),
+    ],
+)
+def test_the_default_link_follows_where_the_gpus_sit(prefill, decode, path, expected):
+    link = default_link(catalog.gpu(prefill), catalog.gpu(decode), path)
+    want = RDMA if expected == "rdma" else GENERIC.get(expected) or catalog.gpu(expected).kv_link
+    assert link == want
+    assert link.path == (path or want.path)
+
+
+@pytest.mark.parametrize(
+    "prefill, decode, path, message",
+    [
+        ("h100-80gb", "a100-80gb", "nvlink", "nvlink joins GPUs of one type on one board, not h100-80gb and a100-80gb"),
+        ("rtx4090", "rtx4090", "nvlink", "rtx4090 has no nvlink (its KV link: host)"),
+        ("rtx4090", "l40s", "pcie", "rtx4090 cannot send peer-to-peer over PCIe (GeForce drivers disable it)"),
+    ],
+)
+def test_a_path_the_gpus_cannot_have_is_one_line_naming_the_field(tmp_path, prefill, decode, path, message):
+    proc = des_cli(
+        "run", "--set", f"scheduler={{kind: disaggregated, prefill: {{gpu: {prefill}}}, decode: {{gpu: {decode}}}, "
+        f"kv_transfer: {{path: {path}}}}}", "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: scheduler.kv_transfer.path: {message}")
+
+
+def test_each_tensor_parallel_rank_sends_its_shard_over_its_own_link(tmp_path):
+    # TP-2 prefill to TP-2 decode: two shards at once, bytes / (2 x bandwidth) + latency exactly
+    rows = [(0, 4, 3)]
+    one = des.simulate(scenario(tmp_path, rows))
+    two = des.simulate(scenario(tmp_path, rows, prefill={"tp": 2}, decode={"tp": 2}))
+    lopsided = des.load_scenario(scenario(tmp_path, rows, prefill={"tp": 2}, decode={"tp": 1}))
+    t1, t2 = transfers(one).iloc[0], transfers(two).iloc[0]
+    assert t1["bytes"] == t2["bytes"] == 4 * KV_BYTES
+    assert t1["end"] - t1["start"] == 4 * KV_BYTES / LINK["bandwidth"] + LINK["latency"] == 1.5
+    assert t2["end"] - t2["start"] == 4 * KV_BYTES / (2 * LINK["bandwidth"]) + LINK["latency"] == 1.0
+    link = lopsided.plan().link  # one decode rank takes one shard at a time
+    assert link is not None and link.bandwidth == LINK["bandwidth"]

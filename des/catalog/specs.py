@@ -25,12 +25,23 @@ Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
 TensorCorePath = Literal["fp8", "fp4"]
 
 
-class KVLinkSpec(Strict):
-    """How fast a prompt's KV cache moves between two such GPUs (disaggregated serving):
-    ``bandwidth`` in bytes/s, ``latency`` in seconds per transfer."""
+#: Where a prompt's KV crosses between a prefill and a decode GPU: a scale-up fabric within
+#: a node (NVLink, AMD's Infinity Fabric ``xgmi``), PCIe peer-to-peer, PCIe staged through
+#: host memory (GeForce: no peer-to-peer), or RDMA between nodes (:mod:`des.catalog.kv_link`).
+KVPath = Literal["nvlink", "xgmi", "pcie", "host", "rdma"]
 
+
+class KVLinkSpec(Strict):
+    """How fast a prompt's KV cache moves from one GPU to another (disaggregated serving),
+    per pair of GPUs (a tensor-parallel rank sends its shard over its own): ``bandwidth``
+    in bytes/s as a KV connector moves paged blocks, ``latency`` in seconds per transfer,
+    over ``path``; ``ceiling``: the raw copy rate of the path (bytes/s), which block-wise
+    transfers do not reach, for sensitivity (None: not stated)."""
+
+    path: KVPath
     bandwidth: PositiveFloat
     latency: float = Field(ge=0)
+    ceiling: PositiveFloat | None = None
     source: str = ""
 
 

@@ -71,10 +71,13 @@ class PoolPlan:
 
 @dataclass(frozen=True)
 class LinkPlan:
-    """A KV link per prefill instance: ``bandwidth`` bytes/s, ``latency`` seconds per transfer."""
+    """A KV link per prefill instance: ``bandwidth`` bytes/s of one transfer (every
+    tensor-parallel rank's share at once), ``latency`` seconds per transfer, over ``path``
+    (:mod:`des.catalog.kv_link`; None: a bandwidth given without one)."""
 
     bandwidth: float
     latency: float
+    path: str | None = None
 
 
 @dataclass(frozen=True)

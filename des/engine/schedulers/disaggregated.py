@@ -46,7 +46,8 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create
 from pydantic.fields import FieldInfo
 
 from des import catalog
-from des.catalog.specs import GPUSpec
+from des.catalog.kv_link import default_link, transfer_bandwidth
+from des.catalog.specs import GPUSpec, KVPath
 from des.config import Strict
 from des.engine.kvcache import CacheConfig
 from des.engine.plan import MAX_INSTANCES, LinkPlan, Plan, PlanContext, PoolPlan
@@ -95,10 +96,21 @@ class PoolConfig(_with_overrides(_Pool)):  # type: ignore[misc]
 
 
 class KVTransferConfig(Strict):
-    """The link between pools: ``bandwidth`` bytes/s, ``latency`` seconds per transfer."""
+    """The link between pools (:mod:`des.catalog.kv_link`): ``path`` it takes (None: the
+    GPUs' own link when the pools' GPUs are of one type, else RDMA), and ``bandwidth``
+    (bytes/s, per pair of GPUs: each tensor-parallel rank sends its shard over its own)
+    and ``latency`` (seconds per transfer) overriding the path's figures; with a
+    ``bandwidth`` and no ``path``, a latency left out is 0."""
 
-    bandwidth: PositiveFloat
-    latency: NonNegativeFloat = 0.0
+    path: KVPath | None = None
+    bandwidth: PositiveFloat | None = None
+    latency: NonNegativeFloat | None = None
+
+    @model_validator(mode="after")
+    def _says_something(self) -> KVTransferConfig:
+        if self.path is None and self.bandwidth is None:
+            raise ValueError("give a path (nvlink, xgmi, pcie, host, rdma) or a bandwidth in bytes/s")
+        return self
 
 
 class RouterConfig(Strict):
@@ -119,18 +131,6 @@ class DisaggregatedConfig(ContinuousSettings):
     first_token_from: Literal["prefill", "decode"] = "prefill"
     router: RouterConfig = RouterConfig()
 
-    @model_validator(mode="after")
-    def _link_known(self) -> DisaggregatedConfig:
-        if self.kv_transfer is None:
-            for role in ("prefill", "decode"):
-                gpu = getattr(self, role).gpu
-                if gpu is not None and gpu.kv_link is None:
-                    raise ValueError(
-                        f"kv_transfer: required, {role}.gpu {gpu.name!r} has no kv_link in the catalog "
-                        "(give {bandwidth: bytes/s, latency: s})"
-                    )
-        return self
-
     def setting_path(self, role: str, name: str) -> str | None:
         """``role.name`` where that pool sets it, else as at the top level."""
         pool = getattr(self, role, None)
@@ -138,15 +138,16 @@ class DisaggregatedConfig(ContinuousSettings):
             return f"{role}.{name}"
         return super().setting_path(role, name)
 
-    def unlinked_gpu(self, default: GPUSpec) -> str | None:
-        """Without ``kv_transfer``, the name of a GPU at an end of the link (a pool's, else
-        ``default``) that has no ``kv_link`` in the catalog to take the link from; else None."""
-        if self.kv_transfer is not None:
+    def link_problem(self, default: GPUSpec) -> str | None:
+        """Why the pools' GPUs (a pool's, else ``default``) cannot have the link asked for
+        (:func:`~des.catalog.kv_link.default_link`); None when they can."""
+        t = self.kv_transfer
+        if t is not None and t.bandwidth is not None and t.path is None:
             return None
-        for pool in (self.prefill, self.decode):
-            gpu = pool.gpu or default
-            if gpu.kv_link is None:
-                return gpu.name
+        try:
+            default_link(self.prefill.gpu or default, self.decode.gpu or default, t.path if t is not None else None)
+        except ValueError as exc:
+            return str(exc)
         return None
 
     def plan(self, ctx: PlanContext) -> Plan:
@@ -154,7 +155,7 @@ class DisaggregatedConfig(ContinuousSettings):
         cluster's replicas and router are not used: the pools have their own."""
         prefill = self._pool("prefill", self.prefill, self.router.prefill, ctx)
         decode = self._pool("decode", self.decode, self.router.decode, ctx)
-        return Plan((prefill, decode), self._link(prefill.gpu, decode.gpu), self.first_token_from)
+        return Plan((prefill, decode), self._link(prefill, decode), self.first_token_from)
 
     def _pool(self, role: Role, cfg: PoolConfig, router: str, ctx: PlanContext) -> PoolPlan:
         policy = cfg.settings(
@@ -162,10 +163,17 @@ class DisaggregatedConfig(ContinuousSettings):
         )
         return PoolPlan(role, cfg.instances, policy, cfg.gpu or ctx.gpu, cfg.tp or ctx.tp, router, ctx.graphs)
 
-    def _link(self, a: GPUSpec, b: GPUSpec) -> LinkPlan:
-        """``kv_transfer``, else the catalog's links of the two ends: the slower's bandwidth and latency."""
-        if self.kv_transfer is not None:
-            return LinkPlan(self.kv_transfer.bandwidth, self.kv_transfer.latency)
-        if a.kv_link is None or b.kv_link is None:  # the scenario's validation names the field (unlinked_gpu)
-            raise ValueError(f"GPU {(a if a.kv_link is None else b).name!r} has no kv_link: kv_transfer is required")
-        return LinkPlan(min(a.kv_link.bandwidth, b.kv_link.bandwidth), max(a.kv_link.latency, b.kv_link.latency))
+    def _link(self, prefill: PoolPlan, decode: PoolPlan) -> LinkPlan:
+        """The path's link (``kv_transfer.path``, else the GPUs' own or RDMA), its figures
+        overridden by ``kv_transfer``'s, every tensor-parallel rank sending its shard at once.
+        Raises ValueError for a path the GPUs cannot have (the scenario's validation names
+        the field first: :meth:`link_problem`)."""
+        t = self.kv_transfer
+        given_path, bandwidth, latency = (t.path, t.bandwidth, t.latency) if t is not None else (None, None, None)
+        path: str | None = None
+        if bandwidth is None or given_path is not None:
+            link = default_link(prefill.gpu, decode.gpu, given_path)
+            bandwidth = link.bandwidth if bandwidth is None else bandwidth
+            latency = link.latency if latency is None else latency
+            path = link.path
+        return LinkPlan(transfer_bandwidth(bandwidth, prefill.tp, decode.tp), latency or 0.0, path)
