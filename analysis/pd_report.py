@@ -46,7 +46,8 @@ class Link:
     bandwidth: float  # bytes / s
     latency: float  # s
     kv_token: float  # the model's KV bytes per token
-    fast: list[float]  # the A100's and the H100's link bandwidths, ascending
+    fast: float  # the A100's and H100's NVLink, as a KV connector moves paged blocks
+    ceilings: list[float]  # their raw copy ceilings, ascending
 
 
 @dataclass
@@ -83,9 +84,10 @@ def read_link(sweep: Sweep) -> Link:
     sc = des.load_scenario(sweep.scenario(runs[runs[CONFIG] == PAIR]["run_id"].iloc[0]))
     link = sc.plan().link
     assert link is not None
-    links = [catalog.gpu(name).kv_link for name in ("a100-80gb", "h100-80gb")]
-    fast = sorted(k.bandwidth for k in links if k is not None)
-    return Link(link.bandwidth, link.latency, sc.model.kv_bytes_per_token(sc.precision.kv_bytes), fast)
+    links = [k for k in (catalog.gpu(name).kv_link for name in ("a100-80gb", "h100-80gb")) if k is not None]
+    fast = min(k.bandwidth for k in links)
+    ceilings = sorted(k.ceiling or k.bandwidth for k in links)
+    return Link(link.bandwidth, link.latency, sc.model.kv_bytes_per_token(sc.precision.kv_bytes), fast, ceilings)
 
 
 def read(res: Path) -> Results:
@@ -383,16 +385,29 @@ def interference_facts(colocated: Trace, split: Trace) -> dict[str, Any]:
     }
 
 
+#: KV connectors measured far below the host path on boxes without RDMA (bytes/s): vLLM's
+#: default (pull) NIXL connector where CUDA IPC falls back to TCP (vllm#52607), and NIXL on
+#: one host not using NVLink (vllm#34054).
+PATHOLOGIES = (0.5e9, 1.8e9)
+
+
 def link_facts(link: Link) -> dict[str, Any]:
-    """The KV link: its bandwidth and latency, a 4,096-token prompt's transfer, and how much
-    faster the NVLink links move it."""
+    """The KV link: its bandwidth and latency, a 4,096-token prompt's transfer, how much
+    faster NVLink servers' connectors move it (and their copy ceilings would), and how slow
+    the connector pathologies measured on boxes like this one are."""
+    kv_4k = 4096 * link.kv_token
     return {
         "link_gbps": link.bandwidth / 1e9,
         "link_ms": link.latency * 1e3,
-        "transfer_4k_ms": (4096 * link.kv_token / link.bandwidth + link.latency) * 1e3,
-        "kv_4k_mb": 4096 * link.kv_token / 1e6,
-        "nvlink_low": link.fast[0] / link.bandwidth,
-        "nvlink_high": link.fast[1] / link.bandwidth,
+        "transfer_4k_ms": (kv_4k / link.bandwidth + link.latency) * 1e3,
+        "kv_4k_mb": kv_4k / 1e6,
+        "nvlink_gbps": link.fast / 1e9,
+        "nvlink_times": link.fast / link.bandwidth,
+        "ceiling_low": link.ceilings[0] / link.bandwidth,
+        "ceiling_high": link.ceilings[-1] / link.bandwidth,
+        "slow_low_gbps": PATHOLOGIES[0] / 1e9,
+        "slow_high_gbps": PATHOLOGIES[1] / 1e9,
+        "slow_4k_s": (kv_4k / PATHOLOGIES[1] + link.latency, kv_4k / PATHOLOGIES[0] + link.latency),
     }
 
 

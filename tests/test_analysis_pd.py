@@ -566,7 +566,7 @@ def test_interference_facts_count_the_stalls_and_what_caused_them():
     assert facts["split_longest_gap_ms"] == pytest.approx(50)
 
 
-LINK = pd_report.Link(bandwidth=12e9, latency=0.002, kv_token=57_344, fast=[240e9, 360e9])
+LINK = pd_report.Link(bandwidth=12e9, latency=0.002, kv_token=57_344, fast=48e9, ceilings=[240e9, 360e9])
 
 
 def test_link_facts():
@@ -575,7 +575,11 @@ def test_link_facts():
     # 4,096 tokens of 56 KiB: 235 MB, 19.6 ms at 12 GB/s, plus 2 ms
     assert facts["kv_4k_mb"] == pytest.approx(234.881024)
     assert facts["transfer_4k_ms"] == pytest.approx(4096 * 57_344 / 12e6 + 2)
-    assert (facts["nvlink_low"], facts["nvlink_high"]) == (20, 30)
+    assert (facts["nvlink_gbps"], facts["nvlink_times"]) == (48, 4)
+    assert (facts["ceiling_low"], facts["ceiling_high"]) == (20, 30)
+    # at the connectors' measured 0.5-1.8 GB/s the same KV takes 0.13-0.47 s
+    low, high = facts["slow_4k_s"]
+    assert low == pytest.approx(4096 * 57_344 / 1.8e9 + 0.002) and high == pytest.approx(4096 * 57_344 / 0.5e9 + 0.002)
 
 
 def test_study_facts():
@@ -628,5 +632,5 @@ def test_the_section_template_is_filled_from_the_facts():
     assert "- **Chat.** Default SLO: split 8.80 against colocated 9.00 per GPU; the intervals overlap.\n" in text
     assert "(up to 2.5 times, at 1,024 tokens)" in text
     assert "  ties with colocated replicas on chat and loses clearly on long prompts" in text
-    assert "NVLink servers move the same KV 20–30 times faster" in text
+    assert "a KV connector moves the same KV at about 48 GB/s\n  (4 times faster" in text
     assert "{" not in text.replace("{kind: disaggregated}", "") and text.endswith("is flagged too.)\n")

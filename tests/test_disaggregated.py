@@ -15,9 +15,9 @@ import pytest
 
 import des
 from des import catalog
-from des.engine.schedulers.continuous import ContinuousSettings
 from des.catalog.kv_link import GENERIC, RDMA, default_link
 from des.engine.plan import LinkPlan
+from des.engine.schedulers.continuous import ContinuousSettings
 from tests.helpers import SCENARIOS, des_cli
 
 KV_BYTES = catalog.model("qwen2.5-7b").kv_bytes_per_token(2)  # bf16 KV, bytes per token
