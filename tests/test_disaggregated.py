@@ -18,6 +18,7 @@ from des import catalog
 from des.catalog.kv_link import GENERIC, RDMA, default_link
 from des.engine.plan import LinkPlan
 from des.engine.schedulers.continuous import ContinuousSettings
+from des.errors import ScenarioError
 from tests.helpers import SCENARIOS, des_cli
 
 KV_BYTES = catalog.model("qwen2.5-7b").kv_bytes_per_token(2)  # bf16 KV, bytes per token
@@ -413,3 +414,48 @@ def test_each_tensor_parallel_rank_sends_its_shard_over_its_own_link(tmp_path):
     assert t2["end"] - t2["start"] == 4 * KV_BYTES / (2 * LINK["bandwidth"]) + LINK["latency"] == 1.0
     link = lopsided.plan().link  # one decode rank takes one shard at a time
     assert link is not None and link.bandwidth == LINK["bandwidth"]
+
+
+def test_a_layerwise_transfer_ends_one_layer_after_the_prefill(tmp_path):
+    # prefill [0, 1] of a 4-token prompt over 28 layers; its KV takes 1.0 s on the wire
+    # (+0.5 s latency): each layer's 1/28 leaves as the step computes it, so the wire runs
+    # from the first layer's end (1/28) and the last layer leaves right after the step:
+    # the transfer ends at max(1/28 + 1.0, 1 + 1/28) + 0.5, and decoding starts there (the
+    # decode blocks were pushed for as the prefill started)
+    layers = catalog.model("qwen2.5-7b").num_layers
+    link = LINK | {"overlap": "layerwise", "mode": "push"}
+    r = des.simulate(scenario(tmp_path, [(0, 4, 3)], link=link))
+    t = transfers(r).iloc[0]
+    assert t["start"] == 1 / layers and t["end"] == 1 + 1 / layers + 0.5
+    assert steps_of(r, "decode")["start"].tolist()[0] == t["end"]
+    # a wire slower than the prefill ends a whole transfer after the first layer
+    slow = des.simulate(scenario(tmp_path, [(0, 4, 3)], link=link | {"bandwidth": LINK["bandwidth"] / 4}))
+    s = transfers(slow).iloc[0]
+    assert s["start"] == 1 / layers and s["end"] == 1 / layers + 4.0 + 0.5
+    assert r.summary["kv_link_wait_mean"] == 0.0 and r.summary["kv_block_wait_mean"] == 0.0
+
+
+def test_push_reserves_decode_blocks_when_the_prefill_starts(tmp_path):
+    # one decode block: request 0 holds it from its prefill's start (push) until it leaves
+    # the decode instance at 3.5; request 1's prefill starts at 0 too, but its blocks are
+    # granted only then, so its transfer waits for blocks 2.5 s after its prompt is done
+    pull = des.simulate(scenario(tmp_path, [(0, 4, 2), (0, 4, 2)], decode={"num_gpu_blocks_override": 1}))
+    push = des.simulate(
+        scenario(tmp_path, [(0, 4, 2), (0, 4, 2)], decode={"num_gpu_blocks_override": 1}, link=LINK | {"mode": "push"})
+    )
+    t = transfers(push)
+    assert t["reserved"].tolist() == [0.0, 3.5] and t["enqueued"].tolist() == [1.0, 1.0]
+    assert t["start"].tolist() == [1.0, 3.5]
+    assert push.summary["kv_block_wait_mean"] == (0.0 + 2.5) / 2
+    assert transfers(pull)["reserved"].tolist() == [1.0, 3.5]
+    # a one-token answer is done on the prefill instance and reserves nothing
+    one = des.simulate(scenario(tmp_path, [(0, 4, 1), (0, 4, 2)], decode={"num_gpu_blocks_override": 1},
+                                link=LINK | {"mode": "push"}))  # fmt: skip
+    assert transfers(one)["reserved"].tolist() == [0.0] and (by_id(one)["status"] == "completed").all()
+
+
+def test_layerwise_overlap_needs_push():
+    with pytest.raises(ScenarioError) as err:
+        des.load_scenario(None, ["scheduler={kind: disaggregated, kv_transfer: {overlap: layerwise}}"])
+    (where, message), *_ = err.value.problems
+    assert where == "scheduler.kv_transfer.overlap" and "needs mode: push" in message

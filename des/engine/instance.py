@@ -100,6 +100,7 @@ class Instance:
         self.fast_forward = ctx.fast_forward
         self.forms_ahead = ctx.cost.async_scheduling  # the next batch is formed while a step runs
         self.outstanding = 0  # requests routed here and not yet left
+        self.step_span = (0.0, 0.0)  # start and duration (seconds) of the step that released the last requests
         self._wake: Event | None = None
         self.process = env.process(self._run())
 
@@ -181,18 +182,22 @@ class Instance:
                 if end < limit and not kv.waiters:
                     released = sched.finish_step(step, end)
                     record(t, duration, step, kv_used, waiting)
-                    t = end
                     if not released:
+                        t = end
                         nxt = sched.schedule(t, seen)
                         if nxt is not None:
                             step = nxt
                             continue
+                    else:
+                        self.step_span = (t, duration)
+                        t = end
                     yield ExactlyAt(env, t)  # the clock catches up with the steps run
                     break
                 if t != env.now:
                     yield ExactlyAt(env, t)
                 yield env.timeout(duration)
                 released = sched.finish_step(step, env.now)
+                self.step_span = (t, duration)
                 record(t, duration, step, kv_used, waiting)
                 break
             for req in released:

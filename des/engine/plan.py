@@ -73,11 +73,14 @@ class PoolPlan:
 class LinkPlan:
     """A KV link per prefill instance: ``bandwidth`` bytes/s of one transfer (every
     tensor-parallel rank's share at once), ``latency`` seconds per transfer, over ``path``
-    (:mod:`des.catalog.kv_link`; None: a bandwidth given without one)."""
+    (:mod:`des.catalog.kv_link`; None: a bandwidth given without one), reserving decode
+    blocks in ``mode`` and overlapping the prefill as ``overlap`` says (:class:`~des.engine.link.KVLink`)."""
 
     bandwidth: float
     latency: float
     path: str | None = None
+    mode: Literal["pull", "push"] = "pull"  # decode blocks reserved when the prompt ends, or as it starts
+    overlap: Literal["none", "layerwise"] = "none"  # KV sent after the finishing step, or during it
 
 
 @dataclass(frozen=True)

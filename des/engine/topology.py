@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -131,9 +131,11 @@ def build_topology(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Ge
         kv_bytes = ctx.model.kv_bytes_per_token(ctx.precision.kv_bytes)
         source, dest = pools[0], pools[1]
         for inst in source.instances:
+            link = plan.link
+            reserve_at: Literal["start", "end"] = "start" if link.mode == "push" else "end"
             links[inst.index] = KVLink(
-                ctx.env, inst, dest.pick, plan.link.bandwidth, plan.link.latency, kv_bytes, ctx.transfers,
-                plan.first_token_from,
+                ctx.env, inst, dest.pick, link.bandwidth, link.latency, kv_bytes, ctx.transfers,
+                plan.first_token_from, reserve_at, link.overlap, ctx.model.num_layers,
             )  # fmt: skip
     return Topology(pools, links)
 

@@ -6,10 +6,13 @@ spend in steps, averaged over them), ``{role}_mean_batch_size`` (sequences per s
 weighted by the part of each step inside the window) and ``{role}_kv_use`` (the share
 of an instance's KV blocks in use, weighted the same way). For the KV link, over the
 transfers of the requests that arrived in the window: ``kv_transfer_time_*`` (start to
-end: bytes / bandwidth + latency) and ``kv_transfer_wait_*`` (queued to start), split into
-``kv_block_wait_*`` (queued until the decode instance granted the prompt's blocks: at
-least until its next step boundary) and ``kv_link_wait_*`` (granted until the wire was
-free), mean, p50 and p99, in seconds.
+end: bytes / bandwidth + latency, or longer when sent layer by layer during the prefill)
+and ``kv_transfer_wait_*`` (from the prompt's end, ``enqueued``, to the start), split into
+``kv_block_wait_*`` (until the decode instance granted the prompt's blocks: at least until
+its next step boundary when they are asked for at the prompt's end; 0 when granted
+before, as pushing transfers ask when the prefill starts) and ``kv_link_wait_*`` (from
+then until the wire was free; 0 for a layer-wise transfer that started during the
+prefill), mean, p50 and p99, in seconds.
 Keys of roles or transfers a run does not have are None, so every run has the same keys.
 
 ``decode_full_share`` (:func:`decode_full_share`) is the share of the arrival window
@@ -75,11 +78,13 @@ def transfer_metrics(transfers: pd.DataFrame, requests: pd.DataFrame, warmup: fl
     start, stop = transfers["start"].to_numpy()[sel], transfers["end"].to_numpy()[sel]
     queued, reserved = transfers["enqueued"].to_numpy()[sel], transfers["reserved"].to_numpy()[sel]
     out: dict[str, Any] = {}
+    blocks = np.maximum(reserved - queued, 0.0)  # push: granted before the prompt was done
+    wire = np.maximum(start - np.maximum(queued, reserved), 0.0)  # layer-wise: started before it was
     for name, values in (
         ("kv_transfer_time", stop - start),
-        ("kv_transfer_wait", start - queued),
-        ("kv_block_wait", reserved - queued),
-        ("kv_link_wait", start - reserved),
+        ("kv_transfer_wait", blocks + wire),
+        ("kv_block_wait", blocks),
+        ("kv_link_wait", wire),
     ):
         if values.size == 0:
             out.update({f"{name}_{s}": None for s in TRANSFER_STATS})

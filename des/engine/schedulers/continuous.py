@@ -64,6 +64,7 @@ held, by request id, until ``free``.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -148,6 +149,7 @@ class ContinuousScheduler:
         self.decoding = DecodingSet(kv.block_size, kv.caching)
         self.admissions = 0  # numbers admissions, to release in admission order
         self.sharing = 0  # running requests whose content others may share
+        self.on_first_schedule: Callable[[Request], None] | None = None  # told of each request's first admission
 
     # -- protocol -------------------------------------------------------------------
     def rejection(self, req: Request) -> str | None:
@@ -361,6 +363,8 @@ class ContinuousScheduler:
             self.step_cached += found.hit
             if req.scheduled_time != req.scheduled_time:  # NaN: first time scheduled
                 req.scheduled_time = now
+                if self.on_first_schedule is not None:
+                    self.on_first_schedule(req)
             seq = Seq(req, self.admissions)
             self.admissions += 1
             self.running[seq] = None

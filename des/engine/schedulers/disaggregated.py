@@ -42,7 +42,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, create_model, field_validator, model_validator
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 
 from des import catalog
@@ -100,17 +108,27 @@ class KVTransferConfig(Strict):
     GPUs' own link when the pools' GPUs are of one type, else RDMA), and ``bandwidth``
     (bytes/s, per pair of GPUs: each tensor-parallel rank sends its shard over its own)
     and ``latency`` (seconds per transfer) overriding the path's figures; with a
-    ``bandwidth`` and no ``path``, a latency left out is 0."""
+    ``bandwidth`` and no ``path``, a latency left out is 0. ``mode``: ``pull`` reserves the
+    decode blocks when the prompt is done (vLLM's NIXL connector), ``push`` when its
+    prefill starts (SGLang's and Dynamo's decode workers pre-allocate); ``overlap``:
+    ``layerwise`` sends each layer's KV as the step that finishes the prompt computes it
+    (Mooncake, DistServe), ``none`` after the step."""
 
     path: KVPath | None = None
     bandwidth: PositiveFloat | None = None
     latency: NonNegativeFloat | None = None
+    mode: Literal["pull", "push"] = "pull"
+    overlap: Literal["none", "layerwise"] = "none"
 
-    @model_validator(mode="after")
-    def _says_something(self) -> KVTransferConfig:
-        if self.path is None and self.bandwidth is None:
-            raise ValueError("give a path (nvlink, xgmi, pcie, host, rdma) or a bandwidth in bytes/s")
-        return self
+    @field_validator("overlap")
+    @classmethod
+    def _layers_need_a_destination(cls, overlap: str, info: ValidationInfo) -> str:
+        if overlap == "layerwise" and info.data.get("mode") != "push":
+            raise ValueError(
+                "layerwise needs mode: push (a layer's KV can leave during the prefill only to decode "
+                "blocks already reserved; pulled, they are asked for when the prompt is done)"
+            )
+        return overlap
 
 
 class RouterConfig(Strict):
@@ -176,4 +194,5 @@ class DisaggregatedConfig(ContinuousSettings):
             bandwidth = link.bandwidth if bandwidth is None else bandwidth
             latency = link.latency if latency is None else latency
             path = link.path
-        return LinkPlan(transfer_bandwidth(bandwidth, prefill.tp, decode.tp), latency or 0.0, path)
+        mode, overlap = (t.mode, t.overlap) if t is not None else ("pull", "none")
+        return LinkPlan(transfer_bandwidth(bandwidth, prefill.tp, decode.tp), latency or 0.0, path, mode, overlap)
