@@ -114,6 +114,29 @@ class Scenario(Strict):
     slo: SLO | None = None
     model_uncertainty: Flag = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _native_precision(cls, data: Any) -> Any:
+        """A model whose checkpoint has its own weight format (``default_precision`` in the
+        catalog: gpt-oss's MXFP4 experts, DeepSeek-V3's fp8) runs in it unless the scenario
+        names other weights: ``precision`` keys given are laid over the model's, and a
+        ``precision.weights`` other than the model's replaces it whole (``bf16``: the
+        dequantised checkpoint, every layer in bf16)."""
+        if not isinstance(data, dict) or "model" not in data:
+            return data
+        try:
+            entry = catalog.resolve("models", data["model"])
+        except ValueError:
+            return data  # reported by the model field's own validation
+        native = entry.get("default_precision") if isinstance(entry, dict) else None
+        given = data.get("precision")
+        if not isinstance(native, dict) or not (given is None or isinstance(given, dict)):
+            return data
+        given = given or {}
+        if "weights" in given and given["weights"] != native.get("weights"):
+            return data
+        return {**data, "precision": {**native, **given}}
+
     @field_validator("scheduler", "cost_model", mode="before")
     @classmethod
     def _default_kind(cls, v: Any, info: ValidationInfo) -> Any:
