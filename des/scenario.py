@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from des import catalog
-from des.catalog.memory import GraphCapture, MemoryPlan, Precision
+from des.catalog.memory import GraphCapture, MemoryPlan, Precision, with_native
 from des.catalog.quantization import unsupported
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml, plausible_latency
@@ -119,9 +119,7 @@ class Scenario(Strict):
     def _native_precision(cls, data: Any) -> Any:
         """A model whose checkpoint has its own weight format (``default_precision`` in the
         catalog: gpt-oss's MXFP4 experts, DeepSeek-V3's fp8) runs in it unless the scenario
-        names other weights: ``precision`` keys given are laid over the model's, and a
-        ``precision.weights`` other than the model's replaces it whole (``bf16``: the
-        dequantised checkpoint, every layer in bf16)."""
+        names other weights (:func:`des.catalog.memory.with_native`)."""
         if not isinstance(data, dict) or "model" not in data:
             return data
         try:
@@ -132,10 +130,7 @@ class Scenario(Strict):
         given = data.get("precision")
         if not isinstance(native, dict) or not (given is None or isinstance(given, dict)):
             return data
-        given = given or {}
-        if "weights" in given and given["weights"] != native.get("weights"):
-            return data
-        return {**data, "precision": {**native, **given}}
+        return {**data, "precision": with_native(native, given)}
 
     @field_validator("scheduler", "cost_model", mode="before")
     @classmethod

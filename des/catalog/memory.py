@@ -113,6 +113,19 @@ class Precision(Strict):
         return COMPUTE_DTYPE[self.weights]
 
 
+def with_native(native: dict | None, given: dict | None) -> dict | None:
+    """The precision a scenario runs a model at: the ``given`` keys laid over the model's
+    ``native`` (its catalog ``default_precision``), unless ``given`` names other weights than
+    the native ones, which then replace it whole (``bf16`` on gpt-oss: the dequantised
+    checkpoint, every layer in bf16). None when neither says anything."""
+    if not native:
+        return given
+    given = given or {}
+    if "weights" in given and given["weights"] != native.get("weights"):
+        return given
+    return {**native, **given}
+
+
 def quantized_params(model: ModelSpec, precision: Precision) -> int:
     """Weights stored in ``precision.weights``: every layer matrix, or with
     ``quantized_layers: experts`` the routed experts' alone (all of them resident)."""
@@ -414,6 +427,7 @@ __all__ = [
     "kv_layer_bytes",
     "window_reserve_tokens",
     "quantized_params",
+    "with_native",
     "forward_activation_bytes",
     "sampler_bytes",
     "profile_peak_bytes",

@@ -80,4 +80,6 @@ def expected_distinct(experts: int, k: int, routing: Routing, tokens: int) -> fl
     if not isinstance(routing, Zipf):
         return experts * (1.0 - (1.0 - k / experts) ** tokens) if experts else 0.0
     q = inclusion_probabilities(experts, k, routing.zipf)
-    return float(np.sum(-np.expm1(tokens * np.log1p(-np.minimum(q, 1.0 - 1e-300)))))
+    always = q >= 1.0  # experts every token picks
+    rest = -np.expm1(tokens * np.log1p(-q[~always]))
+    return float(np.sum(rest) + (np.count_nonzero(always) if tokens > 0 else 0))

@@ -377,6 +377,24 @@ class ModelSpec(Strict):
         return (self.kv_lora_rank or 0) + (self.qk_rope_head_dim or 0)
 
     @property
+    def mla_pair_flops(self) -> tuple[float, float]:
+        """FLOPs per query-key pair of one MLA layer, all heads: ``(prefill, decode)``.
+
+        vLLM's MLA (``vllm/v1/attention/backends/mla/common.py``) runs prefill as ordinary
+        attention over keys and values up-projected from the latent (``kv_b_proj``): scores
+        over ``qk_nope + qk_rope`` dimensions and the weighted sum over ``v_head_dim``,
+        ``2 · heads · (nope + rope + v_head)``. Decode absorbs ``W_UK`` into the query and
+        ``W_UV`` into the output, so each head scores the latent (``kv_lora_rank + rope``
+        dimensions) and sums the latent (``kv_lora_rank``): ``2 · heads · (2 · kv_lora_rank +
+        rope)``. The up-projection of a prefill's cached context (a chunk after the first) is
+        not counted.
+        """
+        heads = self.num_attention_heads
+        nope, rope, v = self.qk_nope_head_dim or 0, self.qk_rope_head_dim or 0, self.v_head_dim or 0
+        lora = self.kv_lora_rank or 0
+        return 2.0 * heads * (nope + rope + v), 2.0 * heads * (2 * lora + rope)
+
+    @property
     def attention_linear_params(self) -> int:
         """Weights of one layer's attention projections (q, k, v, o).
 

@@ -136,23 +136,6 @@ def expected_experts(experts: int, miss: float, tokens: int) -> float:
     return experts * (1.0 - miss**tokens) if experts else 0.0
 
 
-def mla_attention_flops(model: ModelSpec) -> tuple[float, float]:
-    """FLOPs per query-key pair of one MLA layer, all heads: ``(prefill, decode)``.
-
-    vLLM's MLA (``vllm/v1/attention/backends/mla/common.py``) runs prefill as ordinary
-    attention over keys and values up-projected from the latent (``kv_b_proj``): scores over
-    ``qk_nope + qk_rope`` dimensions and the weighted sum over ``v_head_dim``, ``2 · heads ·
-    (nope + rope + v_head)``. Decode absorbs ``W_UK`` into the query and ``W_UV`` into the
-    output, so each head scores the latent (``kv_lora_rank + rope`` dimensions) and sums the
-    latent (``kv_lora_rank``): ``2 · heads · (2 · kv_lora_rank + rope)``. The up-projection
-    of a prefill's cached context (a chunk after the first) is not counted.
-    """
-    heads = model.num_attention_heads
-    nope, rope, v = model.qk_nope_head_dim or 0, model.qk_rope_head_dim or 0, model.v_head_dim or 0
-    lora = model.kv_lora_rank or 0
-    return 2.0 * heads * (nope + rope + v), 2.0 * heads * (2 * lora + rope)
-
-
 def graph_size(tokens: int) -> int:
     """The captured size a step of ``tokens`` tokens is padded to (1, 2, 4, 8, 16, ... 248, 256, 272, ...)."""
     if tokens <= 2:
@@ -474,7 +457,7 @@ def build_roofline(
     mixed = seconds_per_byte(e.mixed_kv_bandwidth or e.kv_bandwidth or e.weight_bandwidth) * kv_all
     att_flops = att_flops_dec = 4 * L * q / tp  # per query-key pair
     if model.is_mla:
-        att_flops, att_flops_dec = mla_attention_flops(model)
+        att_flops, att_flops_dec = model.mla_pair_flops
         att_flops, att_flops_dec = L * att_flops / tp, L * att_flops_dec / tp
 
     act_layer, act_step = activation_bytes(model, tp)
