@@ -81,9 +81,7 @@ def test_mla_parameters_come_from_the_low_rank_projections():
 
 def test_mla_without_a_query_rank_has_one_query_projection():
     m = variant("deepseek-v3", q_lora_rank=None)
-    assert m.attention_linear_params == (
-        7168 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
-    )
+    assert m.attention_linear_params == (7168 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168)
 
 
 def test_mla_steps_cost_no_less_than_their_latent_reads_and_their_flops():

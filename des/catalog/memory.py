@@ -166,8 +166,12 @@ def kv_bytes_per_token(model: ModelSpec, precision: Precision, tp: int = 1) -> i
     GPUs when there are fewer heads than GPUs), so past ``tp = kv_heads`` the total grows
     with ``tp`` instead of staying the model's.
     """
-    return kv_layer_bytes(model, precision, tp) * model.num_layers if model.is_mla else (
-        int(2 * model.num_layers * max(1, model.num_key_value_heads // tp) * model.d_head * precision.kv_bytes) * tp
+    return (
+        kv_layer_bytes(model, precision, tp) * model.num_layers
+        if model.is_mla
+        else (
+            int(2 * model.num_layers * max(1, model.num_key_value_heads // tp) * model.d_head * precision.kv_bytes) * tp
+        )
     )
 
 

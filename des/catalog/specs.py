@@ -288,7 +288,9 @@ class ModelSpec(Strict):
             if self.window is None:
                 raise ValueError("num_window_layers: needs sliding_window or attention_chunk_size")
             if self.num_window_layers > self.num_layers:
-                raise ValueError(f"num_window_layers: {self.num_window_layers} is more than num_layers {self.num_layers}")
+                raise ValueError(
+                    f"num_window_layers: {self.num_window_layers} is more than num_layers {self.num_layers}"
+                )
         if self.default_precision is not None:
             from des.catalog.memory import Precision
 
@@ -545,8 +547,10 @@ class ModelSpec(Strict):
             return 0
         h = self.hidden_size
         sparse = self.is_moe and (self.num_layers) % self.decoder_sparse_step == 0
-        mlp = self.moe_layer_fixed_params + (self.num_experts or 0) * self.expert_params if sparse else (
-            self.mlp_matrices * h * self.intermediate_size
+        mlp = (
+            self.moe_layer_fixed_params + (self.num_experts or 0) * self.expert_params
+            if sparse
+            else (self.mlp_matrices * h * self.intermediate_size)
         )
         layer = self.attention_linear_params + mlp + self.layer_small_params
         return self.num_nextn_predict_layers * (layer + 2 * h * h + 3 * h)

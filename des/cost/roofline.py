@@ -338,8 +338,8 @@ class Roofline:
             if over > 0.0:
                 gpu += self.samp_spill_s_per_byte * over
         # attention
-        d = s.decode_context
-        x = s.prefill_context
+        d: float = s.decode_context
+        x: float = s.prefill_context
         pairs = s.prefill_pairs
         ws = self.window_share
         if ws and s.window:  # windowed layers read the windowed sums (Roofline.contexts)

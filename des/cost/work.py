@@ -48,7 +48,8 @@ class StepWork:
     window_share: float = 0.0  # share of the layers whose attention is windowed
 
     def flops(self, s: BatchShape) -> float:
-        pairs, d = s.prefill_pairs, s.decode_context
+        pairs: float = s.prefill_pairs
+        d: float = s.decode_context
         ws = self.window_share
         if ws and s.window:
             pairs -= ws * (pairs - s.prefill_window_pairs)
@@ -62,7 +63,8 @@ class StepWork:
     def hbm_bytes(self, s: BatchShape) -> float:
         t = s.prefill_tokens + s.decode_tokens
         head = self.head_bytes if s.num_emitting else 0.0
-        x, d = s.prefill_context, s.decode_context
+        x: float = s.prefill_context
+        d: float = s.decode_context
         ws = self.window_share
         if ws and s.window:
             x -= ws * (x - s.prefill_window_context)
