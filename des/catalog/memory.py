@@ -31,7 +31,15 @@ subtracts
   headroom, and the plan shows the pool without charging it. ``enforce_eager``: no graphs.
 
 What is left holds ``floor(left / (kv_bytes_per_token × block_size))`` blocks
-(``kv_cache_utils.get_num_blocks``: available memory // page size // layers). With tensor
+(``kv_cache_utils.get_num_blocks``: available memory // page size // layers). Attention
+variants (:class:`~des.catalog.specs.ModelSpec`): multi-head latent attention caches its
+latent whole on every GPU (:func:`kv_layer_bytes`); windowed layers keep at most
+``ceil(window / block_size) + 1`` blocks per sequence (:func:`window_reserve_tokens`), so the
+plan sets that aside for ``max_num_seqs`` sequences and counts blocks over the
+full-attention layers alone when that holds more tokens than counting every layer in full
+(it never holds fewer: a sequence's windowed KV is never more than its full KV). Exact when
+``max_num_seqs`` sequences each hold at least a window; conservative with fewer or shorter
+ones, whose unused reserve vLLM's shared block pool would lend to the full layers. With tensor
 parallelism every GPU holds ``1/tp`` of the weights, of each token's KV and of the
 split activations (the residual stream and the all-gathered logits are whole on every
 GPU), so budgets, activation peaks and reserves add over the ``tp`` GPUs and the blocks

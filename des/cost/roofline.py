@@ -19,6 +19,8 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   routing (:func:`expected_experts`; one power per step). The expert GEMMs take the same
   GEMM factors: vLLM's fused-MoE Triton kernel (``fused_moe.py``) is not profiled, so its
   efficiency is assumed to be the dense GEMMs';
+  a skewed ``model.routing`` (:mod:`des.catalog.routing`) reads the expected count from a
+  table built once (``moe_distinct``);
 - **LM head** for the ``E`` rows that emit, the same softened roofline on its weights;
 - **attention**, per layer: in decode-only steps ``a_d + n · s_d + D · kv / (B · e_kv)``;
   in steps with prefill, ``a_p + max(4 · q_dim · (P + α · T_p) / (F · e_a),
@@ -33,6 +35,14 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   shorter latency for messages below its size limit at this TP degree, NCCL's fitted
   latency above (both at NCCL's bus bandwidth), so the term is piecewise linear in ``T'``
   with one step at ``T' = limit / (2 · hidden)``.
+
+Attention variants: under multi-head latent attention ``kv`` is the latent
+(``kv_lora_rank + qk_rope_head_dim`` values), read whole by every tensor-parallel GPU, and
+a pair's FLOPs are the absorbed decode's or the up-projected prefill's
+(:attr:`~des.catalog.specs.ModelSpec.mla_pair_flops`); with windowed layers (a share
+``window_share`` of them) ``D``, ``X`` and ``P`` are averaged over the layers from the shape's
+full and windowed sums (:meth:`Roofline.contexts`), exactly the full sums while every
+context fits the window.
 
 ``B`` is the memory bandwidth, ``F`` the dense tensor FLOP/s at the clock the GPU sustains
 under load (:meth:`~des.catalog.specs.GPUSpec.sustained_flops`), ``kv`` the KV bytes per
