@@ -130,7 +130,8 @@ def test_gpt_oss_counts_its_sinks_and_its_attention_router_and_expert_biases():
     bias = q + 2 * kv + h  # q, k, v and o_proj
     sinks = 64  # one per head
     router_and_experts = E + E * (2 * i + h)  # router bias; gate_up (2 I) and down (h) per expert
-    assert m.layer_small_params == bias + sinks + 2 * h + router_and_experts
+    assert m.layer_small_params == bias + sinks + 2 * h
+    assert m.expert_bias_params == router_and_experts
     plain = variant("gpt-oss-20b", attention_sinks=False, o_proj_bias=False, expert_bias=False)
     assert m.num_params - plain.num_params == 24 * (sinks + h + router_and_experts)
 

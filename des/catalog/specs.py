@@ -505,8 +505,8 @@ class ModelSpec(Strict):
     @property
     def layer_small_params(self) -> int:
         """Parameters of one layer outside its matrices: attention biases, sinks, the two
-        RMSNorms, MLA's latent RMSNorms (``q_a_layernorm``, ``kv_a_layernorm``), and the
-        biases of a sparse layer's router and experts averaged over the layers (``expert_bias``)."""
+        RMSNorms and MLA's latent RMSNorms (``q_a_layernorm``, ``kv_a_layernorm``); a sparse
+        layer's router and expert biases are :attr:`expert_bias_params`."""
         bias = (self.q_dim + 2 * self.kv_dim) if self.attention_bias else 0
         if self.o_proj_bias:
             bias += self.hidden_size
@@ -514,13 +514,16 @@ class ModelSpec(Strict):
             bias += self.num_attention_heads
         if self.is_mla:
             bias += (self.q_lora_rank or 0) + (self.kv_lora_rank or 0)
-        small = bias + 2 * self.hidden_size
-        if self.expert_bias and self.num_moe_layers:
-            # gpt-oss: the router's bias (E), each expert's gate/up (2 I) and down (h) biases
-            e, i = self.num_experts or 0, self.moe_intermediate_size or 0
-            per_layer = e + e * ((self.mlp_matrices - 1) * i + self.hidden_size)
-            small += per_layer * self.num_moe_layers // self.num_layers
-        return small
+        return bias + 2 * self.hidden_size
+
+    @property
+    def expert_bias_params(self) -> int:
+        """Biases of one sparse layer's router and experts (``expert_bias``, gpt-oss): the
+        router's (``E``) and each expert's gate/up (``2 I``, ``I`` ungated) and down (``h``)."""
+        if not self.expert_bias or not self.num_moe_layers:
+            return 0
+        e, i = self.num_experts or 0, self.moe_intermediate_size or 0
+        return e + e * ((self.mlp_matrices - 1) * i + self.hidden_size)
 
     @property
     def embedding_params(self) -> int:
@@ -536,6 +539,7 @@ class ModelSpec(Strict):
         """Total parameter count: embedding, layers, final norm and an untied LM head."""
         head = 0 if self.tie_word_embeddings else self.lm_head_params
         layers = self.linear_params + self.num_layers * self.layer_small_params
+        layers += self.num_moe_layers * self.expert_bias_params
         return self.embedding_params + layers + self.hidden_size + head + self.vision_params
 
     @property
@@ -546,12 +550,12 @@ class ModelSpec(Strict):
         if not self.num_nextn_predict_layers:
             return 0
         h = self.hidden_size
-        sparse = self.is_moe and (self.num_layers) % self.decoder_sparse_step == 0
-        mlp = (
-            self.moe_layer_fixed_params + (self.num_experts or 0) * self.expert_params
-            if sparse
-            else (self.mlp_matrices * h * self.intermediate_size)
-        )
+        # the MTP layer is layer number num_layers (from 0): sparse by the same rule
+        sparse = self.is_moe and (self.num_layers + 1) % self.decoder_sparse_step == 0
+        if sparse:
+            mlp = self.moe_layer_fixed_params + (self.num_experts or 0) * self.expert_params + self.expert_bias_params
+        else:
+            mlp = self.mlp_matrices * h * self.intermediate_size
         layer = self.attention_linear_params + mlp + self.layer_small_params
         return self.num_nextn_predict_layers * (layer + 2 * h * h + 3 * h)
 
