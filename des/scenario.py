@@ -242,6 +242,9 @@ class Scenario(Strict):
         for pool in self.plan().pools:
             refused = unsupported(pool.gpu, self.precision)
             if refused is not None:
+                native = (model.default_precision or {}).get("weights")
+                if native == self.precision.weights:
+                    refused += f" (it is {model.name}'s own format: name other weights, e.g. bf16)"
                 problems.append(("precision.weights", refused))
                 continue
 

@@ -176,3 +176,12 @@ def test_costmodel_shows_gpt_oss_in_its_own_format_by_default():
     assert "gpt-oss-20b" in out.stdout and "mxfp4" in out.stdout
     bf16 = des_cli("costmodel", "--model", "gpt-oss-20b", "--weights", "bf16")
     assert bf16.returncode == 2 and "does not fit on 1 x rtx4090" in bf16.stderr
+
+
+def test_a_native_format_the_gpu_cannot_run_says_it_is_the_models_own():
+    with pytest.raises(ScenarioError) as info:
+        des.load_scenario(scenario(model="gpt-oss-20b", gpu="mi300x"))
+    (where, message), *_ = info.value.problems
+    assert where == "precision.weights" and "gpt-oss-20b's own format" in message and "\n" not in message
+    # the dequantised checkpoint runs there
+    assert des.load_scenario(scenario(model="gpt-oss-20b", gpu="mi300x", precision={"weights": "bf16"}))
