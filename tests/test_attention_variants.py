@@ -237,7 +237,7 @@ def test_windowed_layers_attend_over_the_window_only_beyond_it():
     assert rh.step_time(decode_shape(64, 16000)) == rf.step_time(decode_shape(64, 16000))
 
 
-def _checked_shape(checks: list[int]):
+def _checked_shape(checks: list[int], starved: list[int]):
     """ContinuousScheduler._shape that also recounts the windowed decode context from the
     running sequences themselves (their contexts written out, not the aggregates)."""
     original = ContinuousScheduler._shape
@@ -246,15 +246,16 @@ def _checked_shape(checks: list[int]):
         s = original(self, batch)
         dec = self.decoding
         cap = self.kv.window - 1
-        starved = set(map(id, batch.starved))
+        skipped = set(map(id, batch.starved))
         contexts = [
             seq.req.computed + dec.tau - seq.base
             for seq in self.running
-            if seq.phase == 2 and id(seq) not in starved  # decoding, not starved
+            if seq.phase == 2 and id(seq) not in skipped  # decoding, not starved
         ]
         assert s.decode_context == sum(contexts) + len(contexts)
         assert s.decode_window_context == sum(min(c, cap) + 1 for c in contexts)
         checks.append(len(contexts))
+        starved.append(len(batch.starved))
         return s
 
     return shape
@@ -263,9 +264,11 @@ def _checked_shape(checks: list[int]):
 @pytest.mark.parametrize("caching", [True, False])
 def test_the_scheduler_keeps_the_windowed_context_sum_exactly(monkeypatch, caching):
     """A run with a 200-token window, prompts and outputs across it, preemptions from a small
-    KV cache: at every step the incremental sum equals the recount."""
+    KV cache: at every step the incremental sum equals the recount (starved members are
+    exercised directly in the next test)."""
     checks: list[int] = []
-    monkeypatch.setattr(ContinuousScheduler, "_shape", _checked_shape(checks))
+    starved: list[int] = []
+    monkeypatch.setattr(ContinuousScheduler, "_shape", _checked_shape(checks, starved))
     model = {"base": "qwen2.5-7b", "sliding_window": 200, "num_window_layers": 14}
     scenario = des.load_scenario(
         {
@@ -279,9 +282,9 @@ def test_the_scheduler_keeps_the_windowed_context_sum_exactly(monkeypatch, cachi
                 "output_tokens": {"dist": "uniform", "low": 1, "high": 400},
             },
             "scheduler": {
-                "max_num_seqs": 32,
-                "max_num_batched_tokens": 256,
-                "num_gpu_blocks_override": 400,
+                "max_num_seqs": 48,
+                "max_num_batched_tokens": 64,
+                "num_gpu_blocks_override": 500,
                 "enable_prefix_caching": caching,
             },
         }
@@ -290,6 +293,47 @@ def test_the_scheduler_keeps_the_windowed_context_sum_exactly(monkeypatch, cachi
     assert result.summary["num_completed"] == 300
     assert result.summary["preemptions"] > 0  # the small cache preempts: starts, stops, restarts
     assert sum(checks) > 10_000 and max(checks) > 10
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["start", "stop", "step"]), st.integers(0, 300), st.integers(0, 10**6)),
+        min_size=1,
+        max_size=120,
+    ),
+    window=st.sampled_from([1, 2, 17, 64]),
+)
+def test_the_decoding_sets_windowed_sum_survives_joins_leaves_and_starved_steps(ops, window):
+    """Members join at any context, leave, and go a step without a token (starved); the
+    kept Σ min(context, window − 1) equals the recount after every operation."""
+    from des.engine.request import Request
+    from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
+
+    dec = DecodingSet(16, caching=False, window=window)
+    members: list[Seq] = []
+    ids = iter(range(10**6))
+    for op, context, pick in ops:
+        if op == "start":
+            req = Request(next(ids), 0.0, prompt_tokens=max(context, 1), output_tokens=10**6)
+            req.computed, req.generated = context, 1
+            seq = Seq(req, req.id)
+            dec.start(seq)
+            members.append(seq)
+        elif op == "stop" and members:
+            seq = members.pop(pick % len(members))
+            dec.materialize(seq)
+            dec.stop(seq)
+            seq.phase = LEFT
+        elif op == "step":
+            starved = [m for i, m in enumerate(members) if (pick >> (i % 20)) & 1]
+            for m in starved:
+                dec.materialize(m)
+            dec.advance(starved)
+        contexts = [m.req.computed + dec.tau - m.base for m in members]
+        assert all(m.phase is DECODING for m in members)
+        assert dec.total_context == sum(contexts)
+        assert dec.window_context == sum(min(c, window - 1) for c in contexts)
 
 
 def test_a_window_longer_than_every_context_changes_no_result():
