@@ -185,3 +185,15 @@ def test_a_native_format_the_gpu_cannot_run_says_it_is_the_models_own():
     assert where == "precision.weights" and "gpt-oss-20b's own format" in message and "\n" not in message
     # the dequantised checkpoint runs there
     assert des.load_scenario(scenario(model="gpt-oss-20b", gpu="mi300x", precision={"weights": "bf16"}))
+
+
+def test_a_downloaded_repository_resolves_to_its_catalog_name_and_precision():
+    name, v = catalog.find_variant("qwen/qwen2.5-14b-instruct-awq")
+    assert name == "qwen2.5-14b" and v.precision == {"weights": "int4-awq"}
+    name, v = catalog.find_variant("openai/gpt-oss-120b")
+    assert name == "gpt-oss-120b" and v.precision == catalog.model(name).default_precision
+    assert len(catalog.variants()) == len({v.repo for _, v in catalog.variants()})  # each repo once
+    with pytest.raises(ScenarioError) as info:
+        catalog.find_variant("Qwen/Qwen2.5-14B-Instruct-AWK")
+    where, message = info.value.problems[0]
+    assert where == "model" and "did you mean 'Qwen/Qwen2.5-14B-Instruct-AWQ'" in message

@@ -207,7 +207,11 @@ def window_reserve_tokens(model: ModelSpec, block_size: int, max_num_seqs: int) 
     ``(computed − window + 1) // block_size`` go back to the pool); chunked local attention
     (``ChunkedLocalAttentionManager``) frees the chunks before the current one. A sequence
     thus holds at most ``ceil(window / block_size) + 1`` blocks on those layers (never more
-    than its context needs: ``max_model_len``).
+    than its context needs: ``max_model_len``). vLLM releases that disable the hybrid
+    manager for chunked local attention unless ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE``
+    is set (``VllmConfig.__post_init__`` in ``vllm/config/vllm.py``) keep every layer's KV in
+    full; des follows the hybrid manager, the default of releases where the variable defaults
+    to on, so for Llama 4 under an older release its KV capacity is optimistic.
     """
     w = model.window
     if w is None:
