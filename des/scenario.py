@@ -182,6 +182,18 @@ class Scenario(Strict):
         return catalog.resolve("models", v)
 
     @model_validator(mode="after")
+    def _experts_to_quantize(self) -> Scenario:
+        if self.precision.quantized_layers == "experts" and not self.model.is_moe:
+            raise ScenarioError(
+                (
+                    "precision.quantized_layers",
+                    f"'experts' quantises a mixture of experts' routed experts, and {self.model.name} has none "
+                    "(use 'all')",
+                )
+            )
+        return self
+
+    @model_validator(mode="after")
     def _horizon_needed(self) -> Scenario:
         h = self.horizon
         if h.duration is None and h.num_requests is None and not isinstance(self.workload.arrival, Trace):

@@ -197,3 +197,10 @@ def test_a_downloaded_repository_resolves_to_its_catalog_name_and_precision():
         catalog.find_variant("Qwen/Qwen2.5-14B-Instruct-AWK")
     where, message = info.value.problems[0]
     assert where == "model" and "did you mean 'Qwen/Qwen2.5-14B-Instruct-AWQ'" in message
+
+
+def test_quantising_only_the_experts_of_a_dense_model_is_refused():
+    with pytest.raises(ScenarioError) as info:
+        des.load_scenario(scenario(model="qwen2.5-7b", precision={"weights": "mxfp4", "quantized_layers": "experts"}))
+    where, message = info.value.problems[0]
+    assert where == "precision.quantized_layers" and "qwen2.5-7b has none" in message
