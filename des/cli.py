@@ -259,7 +259,10 @@ def _choices(flag: str, text: str, valid: list[str]) -> list[str]:
 @click.option("--model", "model_name", default="qwen2.5-7b", show_default=True, help="Catalog model.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel GPUs.")
 @click.option(
-    "--weights", default="bf16", show_default=True, help="Weight format (bf16, fp8, int8, int4-awq, int4-gptq)."
+    "--weights",
+    default=None,
+    help="Weight format (bf16, fp16, fp8, int8, int4-awq, int4-gptq, mxfp4, nvfp4); default: the model's own (bf16 "
+    "unless its catalog entry names a default_precision).",
 )
 @click.option("--kv-cache-dtype", default="bf16", show_default=True, help="KV cache format (bf16, fp8).")
 @click.option(
@@ -270,7 +273,7 @@ def _choices(flag: str, text: str, valid: list[str]) -> list[str]:
 )
 @user_errors("--plot")
 def costmodel(
-    gpu_name: str, model_name: str, tp: int, weights: str, kv_cache_dtype: str, plot_path: Path | None
+    gpu_name: str, model_name: str, tp: int, weights: str | None, kv_cache_dtype: str, plot_path: Path | None
 ) -> None:
     """Tabulate the roofline step-time model of a GPU and model."""
     from des import figures, render
@@ -284,16 +287,18 @@ def costmodel(
 
 
 def _hardware(
-    gpu_name: str, model_name: str, weights: str, kv_cache_dtype: str
+    gpu_name: str, model_name: str, weights: str | None, kv_cache_dtype: str
 ) -> tuple[GPUSpec, ModelSpec, Precision]:
-    """Catalog GPU, model and precision from flags; problems name the flag."""
+    """Catalog GPU, model and precision from flags (no ``--weights``: the model's own format);
+    problems name the flag."""
     from pydantic import ValidationError
 
-    from des.catalog.memory import Precision
+    from des.catalog.memory import Precision, with_native
 
     gpu, model = _specs(gpu_name, model_name)
+    given = {"kv_cache_dtype": kv_cache_dtype} | ({"weights": weights} if weights is not None else {})
     try:
-        precision = Precision.model_validate({"weights": weights, "kv_cache_dtype": kv_cache_dtype})
+        precision = Precision.model_validate(with_native(model.default_precision, given))
     except ValidationError as exc:
         err = exc.errors()[0]
         flag = "--weights" if err["loc"][0] == "weights" else "--kv-cache-dtype"

@@ -447,8 +447,12 @@ def cost_report(rep: CostReport) -> None:
         "model",
         f"{model.name}: {facts['params'] / 1e9:.2f} B parameters"
         + (f" ({facts['active_params'] / 1e9:.2f} B active per token)" if model.is_moe else "")
-        + f", {precision.weights} weights "
-        f"{facts['weight_bytes'] / gib:.2f} GiB, "
+        + (
+            f", weights ({precision.weights} experts, bf16 rest) "
+            if precision.quantized_layers == "experts"
+            else f", {precision.weights} weights "
+        )
+        + f"{facts['weight_bytes'] / gib:.2f} GiB, "
         f"KV {facts['kv_bytes_per_token']:,} bytes/token ({precision.kv_cache_dtype})",
     )
     head.add_row(

@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from des import catalog
-from des.catalog.memory import GraphCapture, MemoryPlan, Precision
+from des.catalog.memory import GraphCapture, MemoryPlan, Precision, with_native
 from des.catalog.quantization import unsupported
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml, plausible_latency
@@ -115,6 +115,24 @@ class Scenario(Strict):
     slo: SLO | None = None
     model_uncertainty: Flag = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _native_precision(cls, data: Any) -> Any:
+        """A model whose checkpoint has its own weight format (``default_precision`` in the
+        catalog: gpt-oss's MXFP4 experts, DeepSeek-V3's fp8) runs in it unless the scenario
+        names other weights (:func:`des.catalog.memory.with_native`)."""
+        if not isinstance(data, dict) or "model" not in data:
+            return data
+        try:
+            entry = catalog.resolve("models", data["model"])
+        except ValueError:
+            return data  # reported by the model field's own validation
+        native = entry.get("default_precision") if isinstance(entry, dict) else None
+        given = data.get("precision")
+        if not isinstance(native, dict) or not (given is None or isinstance(given, dict)):
+            return data
+        return {**data, "precision": with_native(native, given)}
+
     @field_validator("scheduler", "cost_model", mode="before")
     @classmethod
     def _default_kind(cls, v: Any, info: ValidationInfo) -> Any:
@@ -163,6 +181,18 @@ class Scenario(Strict):
     @classmethod
     def _model_by_name(cls, v: Any) -> Any:
         return catalog.resolve("models", v)
+
+    @model_validator(mode="after")
+    def _experts_to_quantize(self) -> Scenario:
+        if self.precision.quantized_layers == "experts" and not self.model.is_moe:
+            raise ScenarioError(
+                (
+                    "precision.quantized_layers",
+                    f"'experts' quantises a mixture of experts' routed experts, and {self.model.name} has none "
+                    "(use 'all')",
+                )
+            )
+        return self
 
     @model_validator(mode="after")
     def _horizon_needed(self) -> Scenario:
@@ -220,6 +250,9 @@ class Scenario(Strict):
         for pool in self.plan().pools:
             refused = unsupported(pool.gpu, self.precision)
             if refused is not None:
+                native = (model.default_precision or {}).get("weights")
+                if native == self.precision.weights:
+                    refused += f" (it is {model.name}'s own format: name other weights, e.g. bf16)"
                 problems.append(("precision.weights", refused))
                 continue
 

@@ -13,14 +13,17 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from des.catalog.specs import Efficiency, GPUSpec, ModelSpec
+from des.catalog.specs import Efficiency, GPUSpec, ModelSpec, Variant
 from des.config import Strict, load_yaml
 from des.dotted import merge
 from des.errors import ScenarioError, did_you_mean, validation_errors
 
 Spec = TypeVar("Spec", bound=Strict)
 
-__all__ = ["Efficiency", "GPUSpec", "ModelSpec", "gpu", "model", "gpu_names", "model_names", "resolve"]
+__all__ = [
+    "Efficiency", "GPUSpec", "ModelSpec", "Variant", "gpu", "model", "gpu_names", "model_names", "resolve",
+    "variants", "find_variant",
+]  # fmt: skip
 
 
 @cache
@@ -99,3 +102,20 @@ def gpu(name: str) -> GPUSpec:
 def model(name: str) -> ModelSpec:
     """The catalog model called ``name``."""
     return _load("models", ModelSpec, name)
+
+
+def variants() -> list[tuple[str, Variant]]:
+    """Every quantised checkpoint the catalog lists, as (catalog name, variant), by name."""
+    return [(name, v) for name in model_names() for v in model(name).variants]
+
+
+def find_variant(repo: str) -> tuple[str, Variant]:
+    """The catalog model and variant of a Hugging Face ``repo`` (e.g.
+    ``Qwen/Qwen2.5-14B-Instruct-AWQ``; case-insensitive): run it as that name with the
+    variant's ``precision``. Raises ScenarioError naming the known repositories."""
+    found = {v.repo.lower(): (name, v) for name, v in variants()}
+    if repo.lower() in found:
+        return found[repo.lower()]
+    known = sorted(v.repo for _, v in variants())
+    hint = did_you_mean(repo, known)
+    raise ScenarioError(("model", f"no catalog variant is {repo!r}{hint}; known: {', '.join(known)}"))

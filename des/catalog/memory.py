@@ -31,7 +31,15 @@ subtracts
   headroom, and the plan shows the pool without charging it. ``enforce_eager``: no graphs.
 
 What is left holds ``floor(left / (kv_bytes_per_token × block_size))`` blocks
-(``kv_cache_utils.get_num_blocks``: available memory // page size // layers). With tensor
+(``kv_cache_utils.get_num_blocks``: available memory // page size // layers). Attention
+variants (:class:`~des.catalog.specs.ModelSpec`): multi-head latent attention caches its
+latent whole on every GPU (:func:`kv_layer_bytes`); windowed layers keep at most
+``ceil(window / block_size) + 1`` blocks per sequence (:func:`window_reserve_tokens`), so the
+plan sets that aside for ``max_num_seqs`` sequences and counts blocks over the
+full-attention layers alone when that holds more tokens than counting every layer in full
+(it never holds fewer: a sequence's windowed KV is never more than its full KV). Exact when
+``max_num_seqs`` sequences each hold at least a window; conservative with fewer or shorter
+ones, whose unused reserve vLLM's shared block pool would lend to the full layers. With tensor
 parallelism every GPU holds ``1/tp`` of the weights, of each token's KV and of the
 split activations (the residual stream and the all-gathered logits are whole on every
 GPU), so budgets, activation peaks and reserves add over the ``tp`` GPUs and the blocks
@@ -90,11 +98,15 @@ class Precision(Strict):
     """Number formats: ``weights`` (quantisation of the linear layers) and ``kv_cache_dtype``.
 
     Quantised formats apply to the layers' matrices; embeddings, LM head, norms and
-    biases stay in bf16, as in AWQ/GPTQ/FP8 checkpoints.
+    biases stay in bf16, as in AWQ/GPTQ/FP8 checkpoints. ``quantized_layers: experts``
+    quantises only a mixture of experts' routed experts and keeps attention, routers and
+    shared experts in bf16, as gpt-oss's MXFP4 checkpoints do (``quantization_config``
+    ``modules_to_not_convert``: ``self_attn``, ``router``, ``embed_tokens``, ``lm_head``).
     """
 
     weights: WeightDtype = "bf16"
     kv_cache_dtype: KVDtype = "bf16"
+    quantized_layers: Literal["all", "experts"] = "all"
 
     @property
     def weight_bytes_per_param(self) -> float:
@@ -109,10 +121,32 @@ class Precision(Strict):
         return COMPUTE_DTYPE[self.weights]
 
 
+def with_native(native: dict | None, given: dict | None) -> dict | None:
+    """The precision a scenario runs a model at: the ``given`` keys laid over the model's
+    ``native`` (its catalog ``default_precision``), unless ``given`` names other weights than
+    the native ones, which then replace it whole (``bf16`` on gpt-oss: the dequantised
+    checkpoint, every layer in bf16). None when neither says anything."""
+    if not native:
+        return given
+    given = given or {}
+    if "weights" in given and given["weights"] != native.get("weights"):
+        return given
+    return {**native, **given}
+
+
+def quantized_params(model: ModelSpec, precision: Precision) -> int:
+    """Weights stored in ``precision.weights``: every layer matrix, or with
+    ``quantized_layers: experts`` the routed experts' alone (all of them resident)."""
+    if precision.quantized_layers == "experts":
+        return model.linear_params - model.always_linear_params
+    return model.linear_params
+
+
 def weight_bytes(model: ModelSpec, precision: Precision | None = None) -> int:
-    """Bytes of all weights: quantised layer matrices plus bf16 embeddings, head, norms, biases."""
+    """Bytes of all weights: quantised layer matrices plus bf16 embeddings, head, norms, biases
+    (and the layer matrices left in bf16 under ``quantized_layers: experts``)."""
     precision = precision or Precision()
-    linear = model.linear_params  # every expert of a mixture of experts is resident
+    linear = quantized_params(model, precision)  # every expert of a mixture of experts is resident
     rest = model.num_params - linear
     return int(round(linear * precision.weight_bytes_per_param + rest * 2.0))
 
@@ -140,14 +174,58 @@ def kv_bytes_per_token(model: ModelSpec, precision: Precision, tp: int = 1) -> i
     GPUs when there are fewer heads than GPUs), so past ``tp = kv_heads`` the total grows
     with ``tp`` instead of staying the model's.
     """
-    heads = max(1, model.num_key_value_heads // tp)
-    return int(2 * model.num_layers * heads * model.d_head * precision.kv_bytes) * tp
+    return (
+        kv_layer_bytes(model, precision, tp) * model.num_layers
+        if model.is_mla
+        else (
+            int(2 * model.num_layers * max(1, model.num_key_value_heads // tp) * model.d_head * precision.kv_bytes) * tp
+        )
+    )
+
+
+def kv_layer_bytes(model: ModelSpec, precision: Precision, tp: int = 1) -> int:
+    """Bytes one token's KV takes in one layer over the ``tp`` GPUs.
+
+    Multi-head latent attention caches one latent of ``kv_lora_rank + qk_rope_head_dim``
+    values per token and layer, which every tensor-parallel GPU holds whole: vLLM's
+    ``ModelConfig.get_num_kv_heads`` returns 1 under MLA and ``get_head_size``
+    ``kv_lora_rank + qk_rope_head_dim`` (``vllm/config/model.py``), and the MLA backends'
+    cache (``vllm/v1/attention/backends/mla/common.py``) has that one head on every rank. So
+    the total grows with ``tp``.
+    """
+    if model.is_mla:
+        return int(model.kv_latent_dim * precision.kv_bytes) * tp
+    return int(2 * max(1, model.num_key_value_heads // tp) * model.d_head * precision.kv_bytes) * tp
+
+
+def window_reserve_tokens(model: ModelSpec, block_size: int, max_num_seqs: int) -> int:
+    """Most tokens the windowed layers' KV holds at once, over ``max_num_seqs`` sequences.
+
+    vLLM's hybrid KV cache manager gives sliding-window layers their own block table and
+    frees blocks that fall out of the window (``SlidingWindowManager.remove_skipped_blocks``
+    in ``vllm/v1/core/single_type_kv_cache_manager.py``: blocks before
+    ``(computed − window + 1) // block_size`` go back to the pool); chunked local attention
+    (``ChunkedLocalAttentionManager``) frees the chunks before the current one. A sequence
+    thus holds at most ``ceil(window / block_size) + 1`` blocks on those layers (never more
+    than its context needs: ``max_model_len``). vLLM releases that disable the hybrid
+    manager for chunked local attention unless ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE``
+    is set (``VllmConfig.__post_init__`` in ``vllm/config/vllm.py``) keep every layer's KV in
+    full; des follows the hybrid manager, the default of releases where the variable defaults
+    to on, so for Llama 4 under an older release its KV capacity is optimistic.
+    """
+    w = model.window
+    if w is None:
+        return 0
+    per_seq = min(-(-w // block_size) + 1, -(-model.max_model_len // block_size)) * block_size
+    return per_seq * max_num_seqs
 
 
 def rope_cache_bytes(model: ModelSpec) -> int:
-    """Bytes of the rotary embedding's cos/sin cache: ``max_position × head_dim`` bf16 values,
-    built once per model when the weights load (``RotaryEmbedding.cos_sin_cache``)."""
-    return model.max_model_len * model.d_head * ACT_BYTES
+    """Bytes of the rotary embedding's cos/sin cache: ``max_position × rotary_dim`` bf16 values
+    (``head_dim``; ``qk_rope_head_dim`` under MLA), built once per model when the weights
+    load (``RotaryEmbedding.cos_sin_cache``)."""
+    rotary = model.qk_rope_head_dim if model.is_mla and model.qk_rope_head_dim else model.d_head
+    return model.max_model_len * rotary * ACT_BYTES
 
 
 def forward_activation_bytes(model: ModelSpec, num_tokens: int, tp: int = 1) -> int:
@@ -249,7 +327,9 @@ def graph_pool_bytes(
 class MemoryPlan:
     """Where the memory of one instance (``tp`` GPUs) goes. All sizes in bytes, summed over the GPUs.
 
-    ``kv_bytes_per_token`` counts a token's KV on every GPU (replicated heads included).
+    ``kv_bytes_per_token`` counts a token's KV on every GPU (replicated heads included), in
+    the layers the blocks are counted for: all of them, or with windowed layers held apart
+    (``window_kv_bytes`` > 0) the full-attention layers only.
     ``budget`` = ``weights`` + ``rope_cache`` + ``activations`` + ``runtime_reserve``
     (+ ``graph_pool`` when ``graph_pool_charged``) + the KV blocks + what is too small for a block.
     """
@@ -267,6 +347,7 @@ class MemoryPlan:
     block_size: int
     num_blocks: int
     fitting_blocks: int  # the blocks the memory left holds (num_blocks differs when overridden)
+    window_kv_bytes: int = 0  # set aside for the windowed layers' KV (with kv_bytes_per_token the full layers')
 
     @property
     def activations(self) -> int:
@@ -281,7 +362,7 @@ class MemoryPlan:
 
     @property
     def kv_bytes(self) -> int:
-        return self.num_blocks * self.block_size * self.kv_bytes_per_token
+        return self.num_blocks * self.block_size * self.kv_bytes_per_token + self.window_kv_bytes
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -319,6 +400,17 @@ def plan_memory(
     acts = max(forward, sampler) * tp
     left = budget - weights - rope - acts - reserve - (pool if graphs.charged else 0)
     blocks = left // (kv_per_token * block_size) if left > 0 else 0
+    window_bytes = 0
+    win_b = kv_layer_bytes(model, precision, tp) * model.window_layers
+    if win_b and model.full_layers and blocks >= 1:
+        # windowed layers hold at most `held` tokens over max_num_seqs sequences; the full
+        # layers take the rest, never fewer blocks than counting every layer in full
+        full_b = kv_per_token - win_b
+        held = window_reserve_tokens(model, block_size, max_num_seqs)
+        apart = (left - win_b * held) // (full_b * block_size)
+        if apart > blocks:
+            blocks, kv_per_token = apart, full_b
+            window_bytes = min(int(apart) * block_size, held) * win_b
     if blocks < 1:
         gib = 1 << 30
         graph_part = f" + CUDA graphs {pool / gib:.2f} GiB" if graphs.charged else ""
@@ -336,7 +428,7 @@ def plan_memory(
         blocks = num_blocks_override
     return MemoryPlan(
         tp, budget, weights, rope, forward * tp, sampler * tp, reserve, pool, graphs.charged,
-        kv_per_token, block_size, int(blocks), fitting,
+        kv_per_token, block_size, int(blocks), fitting, window_bytes,
     )  # fmt: skip
 
 
@@ -348,6 +440,10 @@ __all__ = [
     "weight_bytes",
     "rope_cache_bytes",
     "kv_bytes_per_token",
+    "kv_layer_bytes",
+    "window_reserve_tokens",
+    "quantized_params",
+    "with_native",
     "forward_activation_bytes",
     "sampler_bytes",
     "profile_peak_bytes",

@@ -18,6 +18,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, model_va
 
 from des.catalog.efficiency import Efficiency
 from des.catalog.interconnect import InterconnectSpec
+from des.catalog.routing import Routing
 from des.config import Strict, resolve_path
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
@@ -187,6 +188,16 @@ class GPUSpec(Strict):
         return self.peak_flops(dtype) * ratio
 
 
+class Variant(Strict):
+    """A checkpoint people download for a catalog model: its Hugging Face ``repo`` and the
+    ``precision`` it runs at (``weights``, optionally ``kv_cache_dtype``); ``source``: where
+    it is published. A scenario runs it as the catalog name with that ``precision``."""
+
+    repo: str
+    precision: dict[str, str]
+    source: str = ""
+
+
 class ModelSpec(Strict):
     """A decoder-only transformer with grouped-query attention and a gated MLP (or, with
     ``gated_mlp: false``, an ungated one: up, activation, down).
@@ -199,7 +210,33 @@ class ModelSpec(Strict):
     ``i >= first_k_dense`` and ``(i + 1) % decoder_sparse_step == 0`` (Qwen-MoE's
     ``decoder_sparse_step``, DeepSeek's ``first_k_dense_replace``); the other layers keep
     a dense MLP of width ``intermediate_size``. Parameter counts: :attr:`num_params` holds
-    every expert, :attr:`active_params` those one token runs.
+    every expert, :attr:`active_params` those one token runs. ``expert_bias``: the experts'
+    and router's projections carry biases (gpt-oss). ``routing``: how tokens spread over the
+    experts, for the distinct experts a step reads (:mod:`des.catalog.routing`).
+
+    Attention variants (:attr:`attention_kind`):
+
+    - **MLA** (``kv_lora_rank`` set; DeepSeek-V2/V3): queries through a ``q_lora_rank``
+      low-rank pair (or one ``hidden × heads·(nope + rope)`` matrix without it), keys and values
+      from a ``kv_lora_rank`` latent plus a ``qk_rope_head_dim`` rotary key shared by the heads;
+      the cache holds that latent, ``kv_lora_rank + qk_rope_head_dim`` values per token and
+      layer, whatever the heads (``num_key_value_heads`` is then the config's, unused).
+    - **Windowed layers**: ``sliding_window`` (gpt-oss, Mistral, Gemma) or
+      ``attention_chunk_size`` (Llama 4's chunked local attention) on ``num_window_layers`` of
+      the layers (default all); the others attend over the whole context.
+    - **GQA / MQA**: ``num_key_value_heads`` below the query heads (1: multi-query).
+
+    ``attention_sinks``: one learned logit per head and layer (gpt-oss); ``o_proj_bias``: the
+    output projection has a bias too (gpt-oss; Qwen2's ``attention_bias`` covers q, k, v only).
+    ``vision_params``: a vision encoder and projector vLLM loads with the model (resident in
+    bf16, never run for text): the published total counts them. ``num_nextn_predict_layers``:
+    multi-token-prediction layers the checkpoint ships (DeepSeek-V3), loaded only for MTP
+    speculative decoding and not counted in :attr:`num_params` (:attr:`mtp_params`).
+    ``default_precision``: the checkpoint's own weight format, which a scenario naming the
+    model without ``precision.weights`` runs (:mod:`des.catalog.memory`); ``variants``: the
+    quantised repositories people download, each with its precision.
+    ``published_active_counts_embedding``: whether the card's active count includes the
+    embedding lookup (DeepSeek's and OpenAI's count the LM head only).
     """
 
     name: str = "custom"
@@ -222,11 +259,54 @@ class ModelSpec(Strict):
     shared_expert_intermediate_size: PositiveInt | None = None
     first_k_dense: int = Field(0, ge=0)
     decoder_sparse_step: PositiveInt = 1
+    expert_bias: bool = False
+    routing: Routing = "uniform"
+    # attention variants
+    kv_lora_rank: PositiveInt | None = None
+    q_lora_rank: PositiveInt | None = None
+    qk_rope_head_dim: PositiveInt | None = None
+    qk_nope_head_dim: PositiveInt | None = None
+    v_head_dim: PositiveInt | None = None
+    sliding_window: PositiveInt | None = None
+    attention_chunk_size: PositiveInt | None = None
+    num_window_layers: PositiveInt | None = None
+    attention_sinks: bool = False
+    o_proj_bias: bool = False
+    vision_params: int = Field(0, ge=0)
+    num_nextn_predict_layers: int = Field(0, ge=0)
+    default_precision: dict[str, str] | None = None
+    variants: list[Variant] = []
     published_params: PositiveFloat | None = None
     published_active_params: PositiveFloat | None = None
+    published_active_counts_embedding: bool = True
     source: str = ""
 
     model_config = Strict.model_config | {"ignored_types": (cached_property,)}
+
+    @model_validator(mode="after")
+    def _check_attention(self) -> ModelSpec:
+        mla = (self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim)
+        if any(v is not None for v in mla) and any(v is None for v in mla):
+            raise ValueError(
+                "kv_lora_rank: multi-head latent attention needs kv_lora_rank, qk_rope_head_dim, "
+                "qk_nope_head_dim and v_head_dim"
+            )
+        if self.q_lora_rank is not None and self.kv_lora_rank is None:
+            raise ValueError("q_lora_rank: needs kv_lora_rank (multi-head latent attention)")
+        if self.sliding_window is not None and self.attention_chunk_size is not None:
+            raise ValueError("attention_chunk_size: give either sliding_window or attention_chunk_size, not both")
+        if self.num_window_layers is not None:
+            if self.window is None:
+                raise ValueError("num_window_layers: needs sliding_window or attention_chunk_size")
+            if self.num_window_layers > self.num_layers:
+                raise ValueError(
+                    f"num_window_layers: {self.num_window_layers} is more than num_layers {self.num_layers}"
+                )
+        if self.default_precision is not None:
+            from des.catalog.memory import Precision
+
+            Precision.model_validate(self.default_precision)
+        return self
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelSpec:
@@ -272,9 +352,78 @@ class ModelSpec(Strict):
         return self.num_layers - self.num_moe_layers
 
     @property
+    def attention_kind(self) -> Literal["mla", "mha"]:
+        """``mla`` (a compressed latent KV) or ``mha`` (per-head keys and values: MHA, GQA, MQA)."""
+        return "mla" if self.kv_lora_rank is not None else "mha"
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def window(self) -> int | None:
+        """Tokens a windowed layer attends over (``sliding_window`` or ``attention_chunk_size``), or None."""
+        return self.sliding_window if self.sliding_window is not None else self.attention_chunk_size
+
+    @property
+    def window_layers(self) -> int:
+        """Layers whose attention is windowed (0 without a window)."""
+        if self.window is None:
+            return 0
+        return self.num_window_layers if self.num_window_layers is not None else self.num_layers
+
+    @property
+    def full_layers(self) -> int:
+        """Layers that attend over the whole context."""
+        return self.num_layers - self.window_layers
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Dimension of a query (and key) head: ``nope + rope`` under MLA, else :attr:`d_head`."""
+        if self.is_mla:
+            return (self.qk_nope_head_dim or 0) + (self.qk_rope_head_dim or 0)
+        return self.d_head
+
+    @property
+    def kv_latent_dim(self) -> int:
+        """Values one token's KV holds per layer under MLA: ``kv_lora_rank + qk_rope_head_dim``."""
+        return (self.kv_lora_rank or 0) + (self.qk_rope_head_dim or 0)
+
+    @property
+    def mla_pair_flops(self) -> tuple[float, float]:
+        """FLOPs per query-key pair of one MLA layer, all heads: ``(prefill, decode)``.
+
+        vLLM's MLA (``vllm/v1/attention/backends/mla/common.py``) runs prefill as ordinary
+        attention over keys and values up-projected from the latent (``kv_b_proj``): scores
+        over ``qk_nope + qk_rope`` dimensions and the weighted sum over ``v_head_dim``,
+        ``2 · heads · (nope + rope + v_head)``. Decode absorbs ``W_UK`` into the query and
+        ``W_UV`` into the output, so each head scores the latent (``kv_lora_rank + rope``
+        dimensions) and sums the latent (``kv_lora_rank``): ``2 · heads · (2 · kv_lora_rank +
+        rope)``. The up-projection of a prefill's cached context (a chunk after the first) is
+        not counted.
+        """
+        heads = self.num_attention_heads
+        nope, rope, v = self.qk_nope_head_dim or 0, self.qk_rope_head_dim or 0, self.v_head_dim or 0
+        lora = self.kv_lora_rank or 0
+        return 2.0 * heads * (nope + rope + v), 2.0 * heads * (2 * lora + rope)
+
+    @property
     def attention_linear_params(self) -> int:
-        """Weights of one layer's attention projections (q, k, v, o)."""
+        """Weights of one layer's attention projections (q, k, v, o).
+
+        MLA (DeepSeek-V3's ``DeepseekV3Attention``): ``q_a_proj`` (``h × q_lora``) and
+        ``q_b_proj`` (``q_lora × heads·(nope + rope)``), or ``q_proj`` without a ``q_lora_rank``;
+        ``kv_a_proj_with_mqa`` (``h × (kv_lora + rope)``), ``kv_b_proj``
+        (``kv_lora × heads·(nope + v_head)``) and ``o_proj`` (``heads·v_head × h``).
+        """
         h = self.hidden_size
+        if self.is_mla:
+            heads = self.num_attention_heads
+            q_out = heads * self.qk_head_dim
+            q = h * self.q_lora_rank + self.q_lora_rank * q_out if self.q_lora_rank else h * q_out
+            kv_lora = self.kv_lora_rank or 0
+            kv = h * self.kv_latent_dim + kv_lora * heads * ((self.qk_nope_head_dim or 0) + (self.v_head_dim or 0))
+            return q + kv + heads * (self.v_head_dim or 0) * h
         return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
 
     @property
@@ -338,10 +487,14 @@ class ModelSpec(Strict):
 
     @property
     def q_dim(self) -> int:
-        return self.num_attention_heads * self.d_head
+        """Width of the queries (all heads): ``heads × (nope + rope)`` under MLA."""
+        return self.num_attention_heads * self.qk_head_dim
 
     @property
     def kv_dim(self) -> int:
+        """Width of one token's keys (or values) per layer: the KV heads' (the latent under MLA)."""
+        if self.is_mla:
+            return self.kv_latent_dim
         return self.num_key_value_heads * self.d_head
 
     @property
@@ -362,9 +515,26 @@ class ModelSpec(Strict):
 
     @property
     def layer_small_params(self) -> int:
-        """Parameters of one layer outside its matrices: attention biases and the two RMSNorms."""
+        """Parameters of one layer outside its matrices: attention biases, sinks, the two
+        RMSNorms and MLA's latent RMSNorms (``q_a_layernorm``, ``kv_a_layernorm``); a sparse
+        layer's router and expert biases are :attr:`expert_bias_params`."""
         bias = (self.q_dim + 2 * self.kv_dim) if self.attention_bias else 0
+        if self.o_proj_bias:
+            bias += self.hidden_size
+        if self.attention_sinks:
+            bias += self.num_attention_heads
+        if self.is_mla:
+            bias += (self.q_lora_rank or 0) + (self.kv_lora_rank or 0)
         return bias + 2 * self.hidden_size
+
+    @property
+    def expert_bias_params(self) -> int:
+        """Biases of one sparse layer's router and experts (``expert_bias``, gpt-oss): the
+        router's (``E``) and each expert's gate/up (``2 I``, ``I`` ungated) and down (``h``)."""
+        if not self.expert_bias or not self.num_moe_layers:
+            return 0
+        e, i = self.num_experts or 0, self.moe_intermediate_size or 0
+        return e + e * ((self.mlp_matrices - 1) * i + self.hidden_size)
 
     @property
     def embedding_params(self) -> int:
@@ -380,14 +550,44 @@ class ModelSpec(Strict):
         """Total parameter count: embedding, layers, final norm and an untied LM head."""
         head = 0 if self.tie_word_embeddings else self.lm_head_params
         layers = self.linear_params + self.num_layers * self.layer_small_params
-        return self.embedding_params + layers + self.hidden_size + head
+        layers += self.num_moe_layers * self.expert_bias_params
+        return self.embedding_params + layers + self.hidden_size + head + self.vision_params
+
+    @property
+    def mtp_params(self) -> int:
+        """Parameters of the multi-token-prediction layers (DeepSeek-V3's MTP module): each a
+        decoder layer like the last one plus ``eh_proj`` (``2h × h``) and three RMSNorms
+        (``enorm``, ``hnorm``, its head's norm); embedding and head are shared. Not in :attr:`num_params`."""
+        if not self.num_nextn_predict_layers:
+            return 0
+        h = self.hidden_size
+        # the MTP layer is layer number num_layers (from 0): sparse by the same rule
+        sparse = self.is_moe and (self.num_layers + 1) % self.decoder_sparse_step == 0
+        if sparse:
+            mlp = self.moe_layer_fixed_params + (self.num_experts or 0) * self.expert_params + self.expert_bias_params
+        else:
+            mlp = self.mlp_matrices * h * self.intermediate_size
+        layer = self.attention_linear_params + mlp + self.layer_small_params
+        return self.num_nextn_predict_layers * (layer + 2 * h * h + 3 * h)
+
+    @property
+    def published_active_counted(self) -> int:
+        """:attr:`active_params` as the model card counts them (without the embedding lookup
+        where ``published_active_counts_embedding`` is false)."""
+        return self.active_params - (0 if self.published_active_counts_embedding else self.embedding_params)
 
     @property
     def active_params(self) -> int:
         """Parameters one token runs through: :attr:`num_params` less the routed experts it
-        skips (equal to :attr:`num_params` for a dense model)."""
-        return self.num_params - (self.linear_params - self.active_linear_params)
+        skips and a vision encoder (equal to :attr:`num_params` for a dense text model)."""
+        return self.num_params - self.vision_params - (self.linear_params - self.active_linear_params)
+
+    @property
+    def kv_values_per_layer(self) -> int:
+        """Values one token's cache holds in one layer: K and V of the KV heads, or the MLA
+        latent (``kv_lora_rank + qk_rope_head_dim``, keys and values together)."""
+        return self.kv_latent_dim if self.is_mla else 2 * self.kv_dim
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float = 2) -> int:
-        """Bytes of K and V cache one token occupies across all layers."""
-        return int(2 * self.num_layers * self.kv_dim * kv_dtype_bytes)
+        """Bytes of K and V cache one token occupies across all layers (one copy)."""
+        return int(self.num_layers * self.kv_values_per_layer * kv_dtype_bytes)

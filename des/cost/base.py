@@ -31,6 +31,14 @@ class BatchShape:
     ``prior + chunk``, the KV a chunk reads; ``decode_tokens``: sequences decoding one
     token; ``decode_context``: Σ of their contexts (KV read, tokens);
     ``num_emitting``: sequences that emit a token (rows through the LM head).
+
+    A model with windowed layers (sliding window or chunked local attention of ``window``
+    tokens; 0: none) has those layers attend over at most ``window`` tokens: the same sums
+    with each context cut to the window, ``decode_window_context`` (Σ ``min(context + 1,
+    window)``), ``prefill_window_pairs`` (Σ over a chunk's queries of ``min(position,
+    window)``) and ``prefill_window_context`` (the keys a chunk's windows span). Without a
+    window they stay 0 and the cost models ignore them. Chunked local attention attends
+    ``(position − 1) mod chunk + 1`` keys; ``min(position, chunk)`` bounds it from above.
     """
 
     num_seqs: int = 0
@@ -40,11 +48,22 @@ class BatchShape:
     decode_tokens: int = 0
     decode_context: int = 0
     num_emitting: int = 0
+    window: int = 0
+    decode_window_context: int = 0
+    prefill_window_pairs: float = 0.0
+    prefill_window_context: int = 0
 
     @classmethod
-    def decodes(cls, num: int, context: int) -> BatchShape:
+    def decodes(cls, num: int, context: int, window: int = 0, window_context: int = 0) -> BatchShape:
         """``num`` sequences decoding one token each, whose KV holds ``context`` tokens in
-        all before the step (each reads its context plus the new token)."""
+        all before the step (each reads its context plus the new token); with a ``window``,
+        ``window_context`` is Σ ``min(context, window − 1)`` over them (each reads that plus
+        the new token on the windowed layers)."""
+        if window:
+            return cls(
+                num_seqs=num, decode_tokens=num, decode_context=context + num, num_emitting=num,
+                window=window, decode_window_context=window_context + num,
+            )  # fmt: skip
         return cls(num_seqs=num, decode_tokens=num, decode_context=context + num, num_emitting=num)
 
     @property
@@ -58,6 +77,16 @@ class BatchShape:
         self.prefill_pairs += chunk * (prior + (chunk + 1) / 2)
         self.prefill_context += prior + chunk
         self.num_emitting += emits
+        w = self.window
+        if w:
+            if prior + chunk <= w:
+                self.prefill_window_pairs += chunk * (prior + (chunk + 1) / 2)
+            elif prior >= w:
+                self.prefill_window_pairs += chunk * w
+            else:  # the first w - prior queries see their whole prefix, the rest w keys
+                m = w - prior
+                self.prefill_window_pairs += m * (prior + (m + 1) / 2) + (chunk - m) * w
+            self.prefill_window_context += min(prior + chunk, w - 1 + chunk)
 
     def add_decode(self, context: int) -> None:
         """Add one decoding sequence whose KV holds ``context`` tokens before this step."""
@@ -65,6 +94,8 @@ class BatchShape:
         self.decode_tokens += 1
         self.decode_context += context + 1
         self.num_emitting += 1
+        if self.window:
+            self.decode_window_context += min(context + 1, self.window)
 
 
 class CostModel(Protocol):

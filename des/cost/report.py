@@ -29,14 +29,17 @@ PROMPTS = (128, 512, 1024, 2048, 4096, 8192)
 DEFAULTS = ContinuousSettings()
 
 
-def decode_shape(batch: int, context: int) -> BatchShape:
-    """``batch`` sequences decoding one token each with ``context`` tokens of KV before it."""
+def decode_shape(batch: int, context: int, window: int = 0) -> BatchShape:
+    """``batch`` sequences decoding one token each with ``context`` tokens of KV before it
+    (``window``: tokens the model's windowed layers attend over, 0 for none)."""
+    if window:
+        return BatchShape.decodes(batch, batch * context, window, batch * min(context, window - 1))
     return BatchShape.decodes(batch, batch * context)
 
 
-def prefill_shape(prompt: int) -> BatchShape:
+def prefill_shape(prompt: int, window: int = 0) -> BatchShape:
     """One whole prompt of ``prompt`` tokens in one step (no chunking)."""
-    shape = BatchShape()
+    shape = BatchShape(window=window)
     shape.add_chunk(0, prompt, True)
     return shape
 
@@ -66,8 +69,8 @@ class CostReport:
         """Per TP degree, a decode step (:data:`COMM_DECODE`) and a prefill step
         (:data:`COMM_PREFILL`): step time, all-reduce time (ms), the all-reduces' share of
         the step and which all-reduce vLLM runs (``vllm``: its own, ``nccl``, ``none``)."""
-        link, h = self.gpu.link, self.model.hidden_size
-        shapes = {"decode": decode_shape(*COMM_DECODE), "prefill": prefill_shape(COMM_PREFILL)}
+        link, h, w = self.gpu.link, self.model.hidden_size, self.model.window or 0
+        shapes = {"decode": decode_shape(*COMM_DECODE, w), "prefill": prefill_shape(COMM_PREFILL, w)}
         rows = []
         for tp in tps:
             r = build_roofline(self.gpu, self.model, self.precision, tp, engine=self.engine)
@@ -84,20 +87,20 @@ class CostReport:
         return rows
 
     def decode_table(self, batches=BATCHES, contexts=CONTEXTS) -> list[dict]:
-        rows = []
+        rows, w = [], self.model.window or 0
         for b in batches:
             row = {"batch": b}
             for c in contexts:
-                t = self.roofline.step_time(decode_shape(b, c))
+                t = self.roofline.step_time(decode_shape(b, c, w))
                 row[f"ms@{c}"] = t * 1e3
                 row[f"tok/s@{c}"] = b / t
             rows.append(row)
         return rows
 
     def prefill_table(self, prompts=PROMPTS) -> list[dict]:
-        rows = []
+        rows, w = [], self.model.window or 0
         for p in prompts:
-            t = self.roofline.step_time(prefill_shape(p))
+            t = self.roofline.step_time(prefill_shape(p, w))
             rows.append({"prompt": p, "ms": t * 1e3, "tok/s": p / t})
         return rows
 
@@ -124,16 +127,16 @@ class CostReport:
         return self.memory_plan(utilization, block_size).kv_capacity_tokens
 
     def facts(self) -> dict:
-        r = self.roofline
+        r, w = self.roofline, self.model.window or 0
         return {
             "params": self.model.num_params,
             "active_params": self.model.active_params,
             "weight_bytes": weight_bytes(self.model, self.precision),
             "kv_bytes_per_token": self.model.kv_bytes_per_token(self.precision.kv_bytes),
             "ridge_tokens": r.ridge_tokens,
-            "decode_batch1_tok_s": 1 / r.step_time(decode_shape(1, 512)),
-            "prefill_2048_s": r.step_time(prefill_shape(2048)),
-            "decode_64x1024_s": r.step_time(decode_shape(64, 1024)),
+            "decode_batch1_tok_s": 1 / r.step_time(decode_shape(1, 512, w)),
+            "prefill_2048_s": r.step_time(prefill_shape(2048, w)),
+            "decode_64x1024_s": r.step_time(decode_shape(64, 1024, w)),
             "kv_tokens_0.90": self.kv_capacity(0.90),
             "kv_tokens_0.92": self.kv_capacity(0.92),
         }

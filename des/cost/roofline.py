@@ -19,6 +19,8 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   routing (:func:`expected_experts`; one power per step). The expert GEMMs take the same
   GEMM factors: vLLM's fused-MoE Triton kernel (``fused_moe.py``) is not profiled, so its
   efficiency is assumed to be the dense GEMMs';
+  a skewed ``model.routing`` (:mod:`des.catalog.routing`) reads the expected count from a
+  table built once (``moe_distinct``);
 - **LM head** for the ``E`` rows that emit, the same softened roofline on its weights;
 - **attention**, per layer: in decode-only steps ``a_d + n · s_d + D · kv / (B · e_kv)``;
   in steps with prefill, ``a_p + max(4 · q_dim · (P + α · T_p) / (F · e_a),
@@ -33,6 +35,14 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   shorter latency for messages below its size limit at this TP degree, NCCL's fitted
   latency above (both at NCCL's bus bandwidth), so the term is piecewise linear in ``T'``
   with one step at ``T' = limit / (2 · hidden)``.
+
+Attention variants: under multi-head latent attention ``kv`` is the latent
+(``kv_lora_rank + qk_rope_head_dim`` values), read whole by every tensor-parallel GPU, and
+a pair's FLOPs are the absorbed decode's or the up-projected prefill's
+(:attr:`~des.catalog.specs.ModelSpec.mla_pair_flops`); with windowed layers (a share
+``window_share`` of them) ``D``, ``X`` and ``P`` are averaged over the layers from the shape's
+full and windowed sums (:meth:`Roofline.contexts`), exactly the full sums while every
+context fits the window.
 
 ``B`` is the memory bandwidth, ``F`` the dense tensor FLOP/s at the clock the GPU sustains
 under load (:meth:`~des.catalog.specs.GPUSpec.sustained_flops`), ``kv`` the KV bytes per
@@ -70,8 +80,9 @@ from pydantic import Field
 
 from des.catalog.efficiency import Efficiency, UncertaintyGroup
 from des.catalog.interconnect import ring_factor
-from des.catalog.memory import GraphCapture, Precision
+from des.catalog.memory import WEIGHT_BYTES, GraphCapture, Precision
 from des.catalog.quantization import compute_dtype
+from des.catalog.routing import distinct_table
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.cost.base import BatchShape, CostContext
@@ -199,6 +210,17 @@ class Roofline:
     stage_seq_s: float
     overlap_cpu: bool
     graph_max: int
+    # skewed routing: expected distinct experts per sparse layer by (padded) step tokens
+    moe_distinct: tuple[float, ...] | None = None
+    # share of the attention layers that are windowed (their contexts cut to the window)
+    window_share: float = 0.0
+
+    def distinct_experts(self, tokens: int) -> float:
+        """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0 for a dense model)."""
+        table = self.moe_distinct
+        if table is not None:
+            return table[tokens if tokens < len(table) else -1]
+        return expected_experts(self.moe_experts, self.moe_miss, tokens)
 
     @property
     def ridge_tokens(self) -> float:
@@ -229,17 +251,16 @@ class Roofline:
         rows = s.num_emitting
         out: dict[str, float] = {}
         out["gemm"] = self._roof(
-            self.gemm_weight_s + self.moe_expert_weight_s * expected_experts(self.moe_experts, self.moe_miss, tg),
+            self.gemm_weight_s + self.moe_expert_weight_s * self.distinct_experts(tg),
             self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt),
         )
         out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
         attn_pre = attn_dec = 0.0
-        d = s.decode_context
+        d, x, pairs = self.contexts(s)
         if pt:
             chunks = max(s.num_seqs - n, 1)
-            x = s.prefill_context
             attn_pre = self.pre_fixed_s + max(
-                self.pre_s_per_pair * (s.prefill_pairs + self.pre_tile_pairs * pt),
+                self.pre_s_per_pair * (pairs + self.pre_tile_pairs * pt),
                 self.stream_s_per_context * x / chunks,
                 self.mixed_s_per_context * x,
             )
@@ -273,6 +294,20 @@ class Roofline:
         out["frontend"] = self.stage_step_s + self.stage_seq_s * rows
         return out
 
+    def contexts(self, s: BatchShape) -> tuple[float, float, float]:
+        """The step's decode context, prefill context and prefill pairs averaged over the
+        layers: the windowed layers' share (``window_share``) reads the shape's windowed
+        sums. A shape that carries no window (``window`` 0) is costed as full attention."""
+        d, x, pairs = s.decode_context, s.prefill_context, s.prefill_pairs
+        ws = self.window_share
+        if ws and s.window:
+            return (
+                d - ws * (d - s.decode_window_context),
+                x - ws * (x - s.prefill_window_context),
+                pairs - ws * (pairs - s.prefill_window_pairs),
+            )
+        return d, x, pairs
+
     def scaled(self, multipliers: Mapping[UncertaintyGroup, float]) -> Roofline:
         """This roofline with each group's seconds (:data:`GROUP_FIELDS`) times its
         multiplier: every term of a group, and so the group's time in any step, scales by
@@ -294,8 +329,12 @@ class Roofline:
         # GEMMs (softened roofline)
         k = self.knee
         w = self.gemm_weight_s
-        if self.moe_experts:  # distinct experts the step's tokens touch, uniform routing
-            w += self.moe_expert_weight_s * self.moe_experts * (1.0 - self.moe_miss**tg)
+        if self.moe_experts:  # distinct experts the step's tokens touch
+            table = self.moe_distinct
+            if table is None:  # uniform routing
+                w += self.moe_expert_weight_s * self.moe_experts * (1.0 - self.moe_miss**tg)
+            else:
+                w += self.moe_expert_weight_s * table[tg if tg < len(table) else -1]
         c = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
         gpu = w + k * c if w > c else c + k * w
         # LM head and sampler, for the emitting rows
@@ -309,11 +348,17 @@ class Roofline:
             if over > 0.0:
                 gpu += self.samp_spill_s_per_byte * over
         # attention
-        d = s.decode_context
+        d: float = s.decode_context
+        x: float = s.prefill_context
+        pairs = s.prefill_pairs
+        ws = self.window_share
+        if ws and s.window:  # windowed layers read the windowed sums (Roofline.contexts)
+            d -= ws * (d - s.decode_window_context)
+            x -= ws * (x - s.prefill_window_context)
+            pairs -= ws * (pairs - s.prefill_window_pairs)
         if pt:
             chunks = s.num_seqs - n
-            x = s.prefill_context
-            a = self.pre_s_per_pair * (s.prefill_pairs + self.pre_tile_pairs * pt)
+            a = self.pre_s_per_pair * (pairs + self.pre_tile_pairs * pt)
             b = self.stream_s_per_context * x / (chunks if chunks > 1 else 1)
             if b > a:
                 a = b
@@ -402,8 +447,13 @@ def build_roofline(
     p_lin = model.active_linear_params  # FLOPs: the weights a token runs
     p_read = model.always_linear_params  # read every step; the routed experts on top
     vocab = model.vocab_size
-    kv_layer = 2 * model.kv_dim * precision.kv_bytes  # KV bytes per token and layer
-    kv_all = L * kv_layer / tp  # per token, all layers, one GPU
+    if model.is_mla:
+        # the latent is one "KV head" every GPU holds whole (vLLM ModelConfig.get_num_kv_heads
+        # returns 1 under MLA, get_head_size kv_lora_rank + qk_rope_head_dim): not split by tp
+        kv_all = L * model.kv_latent_dim * precision.kv_bytes  # per token, all layers, one GPU
+    else:
+        kv_layer = 2 * model.kv_dim * precision.kv_bytes  # KV bytes per token and layer
+        kv_all = L * kv_layer / tp  # per token, all layers, one GPU
 
     def seconds_per_byte(factor: float | None) -> float:
         return 1.0 / (bw * factor) if factor else 0.0
@@ -415,7 +465,10 @@ def build_roofline(
     kv_read = seconds_per_byte(e.kv_bandwidth or e.weight_bandwidth) * kv_all
     stream = seconds_per_byte(e.kv_stream or e.kv_bandwidth or e.weight_bandwidth) * kv_all
     mixed = seconds_per_byte(e.mixed_kv_bandwidth or e.kv_bandwidth or e.weight_bandwidth) * kv_all
-    att_flops = 4 * L * q / tp  # per query-key pair
+    att_flops = att_flops_dec = 4 * L * q / tp  # per query-key pair
+    if model.is_mla:
+        att_flops, att_flops_dec = model.mla_pair_flops
+        att_flops, att_flops_dec = L * att_flops / tp, L * att_flops_dec / tp
 
     act_layer, act_step = activation_bytes(model, tp)
     el_on = e.elementwise_bandwidth is not None
@@ -430,27 +483,40 @@ def build_roofline(
         if limit and link.custom_latency is not None:
             ar_small = 2 * L * link.custom_latency
             ar_split = limit / (h * ACT_BYTES)
+    read_byte = w_byte  # weights read every step
+    expert_byte = w_byte  # one routed expert's
+    gemm_pre = 2 * p_lin / (peak * e.gemm_compute) / tp
+    gemm_dec = 2 * p_lin / (peak * e_dec) / tp
+    if precision.quantized_layers == "experts" and model.is_moe:
+        # only the routed experts are quantised (gpt-oss's MXFP4): the rest reads and runs bf16
+        read_byte = WEIGHT_BYTES["bf16"] * seconds_per_byte(e.weight_bandwidth) / tp
+        p_exp = p_lin - p_read  # routed experts' weights a token runs
+        gemm_pre = 2 * (p_read / peak16 + p_exp / peak) / e.gemm_compute / tp
+        gemm_dec = 2 * (p_read / peak16 + p_exp / peak) / e_dec / tp
+    routing_table = None
+    if model.is_moe:
+        routing_table = distinct_table(model.num_experts or 0, model.num_experts_per_tok or 0, model.routing)
     roofline = Roofline(
         layers=L,
-        gemm_weight_s=(p_read if model.is_moe else p_lin) * w_byte,
-        moe_expert_weight_s=model.num_moe_layers * model.expert_params * w_byte,
+        gemm_weight_s=(p_read if model.is_moe else p_lin) * read_byte,
+        moe_expert_weight_s=model.num_moe_layers * model.expert_params * expert_byte,
         moe_experts=model.num_experts or 0,
         moe_miss=1.0 - (model.num_experts_per_tok or 0) / (model.num_experts or 1),
-        gemm_s_per_prefill_token=2 * p_lin / (peak * e.gemm_compute) / tp,
-        gemm_s_per_decode_token=2 * p_lin / (peak * e_dec) / tp,
+        gemm_s_per_prefill_token=gemm_pre,
+        gemm_s_per_decode_token=gemm_dec,
         knee=e.gemm_knee,
         head_weight_s=vocab * h * ACT_BYTES * seconds_per_byte(e.lm_head_bandwidth or e.weight_bandwidth) / tp,
         head_s_per_row=2 * vocab * h / (peak16 * e_dec) / tp,
         dec_fixed_s=L * e.attention_fixed,
         dec_s_per_seq=L * e.attention_per_seq,
-        dec_s_per_context=max(att_flops / (peak16 * e_att_dec), kv_read),
+        dec_s_per_context=max(att_flops_dec / (peak16 * e_att_dec), kv_read),
         pre_fixed_s=L * e.prefill_attention_fixed,
         pre_s_per_pair=att_flops / (peak16 * e_att),
         pre_tile_pairs=e.attention_tile,
         stream_s_per_context=stream,
         mixed_s_per_context=mixed,
         mixed_s_per_seq=L * e.mixed_per_seq,
-        mixed_compute_s_per_context=att_flops / (peak16 * e_att_dec),
+        mixed_compute_s_per_context=att_flops_dec / (peak16 * e_att_dec),
         kv_write_s_per_token=seconds_per_byte(e.kv_write_bandwidth) * kv_all,
         el_fixed_s=(KERNELS_PER_LAYER * L + KERNELS_PER_STEP) * e.elementwise_kernel if el_on else 0.0,
         el_s_per_token=(L * act_layer + act_step) * seconds_per_byte(e.elementwise_bandwidth),
@@ -474,6 +540,8 @@ def build_roofline(
         stage_seq_s=fe.stage_seq_s if fe else 0.0,
         overlap_cpu=engine.async_scheduling,
         graph_max=engine.graph_max,
+        moe_distinct=routing_table,
+        window_share=model.window_layers / L,
     )
     return roofline.scaled(multipliers) if multipliers else roofline
 

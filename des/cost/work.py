@@ -16,13 +16,18 @@ duration), per instance of ``tp`` GPUs, for a step of shape ``s`` with ``T`` new
 
 Divided by a step's duration and by the instance's peaks, these give the share of the
 roofline a step used (:mod:`des.metrics.utilisation`).
+
+Attention variants: under multi-head latent attention a pair costs what vLLM's absorbed
+decode runs (:attr:`~des.catalog.specs.ModelSpec.mla_pair_flops`) and a token's KV is the
+latent, held whole on every GPU; a model with windowed layers counts their share of the
+layers at the shape's windowed sums (:class:`~des.cost.base.BatchShape`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from des.catalog.memory import Precision
+from des.catalog.memory import Precision, kv_bytes_per_token, quantized_params
 from des.catalog.quantization import compute_dtype
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.base import BatchShape
@@ -40,31 +45,51 @@ class StepWork:
     kv_bytes_per_token: float  # KV read or written, per token
     peak_flops: float  # FLOP/s of the instance (all its GPUs)
     peak_bandwidth: float  # bytes/s of the instance (all its GPUs)
+    window_share: float = 0.0  # share of the layers whose attention is windowed
 
     def flops(self, s: BatchShape) -> float:
+        pairs: float = s.prefill_pairs
+        d: float = s.decode_context
+        ws = self.window_share
+        if ws and s.window:
+            pairs -= ws * (pairs - s.prefill_window_pairs)
+            d -= ws * (d - s.decode_window_context)
         return (
             self.flops_per_token * (s.prefill_tokens + s.decode_tokens)
-            + self.flops_per_pair * (s.prefill_pairs + s.decode_context)
+            + self.flops_per_pair * (pairs + d)
             + self.flops_per_row * s.num_emitting
         )
 
     def hbm_bytes(self, s: BatchShape) -> float:
         t = s.prefill_tokens + s.decode_tokens
         head = self.head_bytes if s.num_emitting else 0.0
-        return self.weight_bytes + head + self.kv_bytes_per_token * (s.prefill_context + s.decode_context + t)
+        x: float = s.prefill_context
+        d: float = s.decode_context
+        ws = self.window_share
+        if ws and s.window:
+            x -= ws * (x - s.prefill_window_context)
+            d -= ws * (d - s.decode_window_context)
+        return self.weight_bytes + head + self.kv_bytes_per_token * (x + d + t)
 
 
 def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1) -> StepWork:
     """The work coefficients of ``model`` at ``precision`` on ``tp`` x ``gpu``."""
     L = model.num_layers
     p_lin = model.linear_params  # every expert of a mixture of experts: weight bytes at most
+    quantized = quantized_params(model, precision)
+    per_pair = 4.0 * L * model.q_dim
+    kv = float(model.kv_bytes_per_token(precision.kv_bytes))
+    if model.is_mla:
+        per_pair = L * model.mla_pair_flops[1]
+        kv = float(kv_bytes_per_token(model, precision, tp))  # the latent on every GPU
     return StepWork(
         flops_per_token=2.0 * model.active_linear_params,
-        flops_per_pair=4.0 * L * model.q_dim,
+        flops_per_pair=per_pair,
         flops_per_row=2.0 * model.lm_head_params,
-        weight_bytes=p_lin * precision.weight_bytes_per_param,
+        weight_bytes=quantized * precision.weight_bytes_per_param + (p_lin - quantized) * 2.0,
         head_bytes=2.0 * model.lm_head_params,
-        kv_bytes_per_token=float(model.kv_bytes_per_token(precision.kv_bytes)),
+        kv_bytes_per_token=kv,
         peak_flops=gpu.peak_flops(compute_dtype(gpu, precision)) * tp,
         peak_bandwidth=gpu.memory_bandwidth * tp,
+        window_share=model.window_layers / L,
     )

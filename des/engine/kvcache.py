@@ -91,13 +91,16 @@ class BlockManager:
     without caching, nothing is ever found and blocks are only counted.
     """
 
-    __slots__ = ("env", "num_blocks", "block_size", "free", "waiters", "pending", "held")
+    __slots__ = ("env", "num_blocks", "block_size", "free", "waiters", "pending", "held", "window")
 
     #: Whether blocks keep their content for reuse (prefix caching).
     caching = False
 
-    def __init__(self, num_blocks: int, block_size: int, env: simpy.Environment | None = None):
+    def __init__(self, num_blocks: int, block_size: int, env: simpy.Environment | None = None, window: int = 0):
         self.env = env
+        #: Tokens the model's windowed layers attend over (0: none), for the schedulers' step
+        #: shapes; the memory plan already set their KV aside (:func:`des.catalog.memory.plan_memory`).
+        self.window = window
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.free = num_blocks

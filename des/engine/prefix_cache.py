@@ -54,8 +54,8 @@ class PrefixCache(BlockManager):
 
     caching = True
 
-    def __init__(self, num_blocks: int, block_size: int, env: simpy.Environment | None = None):
-        super().__init__(num_blocks, block_size, env)
+    def __init__(self, num_blocks: int, block_size: int, env: simpy.Environment | None = None, window: int = 0):
+        super().__init__(num_blocks, block_size, env, window)
         self.ref: dict[int, int] = {}  # named block -> holders
         self.key: dict[int, int] = {}  # named block -> content key
         self.version: dict[int, int] = {}  # named free block -> the number of its live entry in the queue

@@ -155,7 +155,7 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
         instances = []
         for _ in range(pool_plan.instances):
             manager = PrefixCache if pool_plan.policy.prefix_caching else BlockManager
-            kv = manager(memory.num_blocks, memory.block_size, ctx.env)
+            kv = manager(memory.num_blocks, memory.block_size, ctx.env, model.window or 0)
             sched = pool_plan.policy.build(kv, model.max_model_len, pool_plan.role)
             instances.append(Instance(ctx, index, pool_plan.role, sched, kv, cost_model, work))
             index += 1

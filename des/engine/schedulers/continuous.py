@@ -146,7 +146,7 @@ class ContinuousScheduler:
         # the running set: every sequence in admission order, the prefilling ones, the decoding ones
         self.running: dict[Seq, None] = {}
         self.prefilling: dict[Seq, None] = {}
-        self.decoding = DecodingSet(kv.block_size, kv.caching)
+        self.decoding = DecodingSet(kv.block_size, kv.caching, kv.window)
         self.admissions = 0  # numbers admissions, to release in admission order
         self.sharing = 0  # running requests whose content others may share
         self.on_first_schedule: Callable[[Request], None] | None = None  # told of each request's first admission
@@ -385,7 +385,16 @@ class ContinuousScheduler:
         context = dec.total_context
         for seq in batch.starved:
             context -= seq.req.computed  # written by the ordered walk
-        shape = BatchShape.decodes(n, context) if n else BatchShape()
+        window = self.kv.window
+        if window:
+            cap = window - 1
+            wctx = dec.window_context
+            for seq in batch.starved:
+                c = seq.req.computed
+                wctx -= c if c < cap else cap
+            shape = BatchShape.decodes(n, context, window, wctx) if n else BatchShape(window=window)
+        else:
+            shape = BatchShape.decodes(n, context) if n else BatchShape()
         for seq, k in batch.prefill:
             req = seq.req
             c = req.computed

@@ -14,6 +14,12 @@ size, the sum of its members' contexts, how many members cross a KV block bounda
 each step (by the residue of ``base - computed`` modulo the block size), by step who
 finishes then, and (with prefix caching) the members whose content others may share,
 by the same residue: those whose last block fills at a step.
+
+With windowed layers (``window`` tokens, :class:`~des.cost.base.BatchShape`) it also keeps
+Σ ``min(context, window − 1)``: members still below the cap grow one token a step like the
+plain sum, members at it stay there; a member crosses at a step known when it joins (kept
+by step, like the finishing ones), so each member costs O(1) over its whole stay and a
+step stays constant work.
 """
 
 from __future__ import annotations
@@ -40,24 +46,34 @@ class Seq:
     """``req`` running on an instance, the ``admitted``-th admission there (counting from 0).
 
     ``base`` (while decoding): the decoding set's step count when ``req``'s progress was
-    last written onto it.
+    last written onto it; ``cap_at`` (with windowed layers): the step count from which its
+    context is at the window's cap.
     """
 
     req: Request
     admitted: int
     phase: Phase = PREFILLING
     base: int = 0
+    cap_at: int = 0
 
 
 class DecodingSet:
     """The sequences decoding one token a step on an instance with KV blocks of
     ``block_size`` tokens; ``caching``: track the members whose content others may share."""
 
-    __slots__ = ("block_size", "caching", "tau", "size", "context", "crossing", "finishing", "shared")
+    __slots__ = (
+        "block_size", "caching", "tau", "size", "context", "crossing", "finishing", "shared",
+        "cap", "growing", "grow_context", "capped", "capping",
+    )  # fmt: skip
 
-    def __init__(self, block_size: int, caching: bool):
+    def __init__(self, block_size: int, caching: bool, window: int = 0):
         self.block_size = block_size
         self.caching = caching
+        self.cap = window - 1 if window else 0  # a windowed layer reads min(context, cap) + 1 tokens
+        self.growing = 0  # members below the cap
+        self.grow_context = 0  # their sum of (computed at base - base)
+        self.capped = 0  # members at the cap
+        self.capping: dict[int, list[Seq]] = {}  # tau -> members reaching the cap then
         self.tau = 0  # decode steps counted so far
         self.size = 0
         self.context = 0  # sum over members of (computed at base - base)
@@ -92,6 +108,20 @@ class DecodingSet:
             bucket.append(seq)
         if req.segments is not None and self.caching:
             self.shared[r][seq] = None
+        if self.cap:
+            c = req.computed
+            if c >= self.cap:
+                seq.cap_at = tau
+                self.capped += 1
+            else:
+                at = seq.cap_at = tau + self.cap - c
+                self.growing += 1
+                self.grow_context += c - tau
+                bucket = self.capping.get(at)
+                if bucket is None:
+                    self.capping[at] = [seq]
+                else:
+                    bucket.append(seq)
 
     def stop(self, seq: Seq) -> None:
         """``seq`` (progress written) leaves the set; its finishing entry goes stale."""
@@ -102,6 +132,12 @@ class DecodingSet:
         self.crossing[r] -= 1
         if req.segments is not None and self.caching:
             self.shared[r].pop(seq, None)
+        if self.cap:
+            if seq.cap_at <= self.tau:
+                self.capped -= 1
+            else:
+                self.growing -= 1
+                self.grow_context -= req.computed - seq.base
 
     @property
     def new_blocks(self) -> int:
@@ -113,11 +149,24 @@ class DecodingSet:
         """Sum of the members' contexts (tokens of KV each attends over)."""
         return self.context + self.size * self.tau
 
+    @property
+    def window_context(self) -> int:
+        """Sum of the members' ``min(context, window − 1)`` (0 without a window)."""
+        return self.grow_context + self.growing * self.tau + self.capped * self.cap
+
     def advance(self, starved: list[Seq]) -> list[Seq]:
         """Count a step, in which the members ``starved`` (of budget or blocks) got no token
         (from now on they are a step behind the others); the members whose last token it
         emitted, progress written."""
         tau = self.tau = self.tau + 1
+        if self.cap:
+            reaching = self.capping.pop(tau, None)
+            if reaching:
+                for seq in reaching:
+                    if seq.phase is DECODING and seq.cap_at == tau:  # not a stale entry
+                        self.growing -= 1
+                        self.grow_context -= seq.req.computed - seq.base
+                        self.capped += 1
         for seq in starved:
             self.stop(seq)
             self.start(seq)

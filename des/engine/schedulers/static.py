@@ -144,15 +144,23 @@ class StaticScheduler:
             if batch is None:
                 return None
         w = batch.width
-        shape = BatchShape(num_seqs=w, num_emitting=w)
+        window = self.kv.window
+        shape = BatchShape(num_seqs=w, num_emitting=w, window=window)
         if batch.steps_done == 0:
             p = batch.prompt
             shape.prefill_tokens = w * p
             shape.prefill_pairs = w * p * (p + 1) / 2
             shape.prefill_context = w * p
+            if window:  # each padded prompt's windows, as one chunk (BatchShape.add_chunk)
+                one = BatchShape(window=window)
+                one.add_chunk(0, p, True)
+                shape.prefill_window_pairs = w * one.prefill_window_pairs
+                shape.prefill_window_context = w * one.prefill_window_context
         else:
             shape.decode_tokens = w
             shape.decode_context = w * (batch.prompt + batch.steps_done)
+            if window:
+                shape.decode_window_context = w * min(batch.prompt + batch.steps_done, window)
         active = len(batch.members)
         return Step(shape, batch.members, active, w, 0, active)
 
