@@ -8,8 +8,10 @@ duration), per instance of ``tp`` GPUs, for a step of shape ``s`` with ``T`` new
   attends to its whole context), and ``2 · hidden · vocab`` per sequence through the
   LM head (``s.num_emitting``);
 - with a mixture of experts ``P_lin`` counts the weights a token runs (``k`` routed
-  experts per sparse layer) in the FLOPs, and every expert in the bytes (an upper bound:
-  a small step touches fewer; :mod:`des.cost.roofline` takes the expected number);
+  experts per sparse layer) in the FLOPs, and the bytes count the weights every step
+  reads plus the distinct experts the step's ``T`` tokens touch, as the roofline takes
+  them (:meth:`StepWork.experts`: ``E · (1 − (1 − k/E)^T)`` per sparse layer under uniform
+  routing, the table of :mod:`des.catalog.routing` under skewed routing);
 - bytes: the layers' weights once per step, the LM head's weights when some sequence
   emits, the KV cache read by attention (``s.prefill_context + s.decode_context``
   tokens) and written for the new tokens (``T``), at ``kv_bytes_per_token`` each.
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 
 from des.catalog.memory import Precision, kv_bytes_per_token, quantized_params
 from des.catalog.quantization import compute_dtype
+from des.catalog.routing import distinct_table
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.base import BatchShape
 
@@ -46,6 +49,17 @@ class StepWork:
     peak_flops: float  # FLOP/s of the instance (all its GPUs)
     peak_bandwidth: float  # bytes/s of the instance (all its GPUs)
     window_share: float = 0.0  # share of the layers whose attention is windowed
+    expert_bytes: float = 0.0  # one routed expert's weights in every sparse layer (0: dense)
+    num_experts: int = 0  # routed experts per sparse layer
+    miss: float = 1.0  # 1 - k / E
+    distinct: tuple[float, ...] | None = None  # skewed routing: expected distinct experts by tokens
+
+    def experts(self, tokens: int) -> float:
+        """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0: dense)."""
+        table = self.distinct
+        if table is not None:
+            return table[tokens if tokens < len(table) else -1]
+        return self.num_experts * (1.0 - self.miss**tokens) if self.num_experts else 0.0
 
     def flops(self, s: BatchShape) -> float:
         pairs: float = s.prefill_pairs
@@ -69,7 +83,8 @@ class StepWork:
         if ws and s.window:
             x -= ws * (x - s.prefill_window_context)
             d -= ws * (d - s.decode_window_context)
-        return self.weight_bytes + head + self.kv_bytes_per_token * (x + d + t)
+        weights = self.weight_bytes + self.expert_bytes * self.experts(t) if self.num_experts else self.weight_bytes
+        return weights + head + self.kv_bytes_per_token * (x + d + t)
 
 
 def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1) -> StepWork:
@@ -82,14 +97,23 @@ def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1)
     if model.is_mla:
         per_pair = L * model.mla_pair_flops[1]
         kv = float(kv_bytes_per_token(model, precision, tp))  # the latent on every GPU
+    all_weights = quantized * precision.weight_bytes_per_param + (p_lin - quantized) * 2.0
+    experts = model.num_experts or 0
+    expert_bytes = 0.0
+    if experts:  # routed experts are quantised whenever anything is
+        expert_bytes = model.num_moe_layers * model.expert_params * precision.weight_bytes_per_param
     return StepWork(
         flops_per_token=2.0 * model.active_linear_params,
         flops_per_pair=per_pair,
         flops_per_row=2.0 * model.lm_head_params,
-        weight_bytes=quantized * precision.weight_bytes_per_param + (p_lin - quantized) * 2.0,
+        weight_bytes=all_weights - expert_bytes * experts,
         head_bytes=2.0 * model.lm_head_params,
         kv_bytes_per_token=kv,
         peak_flops=gpu.peak_flops(compute_dtype(gpu, precision)) * tp,
         peak_bandwidth=gpu.memory_bandwidth * tp,
         window_share=model.window_layers / L,
+        expert_bytes=expert_bytes,
+        num_experts=experts,
+        miss=1.0 - (model.num_experts_per_tok or 0) / (experts or 1),
+        distinct=distinct_table(experts, model.num_experts_per_tok or 0, model.routing) if experts else None,
     )
