@@ -210,5 +210,6 @@ def test_the_work_a_step_does_reads_the_experts_the_roofline_reads(tokens):
 
 
 def test_an_moe_run_stays_under_the_memory_roofline():
-    r = des.simulate(des.load_scenario(None, ["model=qwen3-30b-a3b", "precision.weights=int4-awq", "horizon.duration=90"]))
+    sc = des.load_scenario(None, ["model=qwen3-30b-a3b", "precision.weights=int4-awq", "horizon.duration=90"])
+    r = des.simulate(sc)
     assert 0 < r.summary["bandwidth_utilization"] <= 1.0
