@@ -32,7 +32,11 @@ def results(tmp_path_factory) -> Path:
 
 def test_each_variant_reads_its_own_model_and_memory_plan(results):
     info = models.variants(Sweep(results / models.STUDY))
-    assert list(info.index) == ["qwen2.5-7b", "llama-3.1-8b", "qwen3-8b", "qwen2.5-14b-awq", "qwen3-30b-a3b-awq"]
+    assert list(info.index) == [
+        "qwen2.5-7b", "llama-3.1-8b", "qwen3-8b", "qwen2.5-14b-awq", "qwen3-30b-a3b-awq", "gpt-oss-20b-mxfp4",
+    ]  # fmt: skip
+    # a variant naming gpt-oss-20b alone runs it in its own format, not the base model's bf16
+    assert info.loc["gpt-oss-20b-mxfp4", "weights"] == "mxfp4"
     assert info.loc["qwen2.5-14b-awq", "weights"] == "int4-awq"
     assert info.loc["qwen2.5-7b", "weights"] == "bf16"
     # the weights are the catalog model's in its format; the MoE runs a tenth of its parameters

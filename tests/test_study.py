@@ -385,3 +385,18 @@ def test_capacity_readout_of_a_load_grid_stays_within_the_probes_saturation():
     # a grid that stops below S with the SLO still holding: at least the top load, at most S
     below = capacity.capacities(points[points["load"] < 1], {"ttft_p99": 1.0}).set_index("variant").loc["a"]
     assert below["holds_everywhere"] and (below["capacity"], below["ci_high"]) == pytest.approx((9.0, 10.0))
+
+
+def test_a_variant_naming_another_model_runs_it_in_its_own_format(tmp_path):
+    # the base's precision is its model's own (bf16): a variant switching to gpt-oss-20b
+    # gets gpt-oss's MXFP4; one that names a precision keeps it; a base that pins a
+    # precision of its own passes it on
+    base = {**md1(), "cost_model": {"kind": "roofline"}, "scheduler": {"kind": "continuous"}}
+    study = {"name": "s", "base": base, "variants": {"own": {}, "oss": {"model": "gpt-oss-20b"},
+             "fp8": {"model": "qwen3-8b", "precision": {"weights": "fp8"}}}}  # fmt: skip
+    runs = {r.variant: r.scenario for r in load_study(study, tmp_path).runs}
+    assert runs["own"]["precision"]["weights"] == "bf16"
+    assert runs["oss"]["precision"]["weights"] == "mxfp4"
+    assert runs["fp8"]["precision"]["weights"] == "fp8"
+    pinned = load_study({**study, "base": {**base, "precision": {"weights": "fp8"}}}, tmp_path).runs
+    assert {r.variant: r.scenario["precision"]["weights"] for r in pinned}["own"] == "fp8"

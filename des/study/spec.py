@@ -401,12 +401,24 @@ def _base_scenario(spec: StudySpec, base_dir: Path) -> dict[str, Any]:
         raise exc.prefixed("base") from None
     if spec.model_uncertainty:
         base["model_uncertainty"] = True
-    if not spec.set:
+    if spec.set:
+        try:
+            base = load_scenario(base, list(spec.set.items())).resolved()
+        except ScenarioError as exc:
+            raise exc.prefixed("set") from None
+    return _unpinned(base)
+
+
+def _unpinned(base: dict[str, Any]) -> dict[str, Any]:
+    """The resolved ``base`` without its ``precision`` when that is just its model's own
+    (the catalog's ``default_precision``, else bf16): the same scenario, whose variants and
+    grid points that name another model then run it in that model's own format (gpt-oss in
+    MXFP4) rather than in the base model's."""
+    loaded = load_scenario(base)
+    own = load_scenario({k: v for k, v in base.items() if k != "precision"})
+    if loaded.precision != own.precision:
         return base
-    try:
-        return load_scenario(base, list(spec.set.items())).resolved()
-    except ScenarioError as exc:
-        raise exc.prefixed("set") from None
+    return {k: v for k, v in base.items() if k != "precision"}
 
 
 def uses_model_uncertainty(scenario: Mapping[str, Any]) -> bool:
