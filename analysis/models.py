@@ -154,6 +154,10 @@ def facts(points: pd.DataFrame, info: pd.DataFrame, slo: dict[str, float], reps:
         "models_best_capacity": float(best.max()),
         "models_moe_gain": best.get("qwen3-30b-a3b-awq", np.nan) / best.get("qwen2.5-7b", np.nan),
         "models_14b_share": best.get("qwen2.5-14b-awq", np.nan) / best.get("qwen2.5-7b", np.nan),
+        "models_oss_gain": best.get("gpt-oss-20b-mxfp4", np.nan) / best.get("qwen2.5-7b", np.nan),
+        "models_oss_kv": int(info["kv_tokens"].get("gpt-oss-20b-mxfp4", 0)),
+        "models_oss_active": info["active"].get("gpt-oss-20b-mxfp4", np.nan) / 1e9,
+        "models_dense_kv": int(info["kv_tokens"].get("qwen2.5-7b", 0)),
         "models_moe_weights": info["weights_gib"].get("qwen3-30b-a3b-awq", np.nan),
         "models_dense_weights": info["weights_gib"].get("qwen2.5-7b", np.nan),
     }
