@@ -262,12 +262,13 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
     head.add_row("workload", workload_line(sc))
     head.add_row("requests", requests_line(s, rejections(result.requests)))
     head.add_row("load", load_line(s))
+    pools = sc.plan().pools
+    per = " per decode instance (each pool's below)" if len(pools) > 1 else ""
     head.add_row(
         "engine",
         f"GPU busy {fmt(s['gpu_busy_fraction'])}, mean batch {fmt(s['mean_batch_size'])}, "
-        f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens",
+        f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens{per}",
     )
-    pools = sc.plan().pools
     for pool, plan in zip(pools, sc.memory_plans(), strict=True):
         head.add_row("memory" if len(pools) == 1 else f"{pool.role} memory", memory_line(plan))
     if s.get("roofline_share") is not None:
