@@ -189,6 +189,10 @@ class ModelSpec(Strict):
     ``decoder_sparse_step``, DeepSeek's ``first_k_dense_replace``); the other layers keep
     a dense MLP of width ``intermediate_size``. Parameter counts: :attr:`num_params` holds
     every expert, :attr:`active_params` those one token runs.
+
+    ``num_nextn_predict_layers`` (DeepSeek-V3's config.json field): multi-token-prediction
+    layers shipped with the model, which speculative decoding's ``mtp`` method runs as its
+    proposer (0: none; not counted in :attr:`num_params`).
     """
 
     name: str = "custom"
@@ -211,6 +215,7 @@ class ModelSpec(Strict):
     shared_expert_intermediate_size: PositiveInt | None = None
     first_k_dense: int = Field(0, ge=0)
     decoder_sparse_step: PositiveInt = 1
+    num_nextn_predict_layers: int = Field(0, ge=0)
     published_params: PositiveFloat | None = None
     published_active_params: PositiveFloat | None = None
     source: str = ""

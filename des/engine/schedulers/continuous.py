@@ -75,6 +75,7 @@ from des.engine.plan import Plan, PlanContext, colocated
 from des.engine.policy import Role, Step, held_tokens, length_rejection
 from des.engine.request import Request
 from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
+from des.engine.speculative import SpeculativeConfig
 
 
 class ContinuousSettings(CacheConfig):
@@ -84,6 +85,7 @@ class ContinuousSettings(CacheConfig):
     max_num_batched_tokens: int = Field(2048, ge=1)
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
+    speculative: SpeculativeConfig | None = None
 
     @property
     def max_batch(self) -> int:

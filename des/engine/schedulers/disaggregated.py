@@ -70,6 +70,7 @@ def _with_overrides(base: type[Strict]) -> type[Strict]:
     checks kept: generated, so that a pool's overrides follow :class:`ContinuousSettings`.
     The policy's own settings come before the cache's, as a user reads them."""
     own = [name for name in ContinuousSettings.model_fields if name not in CacheConfig.model_fields]
+    own.remove("speculative")  # refused for disaggregated serving (DisaggregatedConfig._no_speculation)
     fields: dict[str, Any] = {
         name: (cast(Any, f.annotation) | None, FieldInfo.merge_field_infos(f, default=None))
         for name in (*own, *CacheConfig.model_fields)
@@ -115,6 +116,15 @@ class DisaggregatedConfig(ContinuousSettings):
     kv_transfer: KVTransferConfig | None = None
     first_token_from: Literal["prefill", "decode"] = "prefill"
     router: RouterConfig = RouterConfig()
+
+    @model_validator(mode="after")
+    def _no_speculation(self) -> DisaggregatedConfig:
+        if self.speculative is not None:
+            raise ValueError(
+                "speculative: not modelled for disaggregated serving (the draft's KV would cross the link "
+                "with the target's); use kind: continuous"
+            )
+        return self
 
     @model_validator(mode="after")
     def _link_known(self) -> DisaggregatedConfig:

@@ -16,9 +16,9 @@ Static batching serves whole requests: its instances are ``colocated`` only.
 from __future__ import annotations
 
 from collections import deque
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat
+from pydantic import Field, NonNegativeFloat, model_validator
 
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager, CacheConfig
@@ -34,6 +34,16 @@ class StaticConfig(CacheConfig):
     max_batch_size: int = Field(8, ge=1)
     max_wait: NonNegativeFloat = 0.0
     release_on: Literal["batch_end", "finish"] = "batch_end"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_speculation(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("speculative") is not None:
+            raise ValueError(
+                "speculative: static batching does not speculate (a padded batch runs its rows in lockstep); "
+                "use kind: continuous"
+            )
+        return data
 
     @property
     def max_batch(self) -> int:
