@@ -31,6 +31,12 @@ class BatchShape:
     ``prior + chunk``, the KV a chunk reads; ``decode_tokens``: sequences decoding one
     token; ``decode_context``: Σ of their contexts (KV read, tokens);
     ``num_emitting``: sequences that emit a token (rows through the LM head).
+
+    Speculative decoding (:mod:`des.cost.speculative`): a decoding sequence verifying
+    ``q - 1`` proposed tokens computes ``q`` rows, all counted in ``decode_tokens``, and
+    reads its context plus those ``q`` tokens (``decode_context``); ``spec_tokens`` is
+    the sum of the ``q - 1`` (so ``decode_tokens - spec_tokens`` sequences decode), and
+    every verified row goes through the LM head and sampler. 0 without speculation.
     """
 
     num_seqs: int = 0
@@ -40,6 +46,7 @@ class BatchShape:
     decode_tokens: int = 0
     decode_context: int = 0
     num_emitting: int = 0
+    spec_tokens: int = 0
 
     @classmethod
     def decodes(cls, num: int, context: int) -> BatchShape:
@@ -80,7 +87,9 @@ class CostContext:
 
     ``multipliers``: this run's draw of the step-time model's error, one factor per group
     of work (:mod:`des.cost.uncertainty`), which a cost model built from efficiency
-    factors scales its groups' times by; None (no draw) for the model as fitted."""
+    factors scales its groups' times by; None (no draw) for the model as fitted.
+    ``query_len``: query tokens of each decoding sequence (``k + 1`` when verifying ``k``
+    speculative tokens), which a decode's attention computes against its context."""
 
     gpu: GPUSpec
     model: ModelSpec
@@ -88,6 +97,7 @@ class CostContext:
     tp: int = 1
     frontend: FrontendSpec | None = None
     multipliers: Mapping[UncertaintyGroup, float] | None = None
+    query_len: int = 1
 
 
 class CostKind(Protocol):

@@ -40,13 +40,17 @@ class Seq:
     """``req`` running on an instance, the ``admitted``-th admission there (counting from 0).
 
     ``base`` (while decoding): the decoding set's step count when ``req``'s progress was
-    last written onto it.
+    last written onto it. With speculative decoding (:mod:`des.engine.schedulers.speculating`),
+    ``q``: query tokens it computes in the step being formed (its last token and the
+    proposed ones; 0: none), ``slots``: KV slots taken for that step beyond its ``computed``.
     """
 
     req: Request
     admitted: int
     phase: Phase = PREFILLING
     base: int = 0
+    q: int = 0
+    slots: int = 0
 
 
 class DecodingSet:

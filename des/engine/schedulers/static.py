@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field, NonNegativeFloat, model_validator
 
 from des.cost.base import BatchShape
@@ -69,7 +70,9 @@ class StaticConfig(CacheConfig):
         """One pool of ``cluster.replicas`` instances serving whole requests."""
         return colocated(self, ctx)
 
-    def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> StaticScheduler:
+    def build(
+        self, kv: BlockManager, max_model_len: int, role: Role = "colocated", rng: np.random.Generator | None = None
+    ) -> StaticScheduler:
         if role != "colocated":
             raise ValueError(f"static batching serves whole requests; it cannot be a {role} pool")
         return StaticScheduler(self, kv, self.max_model_len or max_model_len)
