@@ -317,6 +317,7 @@ PUBLISHED_KV = {
     "qwen3-30b-a3b": 98_304,  # 2 x 48 layers x 4 KV heads x 128 x 2 bytes
     "qwen3-235b-a22b": 192_512,  # 2 x 94 x 4 x 128 x 2
     "mixtral-8x7b": 131_072,  # 2 x 32 x 8 x 128 x 2
+    "qwen2.5-0.5b": 12_288,  # 2 x 24 x 2 x 64 x 2
 }
 
 
