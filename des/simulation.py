@@ -66,7 +66,15 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     frontend = scenario.frontend
     draws = scenario_draws(scenario, streams["model"])
     cluster = Cluster(
-        env, plan, scenario.model, scenario.precision, scenario.cost_model, routers, fast_forward, frontend, draws,
+        env,
+        plan,
+        scenario.model,
+        scenario.precision,
+        scenario.cost_model,
+        routers,
+        fast_forward,
+        frontend,
+        draws,
         streams["speculative"],
     )
     h = scenario.horizon

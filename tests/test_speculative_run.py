@@ -149,7 +149,7 @@ def test_mean_tokens_per_step_matches_the_formula_on_a_whole_run(k, alpha):
 
 
 # -- accounting, conservation, determinism ----------------------------------------------
-PRESSURE = {
+PRESSURE: dict = {
     "name": "spec-pressure",
     "seed": 5,
     "horizon": {"num_requests": 150},
@@ -163,7 +163,12 @@ PRESSURE = {
         "max_num_batched_tokens": 512,
         "num_gpu_blocks_override": 900,
         "block_size": 16,
-        "speculative": {"method": "draft", "model": "qwen2.5-0.5b", "num_speculative_tokens": 4, "acceptance_rate": 0.6},
+        "speculative": {
+            "method": "draft",
+            "model": "qwen2.5-0.5b",
+            "num_speculative_tokens": 4,
+            "acceptance_rate": 0.6,
+        },
     },
 }
 
@@ -262,8 +267,9 @@ def test_verification_costs_more_rows_and_the_proposer_passes():
 
 def test_a_draft_model_takes_kv_capacity_and_eagle_takes_less():
     plain = scenario().memory_plan()
-    draft = scenario({"method": "draft", "model": "qwen2.5-0.5b", "num_speculative_tokens": 3, "acceptance_rate": 0.5})
-    eagle = scenario({"method": "eagle", "model": "yuhuili/EAGLE-Qwen2-7B", "num_speculative_tokens": 3, "acceptance_rate": 0.5})
+    k_alpha = {"num_speculative_tokens": 3, "acceptance_rate": 0.5}
+    draft = scenario({"method": "draft", "model": "qwen2.5-0.5b", **k_alpha})
+    eagle = scenario({"method": "eagle", "model": "yuhuili/EAGLE-Qwen2-7B", **k_alpha})
     d, e = draft.memory_plan(), eagle.memory_plan()
     assert d.kv_capacity_tokens < e.kv_capacity_tokens < plain.kv_capacity_tokens
     assert plain.weights < e.weights < d.weights

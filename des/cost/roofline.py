@@ -510,6 +510,13 @@ class RooflineConfig(Strict):
 
     def build(self, ctx: CostContext) -> Roofline:
         return build_roofline(
-            ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.frontend, ctx.multipliers,
+            ctx.gpu,
+            ctx.model,
+            ctx.precision,
+            ctx.tp,
+            self.efficiency,
+            self.engine,
+            ctx.frontend,
+            ctx.multipliers,
             ctx.query_len,
         )

@@ -69,7 +69,16 @@ class Cluster:
         self.log = StepLog()
         self.transfers = TransferLog()
         ctx = BuildContext(
-            env, model, precision, cost, self.log, self.transfers, self.leave, fast_forward, frontend, draws,
+            env,
+            model,
+            precision,
+            cost,
+            self.log,
+            self.transfers,
+            self.leave,
+            fast_forward,
+            frontend,
+            draws,
             speculative,
         )
         self.topology = build_topology(ctx, plan, routers)

@@ -117,8 +117,8 @@ class SpeculativeConfig(Strict):
         if self.method == "draft":
             assert self.model is not None
             spec = catalog.model(self.model)
-            own = Precision(kv_cache_dtype=precision.kv_cache_dtype)  # a catalog model: bf16 weights
-            return Proposer(spec, own, weight_bytes(spec, own), kv_bytes_per_token(spec, own, tp))
+            bf16 = Precision(kv_cache_dtype=precision.kv_cache_dtype)  # a catalog model: bf16 weights
+            return Proposer(spec, bf16, weight_bytes(spec, bf16), kv_bytes_per_token(spec, bf16, tp))
         if self.method == "eagle":
             layers = 1
         else:
@@ -133,8 +133,9 @@ class SpeculativeConfig(Strict):
         )
         # its layers' weights (and EAGLE's fusing projection, 2 h x h); embedding and LM head are the target's
         fuse = 2 * target.hidden_size**2 if self.method == "eagle" else 0
-        own = weight_bytes(spec, precision) - 2 * spec.embedding_params - (0 if spec.tie_word_embeddings else 2 * spec.lm_head_params)
-        return Proposer(spec, precision, own + 2 * fuse, kv_bytes_per_token(spec, precision, tp))
+        shared = spec.embedding_params + (0 if spec.tie_word_embeddings else spec.lm_head_params)
+        resident = weight_bytes(spec, precision) - 2 * shared  # the shared ones in bf16
+        return Proposer(spec, precision, resident + 2 * fuse, kv_bytes_per_token(spec, precision, tp))
 
     @property
     def expected_tokens(self) -> float:

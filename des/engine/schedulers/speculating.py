@@ -125,9 +125,9 @@ class SpeculativeSet:
         return BatchShape(n, 0, 0.0, 0, rows, context + rows, n, rows - n)
 
     def advance(self, starved: list[Seq]) -> list[Seq]:
-        """Apply a step (the ``starved`` members, given no query tokens, have none to apply): each member that computed ``q`` tokens emits ``T`` of them (drawn),
-        gives back the KV slots beyond them, and is done when its output is; the members
-        done, progress written."""
+        """Apply a step: each member that computed ``q`` tokens emits ``T`` of them (drawn),
+        gives back the KV slots beyond them, and is done when its output is (the
+        ``starved`` ones computed none); the members done, progress written."""
         stepped = [seq for seq in self.members if seq.q]
         self.full = []
         if not stepped:
