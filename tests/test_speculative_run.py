@@ -332,3 +332,11 @@ def test_speculation_refused_where_not_modelled(tmp_path, kind, words):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert lines == [f"error: scheduler.speculative: {words}" + lines[0].split(words, 1)[1]]
+
+
+def test_the_summary_says_what_speculates():
+    from des.render import hardware_line
+
+    line = hardware_line(scenario(ngram(3, 0.7)))
+    assert "speculative decoding (ngram, k 3, acceptance 0.7: 2.53 tokens a step)" in line
+    assert "speculative" not in hardware_line(scenario(ngram(0, 0.7)))
