@@ -340,3 +340,11 @@ def test_the_summary_says_what_speculates():
     line = hardware_line(scenario(ngram(3, 0.7)))
     assert "speculative decoding (ngram, k 3, acceptance 0.7: 2.53 tokens a step)" in line
     assert "speculative" not in hardware_line(scenario(ngram(0, 0.7)))
+
+
+@pytest.mark.parametrize("pool", ["prefill", "decode"])
+def test_a_disaggregated_pool_refuses_speculation_by_its_path(pool):
+    spec = ngram(2, 0.5)
+    with pytest.raises(des.ScenarioError) as err:
+        scenario(scheduler={"kind": "disaggregated", pool: {"speculative": spec}})
+    assert [p for p, _ in err.value.problems] == [f"scheduler.{pool}.speculative"]

@@ -50,6 +50,7 @@ from des.engine.plan import MAX_INSTANCES, LinkPlan, Plan, PlanContext, PoolPlan
 from des.engine.policy import Role
 from des.engine.router import RouterName
 from des.engine.schedulers.continuous import ContinuousSettings
+from des.errors import ScenarioError
 
 
 class _Pool(Strict):
@@ -70,7 +71,6 @@ def _with_overrides(base: type[Strict]) -> type[Strict]:
     checks kept: generated, so that a pool's overrides follow :class:`ContinuousSettings`.
     The policy's own settings come before the cache's, as a user reads them."""
     own = [name for name in ContinuousSettings.model_fields if name not in CacheConfig.model_fields]
-    own.remove("speculative")  # refused for disaggregated serving (DisaggregatedConfig._no_speculation)
     fields: dict[str, Any] = {
         name: (cast(Any, f.annotation) | None, FieldInfo.merge_field_infos(f, default=None))
         for name in (*own, *CacheConfig.model_fields)
@@ -119,11 +119,14 @@ class DisaggregatedConfig(ContinuousSettings):
 
     @model_validator(mode="after")
     def _no_speculation(self) -> DisaggregatedConfig:
-        if self.speculative is not None:
-            raise ValueError(
-                "speculative: not modelled for disaggregated serving (the draft's KV would cross the link "
-                "with the target's); use kind: continuous"
-            )
+        """Speculative decoding is refused here, at whichever level it is set."""
+        for where, cfg in (("", self), ("prefill.", self.prefill), ("decode.", self.decode)):
+            if cfg.speculative is not None:
+                raise ScenarioError((
+                    f"{where}speculative",
+                    "not modelled for disaggregated serving (the draft's KV would cross the link with the "
+                    "target's); use kind: continuous",
+                ))  # fmt: skip
         return self
 
     @model_validator(mode="after")
