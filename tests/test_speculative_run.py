@@ -348,3 +348,37 @@ def test_a_disaggregated_pool_refuses_speculation_by_its_path(pool):
     with pytest.raises(des.ScenarioError) as err:
         scenario(scheduler={"kind": "disaggregated", pool: {"speculative": spec}})
     assert [p for p, _ in err.value.problems] == [f"scheduler.{pool}.speculative"]
+
+
+def test_blocks_in_use_are_those_of_the_tokens_kept_after_every_step(monkeypatch):
+    """After every step, rejected drafts' and lookahead slots given back: the blocks in use
+    are exactly those of the running sequences' computed tokens plus those held by requests
+    that left (no prefix caching, so no block is shared)."""
+    from des.engine.schedulers.speculating import SpeculativeScheduler
+
+    data = copy.deepcopy(PRESSURE)
+    data["scheduler"]["enable_prefix_caching"] = False
+    data["workload"].pop("shared_prefix")
+    original = SpeculativeScheduler.finish_step
+    checked = []
+
+    def checking(self, step, now):
+        released = original(self, step, now)
+        running = sum(self.kv.blocks_for(seq.req.computed) for seq in self.running)
+        assert self.kv.used == running + sum(self.kv.held.values())
+        checked.append(step.emitted)
+        return released
+
+    monkeypatch.setattr(SpeculativeScheduler, "finish_step", checking)
+    res = des.simulate(des.load_scenario(data))
+    assert len(checked) == len(res.steps) > 100
+    assert res.summary["preemptions"] > 0
+
+
+def test_an_eagle_head_costs_less_than_a_draft_model_at_the_same_acceptance():
+    k_alpha = {"num_speculative_tokens": 3, "acceptance_rate": 0.7}
+    eagle = des.simulate(scenario({"method": "eagle", "model": "yuhuili/EAGLE-Qwen2-7B", **k_alpha}))
+    draft = des.simulate(scenario({"method": "draft", "model": "qwen2.5-0.5b", **k_alpha}))
+    plain = des.simulate(scenario())
+    assert eagle.summary["num_completed"] == draft.summary["num_completed"] == 60
+    assert eagle.summary["tpot_mean"] < draft.summary["tpot_mean"] < plain.summary["tpot_mean"]
