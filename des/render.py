@@ -218,7 +218,15 @@ def hardware_line(sc: Scenario) -> str:
     else:
         gpus = " + ".join(f"{p.instances} {p.role} x {p.tp} x {p.gpu.name}" for p in pools)
     behind = f", {sc.serving.frontend} front-end" if sc.serving is not None else ""
-    return f"{gpus}, {sc.model.name}, {sc.scheduler.kind} batching, {sc.cost_model.kind} cost{behind}"
+    spec = getattr(sc.scheduler, "speculative", None)
+    batching = f"{sc.scheduler.kind} batching"
+    if spec is not None and spec.active:
+        proposer = f"{spec.method} {spec.model}" if spec.model else spec.method
+        batching += (
+            f" with speculative decoding ({proposer}, k {spec.num_speculative_tokens}, "
+            f"acceptance {spec.acceptance_rate:g}: {spec.expected_tokens:.3g} tokens a step)"
+        )
+    return f"{gpus}, {sc.model.name}, {batching}, {sc.cost_model.kind} cost{behind}"
 
 
 def memory_line(plan: MemoryPlan) -> str:

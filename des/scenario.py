@@ -240,6 +240,18 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
+    def _model_can_speculate(self) -> Scenario:
+        """The proposer ``scheduler.speculative`` names exists for the model (``mtp`` needs
+        the model's own multi-token-prediction layers)."""
+        spec = getattr(self.scheduler, "speculative", None)
+        if spec is not None and spec.active:
+            try:
+                spec.proposer(self.model, self.precision, self.cluster.tp)
+            except ValueError as exc:
+                raise ScenarioError(("scheduler.speculative.method", str(exc))) from None
+        return self
+
+    @model_validator(mode="after")
     def _hardware_can_serve(self) -> Scenario:
         """What vLLM refuses to start, des refuses to simulate: a weight format it has no kernel
         for on the GPU (:mod:`des.catalog.quantization`), a tensor-parallel degree that

@@ -2,8 +2,9 @@
 
 Random streams: one ``numpy.random.SeedSequence(seed)`` spawns a child generator per
 component — arrivals, prompt lengths, output lengths, router, think times, closed-loop
-clients' turnaround, and the draw of the step-time model's error (``model``, used only
-with ``model_uncertainty``: :mod:`des.cost.uncertainty`) — so changing one component's
+clients' turnaround, the draw of the step-time model's error (``model``, used only
+with ``model_uncertainty``: :mod:`des.cost.uncertainty`) and speculative decoding's
+accepted tokens (``speculative``, :mod:`des.engine.speculative`) — so changing one component's
 draws never shifts another's, and the same scenario and seed give identical results.
 """
 
@@ -65,7 +66,16 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     frontend = scenario.frontend
     draws = scenario_draws(scenario, streams["model"])
     cluster = Cluster(
-        env, plan, scenario.model, scenario.precision, scenario.cost_model, routers, fast_forward, frontend, draws
+        env,
+        plan,
+        scenario.model,
+        scenario.precision,
+        scenario.cost_model,
+        routers,
+        fast_forward,
+        frontend,
+        draws,
+        streams["speculative"],
     )
     h = scenario.horizon
     duration = h.duration if h.duration is not None else math.inf

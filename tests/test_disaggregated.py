@@ -232,7 +232,8 @@ def test_a_pool_takes_every_continuous_setting_and_nothing_else():
     assert all(PoolConfig.model_fields[k].default is None for k in settings)
     bad = {"max_num_seqs": 0, "max_num_batched_tokens": 0, "block_size": 0, "gpu_memory_utilization": 1.5,
            "max_model_len": 0, "num_gpu_blocks_override": 0, "enable_chunked_prefill": "often",
-           "enable_prefix_caching": "often"}  # fmt: skip
+           "enable_prefix_caching": "often",
+           "speculative": {"method": "ngram", "num_speculative_tokens": 1, "acceptance_rate": 0.5}}  # fmt: skip
     assert set(bad) == settings
     for key, value in bad.items():
         with pytest.raises(des.ScenarioError) as err:

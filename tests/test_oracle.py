@@ -25,7 +25,9 @@ from tests.test_disaggregated_properties import disaggregated_scenarios
 from tests.test_properties import PROPS, scenario_dicts, scenarios
 
 
-def _array_build(self: ContinuousSettings, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> Any:
+def _array_build(
+    self: ContinuousSettings, kv: BlockManager, max_model_len: int, role: Role = "colocated", rng: Any = None
+) -> Any:
     return ArrayScheduler(self, kv, self.max_model_len or max_model_len, role)  # type: ignore[arg-type]
 
 

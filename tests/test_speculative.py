@@ -87,7 +87,7 @@ def test_the_new_stream_leaves_the_others_draws_unmoved():
 
 
 def test_config_reads_vllm_fields():
-    cfg = SpeculativeConfig(method="draft", model="qwen3-0.6b", num_speculative_tokens=4, acceptance_rate=0.7)
+    cfg = SpeculativeConfig(method="draft", model="qwen2.5-0.5b", num_speculative_tokens=4, acceptance_rate=0.7)
     assert math.isclose(cfg.expected_tokens, (1 - 0.7**5) / 0.3)
     assert SpeculativeConfig(method="ngram", num_speculative_tokens=0, acceptance_rate=0.5).expected_tokens == 1.0
     assert SpeculativeConfig(method="mtp", num_speculative_tokens=1, acceptance_rate=1).expected_tokens == 2.0

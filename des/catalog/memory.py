@@ -381,22 +381,29 @@ def plan_memory(
     tp: int = 1,
     num_blocks_override: int | None = None,
     graphs: GraphCapture | None = None,
+    extra_weights: int = 0,
+    extra_kv_per_token: int = 0,
 ) -> MemoryPlan:
     """KV-cache capacity of one instance of ``tp`` GPUs; raises if nothing is left for KV.
 
     ``num_blocks_override`` fixes the number of blocks (vLLM's ``num_gpu_blocks_override``)
     once the model is known to fit; ``fitting_blocks`` says how many the memory holds.
     ``graphs``: the CUDA graphs captured (default: vLLM 0.19's, pool not charged).
+    ``extra_weights`` and ``extra_kv_per_token`` (bytes over the ``tp`` GPUs): a speculative
+    proposer's resident weights and the KV it adds to every token
+    (:meth:`des.engine.speculative.SpeculativeConfig.proposer`); vLLM allocates a draft
+    model's or EAGLE head's KV layers in the same blocks as the target's, so a block's page
+    grows by them and fewer blocks fit.
     """
     precision = precision or Precision()
     graphs = graphs or GraphCapture()
     budget = math.ceil(gpu.memory_bytes * gpu_memory_utilization) * tp
-    weights = weight_bytes(model, precision)
+    weights = weight_bytes(model, precision) + extra_weights
     rope = rope_cache_bytes(model) * tp
     forward, sampler = profile_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp, gpu.sm_count)
     reserve = gpu.runtime_reserve_bytes * tp
     pool = graph_pool_bytes(model, graphs, max_num_batched_tokens, max_num_seqs, tp) * tp
-    kv_per_token = kv_bytes_per_token(model, precision, tp)
+    kv_per_token = kv_bytes_per_token(model, precision, tp) + extra_kv_per_token
     acts = max(forward, sampler) * tp
     left = budget - weights - rope - acts - reserve - (pool if graphs.charged else 0)
     blocks = left // (kv_per_token * block_size) if left > 0 else 0

@@ -231,7 +231,8 @@ class ModelSpec(Strict):
     ``vision_params``: a vision encoder and projector vLLM loads with the model (resident in
     bf16, never run for text): the published total counts them. ``num_nextn_predict_layers``:
     multi-token-prediction layers the checkpoint ships (DeepSeek-V3), loaded only for MTP
-    speculative decoding and not counted in :attr:`num_params` (:attr:`mtp_params`).
+    speculative decoding (its ``mtp`` proposer) and not counted in :attr:`num_params`
+    (:attr:`mtp_params`).
     ``default_precision``: the checkpoint's own weight format, which a scenario naming the
     model without ``precision.weights`` runs (:mod:`des.catalog.memory`); ``variants``: the
     quantised repositories people download, each with its precision.

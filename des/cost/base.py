@@ -39,6 +39,12 @@ class BatchShape:
     window)``) and ``prefill_window_context`` (the keys a chunk's windows span). Without a
     window they stay 0 and the cost models ignore them. Chunked local attention attends
     ``(position − 1) mod chunk + 1`` keys; ``min(position, chunk)`` bounds it from above.
+
+    Speculative decoding (:mod:`des.cost.speculative`): a decoding sequence verifying
+    ``q - 1`` proposed tokens computes ``q`` rows, all counted in ``decode_tokens``, and
+    reads its context plus those ``q`` tokens (``decode_context``); ``spec_tokens`` is
+    the sum of the ``q - 1`` (so ``decode_tokens - spec_tokens`` sequences decode), and
+    every verified row goes through the LM head and sampler. 0 without speculation.
     """
 
     num_seqs: int = 0
@@ -52,6 +58,7 @@ class BatchShape:
     decode_window_context: int = 0
     prefill_window_pairs: float = 0.0
     prefill_window_context: int = 0
+    spec_tokens: int = 0
 
     @classmethod
     def decodes(cls, num: int, context: int, window: int = 0, window_context: int = 0) -> BatchShape:
@@ -111,7 +118,9 @@ class CostContext:
 
     ``multipliers``: this run's draw of the step-time model's error, one factor per group
     of work (:mod:`des.cost.uncertainty`), which a cost model built from efficiency
-    factors scales its groups' times by; None (no draw) for the model as fitted."""
+    factors scales its groups' times by; None (no draw) for the model as fitted.
+    ``query_len``: query tokens of each decoding sequence (``k + 1`` when verifying ``k``
+    speculative tokens), which a decode's attention computes against its context."""
 
     gpu: GPUSpec
     model: ModelSpec
@@ -119,6 +128,7 @@ class CostContext:
     tp: int = 1
     frontend: FrontendSpec | None = None
     multipliers: Mapping[UncertaintyGroup, float] | None = None
+    query_len: int = 1
 
 
 class CostKind(Protocol):

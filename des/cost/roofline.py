@@ -432,10 +432,13 @@ def build_roofline(
     engine: Engine | None = None,
     frontend: FrontendSpec | None = None,
     multipliers: Mapping[UncertaintyGroup, float] | None = None,
+    query_len: int = 1,
 ) -> Roofline:
     """The roofline of ``model`` on ``tp`` × ``gpu`` with ``precision`` under ``engine``'s
     settings, behind ``frontend`` (None: the engine core's CPU time alone); ``multipliers``
-    scale each group's times (a draw of the model's error, :mod:`des.cost.uncertainty`)."""
+    scale each group's times (a draw of the model's error, :mod:`des.cost.uncertainty`);
+    ``query_len`` query tokens per decoding sequence (speculative verification: ``k + 1``)
+    multiply a decode's attention FLOPs per context token (its KV is still read once)."""
     precision = precision or Precision()
     engine = engine or Engine()
     e = efficiency or gpu.efficiency
@@ -509,14 +512,14 @@ def build_roofline(
         head_s_per_row=2 * vocab * h / (peak16 * e_dec) / tp,
         dec_fixed_s=L * e.attention_fixed,
         dec_s_per_seq=L * e.attention_per_seq,
-        dec_s_per_context=max(att_flops_dec / (peak16 * e_att_dec), kv_read),
+        dec_s_per_context=max(query_len * att_flops_dec / (peak16 * e_att_dec), kv_read),
         pre_fixed_s=L * e.prefill_attention_fixed,
         pre_s_per_pair=att_flops / (peak16 * e_att),
         pre_tile_pairs=e.attention_tile,
         stream_s_per_context=stream,
         mixed_s_per_context=mixed,
         mixed_s_per_seq=L * e.mixed_per_seq,
-        mixed_compute_s_per_context=att_flops_dec / (peak16 * e_att_dec),
+        mixed_compute_s_per_context=query_len * att_flops_dec / (peak16 * e_att_dec),
         kv_write_s_per_token=seconds_per_byte(e.kv_write_bandwidth) * kv_all,
         el_fixed_s=(KERNELS_PER_LAYER * L + KERNELS_PER_STEP) * e.elementwise_kernel if el_on else 0.0,
         el_s_per_token=(L * act_layer + act_step) * seconds_per_byte(e.elementwise_bandwidth),
@@ -575,5 +578,13 @@ class RooflineConfig(Strict):
 
     def build(self, ctx: CostContext) -> Roofline:
         return build_roofline(
-            ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.frontend, ctx.multipliers
+            ctx.gpu,
+            ctx.model,
+            ctx.precision,
+            ctx.tp,
+            self.efficiency,
+            self.engine,
+            ctx.frontend,
+            ctx.multipliers,
+            ctx.query_len,
         )

@@ -46,7 +46,8 @@ from des.workload.spec import RequestSpec
 class Cluster:
     """The pools ``plan`` asks for (of ``model`` at ``precision``, step times from
     ``cost``, behind ``frontend``, scaled by ``draws`` when the run draws the model's
-    error), router ``i`` drawing from ``routers[i]``; every step logged."""
+    error), router ``i`` drawing from ``routers[i]``, speculative decoding's accepted tokens
+    from ``speculative``; every step logged."""
 
     def __init__(
         self,
@@ -59,6 +60,7 @@ class Cluster:
         fast_forward: bool = True,
         frontend: FrontendSpec | None = None,
         draws: ModelDraws | None = None,
+        speculative: np.random.Generator | None = None,
     ):
         self.env = env
         self.plan = plan
@@ -67,7 +69,17 @@ class Cluster:
         self.log = StepLog()
         self.transfers = TransferLog()
         ctx = BuildContext(
-            env, model, precision, cost, self.log, self.transfers, self.leave, fast_forward, frontend, draws
+            env,
+            model,
+            precision,
+            cost,
+            self.log,
+            self.transfers,
+            self.leave,
+            fast_forward,
+            frontend,
+            draws,
+            speculative,
         )
         self.topology = build_topology(ctx, plan, routers)
         self.ledger = RequestLog()

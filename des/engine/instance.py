@@ -28,6 +28,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import simpy
 from simpy.events import Event
 
@@ -55,7 +56,8 @@ class BuildContext:
     of steps, ``transfers`` of KV); the exit ``leave``; whether steps run
     back to back when nothing else can happen (``fast_forward``); the serving front-end
     around every engine (``frontend``, None: none); and the run's draw of the step-time
-    model's error (``draws``; None: the model as fitted)."""
+    model's error (``draws``; None: the model as fitted); the stream speculative decoding's
+    accepted tokens are drawn from (``speculative``)."""
 
     env: simpy.Environment
     model: ModelSpec
@@ -67,6 +69,7 @@ class BuildContext:
     fast_forward: bool = True
     frontend: FrontendSpec | None = None
     draws: ModelDraws | None = None
+    speculative: np.random.Generator | None = None
 
 
 class Instance:

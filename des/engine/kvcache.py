@@ -133,6 +133,11 @@ class BlockManager:
         if self.free > self.num_blocks:
             raise RuntimeError("KV blocks returned twice")
 
+    def untake(self, n: int) -> None:
+        """Return ``n`` blocks taken with :meth:`take` that were not filled (a speculative
+        step's slots for rejected tokens): empty, they hold nothing to reuse."""
+        self.give(n)
+
     # -- per request ----------------------------------------------------------------
     def hold(self, req_id: int, n: int) -> None:
         """Request ``req_id``, outside a running batch, holds ``n`` blocks (already taken)."""

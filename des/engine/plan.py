@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 from des.catalog.memory import GraphCapture, MemoryPlan, Precision, plan_memory
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.engine.policy import PolicyConfig, Role
+from des.errors import ScenarioError
 
 #: The most instances a pool may have: each is a SimPy process with its own KV cache and
 #: scheduler (10,000 build in about 2 s and 100 MB; 1e29 would never be built).
@@ -49,8 +50,18 @@ class PoolPlan:
     graphs: GraphCapture = GraphCapture()
 
     def memory(self, model: ModelSpec, precision: Precision) -> MemoryPlan:
-        """The KV cache of one instance; raises ScenarioError if the model does not fit."""
+        """The KV cache of one instance (the speculative proposer's weights and KV, if any,
+        beside the model's); raises ScenarioError if the model does not fit."""
         p = self.policy
+        extra_weights = extra_kv = 0
+        spec = getattr(p, "speculative", None)
+        if spec is not None and spec.active:
+            try:
+                proposer = spec.proposer(model, precision, self.tp)
+            except ValueError as exc:
+                raise ScenarioError(("scheduler.speculative.method", str(exc))) from None
+            if proposer is not None:
+                extra_weights, extra_kv = proposer.weight_bytes, proposer.kv_bytes_per_token
         return plan_memory(
             self.gpu,
             model,
@@ -62,6 +73,8 @@ class PoolPlan:
             tp=self.tp,
             num_blocks_override=p.num_gpu_blocks_override,
             graphs=self.graphs,
+            extra_weights=extra_weights,
+            extra_kv_per_token=extra_kv,
         )
 
     @property

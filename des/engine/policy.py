@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+import numpy as np
+
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager
 from des.engine.request import Request
@@ -133,7 +135,11 @@ class PolicyConfig(Protocol):
         """Whether the instance's KV blocks are cached for reuse by content."""
         ...
 
-    def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> Scheduler: ...
+    def build(
+        self, kv: BlockManager, max_model_len: int, role: Role = "colocated", rng: np.random.Generator | None = None
+    ) -> Scheduler:
+        """One instance's scheduler over ``kv``; ``rng``: the run's speculative-decoding stream."""
+        ...
 
 
 def held_tokens(req: Request, role: Role) -> int:

@@ -88,6 +88,15 @@ class PrefixCache(BlockManager):
                     self._evict(b)
                     n -= 1
 
+    def untake(self, n: int) -> None:
+        """Return ``n`` empty blocks: at the head of the free queue, taken again before any
+        block that still holds content."""
+        if n:
+            self.free += n
+            if self.free > self.num_blocks:
+                raise RuntimeError("KV blocks returned twice")
+            self.queue.appendleft((-n, 0))
+
     def _evict(self, b: int) -> None:
         k = self.key.pop(b)
         if self.cached.get(k) == b:

@@ -15,19 +15,54 @@ step yields ``T = 1 + min(k, G)`` tokens, ``G`` geometric with ``P(G ≥ j) = α
 
 :class:`Acceptance` draws ``T`` per sequence per step from the run's ``speculative``
 stream, never beyond what a request has left to emit.
+
+:meth:`SpeculativeConfig.proposer` says what the proposer is as a model (:class:`Proposer`):
+the transformer its ``k`` passes per step run through, the weights it keeps resident
+beside the target's and the KV bytes it adds to every token. ``ngram`` is none: vLLM's
+``NgramProposer`` (``vllm/v1/spec_decode/ngram_proposer.py``) matches the sequence's last
+n-gram against its earlier tokens with a Numba-compiled search on the CPU, no GPU work
+and no KV (des neglects its CPU time). ``draft``: a catalog model with its own weights
+(bf16) and KV (vLLM's ``DraftModelProposer``); ``eagle``: a one-layer decoder of the
+target's shapes (vLLM's ``EagleProposer``, ``vllm/v1/spec_decode/eagle.py``: EAGLE
+heads are one decoder layer plus a fusing projection, sharing the target's embedding and
+LM head); ``mtp``: the target's own ``num_nextn_predict_layers`` layers (DeepSeek's MTP
+module, run by the same ``EagleProposer``), sharing its embedding and LM head.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from des import catalog
+from des.catalog.memory import Precision, kv_bytes_per_token, weight_bytes
+from des.catalog.specs import ModelSpec
 from des.config import Strict
+from des.errors import did_you_mean
 
 #: Proposers that need a model of their own (vLLM: ``speculative_config.model``).
 NEEDS_MODEL = frozenset({"draft", "eagle"})
+#: Proposers for which vLLM's scheduler sets ``num_lookahead_tokens = k``
+#: (``SpeculativeConfig.use_eagle()``: eagle, eagle3, mtp; ``uses_draft_model()``:
+#: draft_model), allocating KV slots for the next step's drafts ahead of time
+#: (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.__init__``).
+LOOKAHEAD = frozenset({"draft", "eagle", "mtp"})
+
+
+@dataclass(frozen=True, slots=True)
+class Proposer:
+    """A proposer as a model: each of its passes runs ``spec`` (its layers and LM head);
+    it keeps ``weight_bytes`` of weights resident beside the target's and adds
+    ``kv_bytes_per_token`` of KV to every token (over an instance's ``tp`` GPUs);
+    ``precision`` is the format its weights run in."""
+
+    spec: ModelSpec
+    precision: Precision
+    weight_bytes: int
+    kv_bytes_per_token: int
 
 
 class SpeculativeConfig(Strict):
@@ -49,10 +84,58 @@ class SpeculativeConfig(Strict):
     @model_validator(mode="after")
     def _model_matches_method(self) -> SpeculativeConfig:
         if self.method in NEEDS_MODEL and not self.model:
-            raise ValueError(f"method {self.method} needs a model (the {self.method} model's name)")
+            raise ValueError(f"model: method {self.method} needs a model (the {self.method} model's name)")
         if self.method not in NEEDS_MODEL and self.model is not None:
-            raise ValueError(f"method {self.method} takes no model (got {self.model!r})")
+            raise ValueError(f"model: method {self.method} takes no model (got {self.model!r})")
         return self
+
+    @field_validator("model")
+    @classmethod
+    def _model_known(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and info.data.get("method") == "draft" and v not in catalog.model_names():
+            names = catalog.model_names()
+            raise ValueError(f"unknown model {v!r}{did_you_mean(v, names)}; valid: {', '.join(names)}")
+        return v
+
+    @property
+    def active(self) -> bool:
+        """Whether tokens are proposed at all (``k > 0``; ``k = 0`` is speculation off:
+        no proposer loaded, every step the plain one)."""
+        return self.num_speculative_tokens > 0
+
+    @property
+    def lookahead(self) -> int:
+        """KV slots allocated for the next step's drafts beyond a step's tokens (tokens)."""
+        return self.num_speculative_tokens if self.method in LOOKAHEAD else 0
+
+    def proposer(self, target: ModelSpec, precision: Precision, tp: int = 1) -> Proposer | None:
+        """What proposes the tokens for ``target`` served at ``precision`` on ``tp`` GPUs
+        (None: n-gram lookup, no model). Raises ValueError for ``mtp`` on a model
+        without MTP layers."""
+        if self.method == "ngram":
+            return None
+        if self.method == "draft":
+            assert self.model is not None
+            spec = catalog.model(self.model)
+            bf16 = Precision(kv_cache_dtype=precision.kv_cache_dtype)  # a catalog model: bf16 weights
+            return Proposer(spec, bf16, weight_bytes(spec, bf16), kv_bytes_per_token(spec, bf16, tp))
+        if self.method == "eagle":
+            layers = 1
+        else:
+            layers = target.num_nextn_predict_layers
+            if not layers:
+                raise ValueError(
+                    f"mtp needs the model's multi-token-prediction layers, and {target.name} has none "
+                    "(num_nextn_predict_layers: 0); use ngram, draft or eagle"
+                )
+        spec = target.model_copy(
+            update={"name": f"{target.name}-{self.method}", "num_layers": layers, "first_k_dense": 0}
+        )
+        # its layers' weights (and EAGLE's fusing projection, 2 h x h); embedding and LM head are the target's
+        fuse = 2 * target.hidden_size**2 if self.method == "eagle" else 0
+        shared = spec.embedding_params + (0 if spec.tie_word_embeddings else spec.lm_head_params)
+        resident = weight_bytes(spec, precision) - 2 * shared  # the shared ones in bf16
+        return Proposer(spec, precision, resident + 2 * fuse, kv_bytes_per_token(spec, precision, tp))
 
     @property
     def expected_tokens(self) -> float:

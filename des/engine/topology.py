@@ -17,7 +17,9 @@ from typing import Literal, Protocol
 import numpy as np
 
 from des.catalog.memory import MemoryPlan
-from des.cost.base import CostContext
+from des.cost.base import CostContext, CostModel
+from des.cost.roofline import RooflineConfig
+from des.cost.speculative import build_verification
 from des.cost.work import StepWork, step_work
 from des.engine.instance import BuildContext, Instance
 from des.engine.kvcache import BlockManager
@@ -148,15 +150,22 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
     for pool_plan, rng in zip(plan.pools, routers[: len(plan.pools)], strict=True):
         memory = pool_plan.memory(model, precision)
         multipliers = ctx.draws.for_gpu(pool_plan.gpu) if ctx.draws is not None else None
-        cost_model = ctx.cost.build(
-            CostContext(pool_plan.gpu, model, precision, pool_plan.tp, ctx.frontend, multipliers)
-        )
+        cost_ctx = CostContext(pool_plan.gpu, model, precision, pool_plan.tp, ctx.frontend, multipliers)
+        spec = getattr(pool_plan.policy, "speculative", None)
+        if spec is not None and spec.active and isinstance(ctx.cost, RooflineConfig):
+            proposer = spec.proposer(model, precision, pool_plan.tp)
+            draft = None
+            if proposer is not None:
+                draft = CostContext(pool_plan.gpu, proposer.spec, proposer.precision, pool_plan.tp, None, multipliers)
+            cost_model: CostModel = build_verification(ctx.cost, cost_ctx, spec.num_speculative_tokens, draft)
+        else:  # a constant or linear step time takes the verification step's rows as any tokens
+            cost_model = ctx.cost.build(cost_ctx)
         work = step_work(pool_plan.gpu, model, precision, pool_plan.tp)
         instances = []
         for _ in range(pool_plan.instances):
             manager = PrefixCache if pool_plan.policy.prefix_caching else BlockManager
             kv = manager(memory.num_blocks, memory.block_size, ctx.env, model.window or 0)
-            sched = pool_plan.policy.build(kv, model.max_model_len, pool_plan.role)
+            sched = pool_plan.policy.build(kv, model.max_model_len, pool_plan.role, ctx.speculative)
             instances.append(Instance(ctx, index, pool_plan.role, sched, kv, cost_model, work))
             index += 1
         pools.append(Pool(pool_plan.role, instances, ROUTERS.get(pool_plan.router)(rng), pool_plan, memory, work))

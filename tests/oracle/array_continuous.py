@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -75,7 +75,9 @@ class ContinuousSettings(CacheConfig):
     def prefix_caching(self) -> bool:
         return self.enable_prefix_caching
 
-    def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> ContinuousScheduler:
+    def build(
+        self, kv: BlockManager, max_model_len: int, role: Role = "colocated", rng: Any = None
+    ) -> ContinuousScheduler:
         return ContinuousScheduler(self, kv, self.max_model_len or max_model_len, role)
 
 

@@ -68,6 +68,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
 from des.cost.base import BatchShape
@@ -76,6 +77,7 @@ from des.engine.plan import Plan, PlanContext, colocated
 from des.engine.policy import Role, Step, length_rejection
 from des.engine.request import Request
 from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
+from des.engine.speculative import SpeculativeConfig
 
 
 class ContinuousSettings(CacheConfig):
@@ -85,6 +87,7 @@ class ContinuousSettings(CacheConfig):
     max_num_batched_tokens: int = Field(2048, ge=1)
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
+    speculative: SpeculativeConfig | None = None
 
     @property
     def max_batch(self) -> int:
@@ -105,8 +108,19 @@ class ContinuousSettings(CacheConfig):
     def prefix_caching(self) -> bool:
         return self.enable_prefix_caching
 
-    def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> ContinuousScheduler:
-        return ContinuousScheduler(self, kv, self.max_model_len or max_model_len, role)
+    def build(
+        self, kv: BlockManager, max_model_len: int, role: Role = "colocated", rng: np.random.Generator | None = None
+    ) -> ContinuousScheduler:
+        """The scheduler of one instance; ``rng`` draws speculative decoding's accepted
+        tokens (needed when ``speculative`` proposes any)."""
+        limit = self.max_model_len or max_model_len
+        if self.speculative is not None and self.speculative.active:
+            from des.engine.schedulers.speculating import SpeculativeScheduler  # it builds on this module
+
+            if rng is None:
+                raise ValueError("speculative decoding needs a random stream for its acceptance draws")
+            return SpeculativeScheduler(self, kv, limit, role, rng)
+        return ContinuousScheduler(self, kv, limit, role)
 
 
 class ContinuousConfig(ContinuousSettings):
@@ -282,7 +296,7 @@ class ContinuousScheduler:
         plan = self._plan(budget)
         preempted = 0
         kv = self.kv
-        blocks = sum(kv.growth(seq.req.computed, k) for seq, k in plan)
+        blocks = self._plan_blocks(plan)
         if blocks <= kv.free:
             kv.take(blocks)
             scheduled = plan
@@ -317,6 +331,11 @@ class ContinuousScheduler:
             plan.append((seq, k))
             left -= k
         return plan
+
+    def _plan_blocks(self, plan: list[tuple[Seq, int]]) -> int:
+        """KV blocks the tokens of ``plan`` need."""
+        growth = self.kv.growth
+        return sum(growth(seq.req.computed, k) for seq, k in plan)
 
     def _allocate_preempting(self, plan: list[tuple[Seq, int]]) -> tuple[list[tuple[Seq, int]], int]:
         """Blocks for ``plan`` in order, preempting the newest sequence while they run out;

@@ -47,7 +47,10 @@ class Seq:
 
     ``base`` (while decoding): the decoding set's step count when ``req``'s progress was
     last written onto it; ``cap_at`` (with windowed layers): the step count from which its
-    context is at the window's cap.
+    context is at the window's cap. With speculative decoding
+    (:mod:`des.engine.schedulers.speculating`), ``q``: query tokens it computes in the step
+    being formed (its last token and the proposed ones; 0: none), ``slots``: KV slots taken
+    for that step beyond its ``computed``.
     """
 
     req: Request
@@ -55,6 +58,8 @@ class Seq:
     phase: Phase = PREFILLING
     base: int = 0
     cap_at: int = 0
+    q: int = 0
+    slots: int = 0
 
 
 class DecodingSet:

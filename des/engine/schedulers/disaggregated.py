@@ -50,6 +50,7 @@ from pydantic import (
     ValidationInfo,
     create_model,
     field_validator,
+    model_validator,
 )
 from pydantic.fields import FieldInfo
 
@@ -62,6 +63,7 @@ from des.engine.plan import MAX_INSTANCES, LinkPlan, Plan, PlanContext, PoolPlan
 from des.engine.policy import Role
 from des.engine.router import RouterName
 from des.engine.schedulers.continuous import ContinuousSettings
+from des.errors import ScenarioError
 
 
 class _Pool(Strict):
@@ -148,6 +150,18 @@ class DisaggregatedConfig(ContinuousSettings):
     kv_transfer: KVTransferConfig | None = None
     first_token_from: Literal["prefill", "decode"] = "prefill"
     router: RouterConfig = RouterConfig()
+
+    @model_validator(mode="after")
+    def _no_speculation(self) -> DisaggregatedConfig:
+        """Speculative decoding is refused here, at whichever level it is set."""
+        for where, cfg in (("", self), ("prefill.", self.prefill), ("decode.", self.decode)):
+            if cfg.speculative is not None:
+                raise ScenarioError((
+                    f"{where}speculative",
+                    "not modelled for disaggregated serving (the draft's KV would cross the link with the "
+                    "target's); use kind: continuous",
+                ))  # fmt: skip
+        return self
 
     def setting_path(self, role: str, name: str) -> str | None:
         """``role.name`` where that pool sets it, else as at the top level."""

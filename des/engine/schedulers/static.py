@@ -16,9 +16,10 @@ Static batching serves whole requests: its instances are ``colocated`` only.
 from __future__ import annotations
 
 from collections import deque
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat
+import numpy as np
+from pydantic import Field, NonNegativeFloat, model_validator
 
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager, CacheConfig
@@ -34,6 +35,16 @@ class StaticConfig(CacheConfig):
     max_batch_size: int = Field(8, ge=1)
     max_wait: NonNegativeFloat = 0.0
     release_on: Literal["batch_end", "finish"] = "batch_end"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_speculation(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("speculative") is not None:
+            raise ValueError(
+                "speculative: static batching does not speculate (a padded batch runs its rows in lockstep); "
+                "use kind: continuous"
+            )
+        return data
 
     @property
     def max_batch(self) -> int:
@@ -59,7 +70,9 @@ class StaticConfig(CacheConfig):
         """One pool of ``cluster.replicas`` instances serving whole requests."""
         return colocated(self, ctx)
 
-    def build(self, kv: BlockManager, max_model_len: int, role: Role = "colocated") -> StaticScheduler:
+    def build(
+        self, kv: BlockManager, max_model_len: int, role: Role = "colocated", rng: np.random.Generator | None = None
+    ) -> StaticScheduler:
         if role != "colocated":
             raise ValueError(f"static batching serves whole requests; it cannot be a {role} pool")
         return StaticScheduler(self, kv, self.max_model_len or max_model_len)

@@ -1,0 +1,143 @@
+"""Step time of speculative decoding: the target's verification step plus the proposer's passes.
+
+With ``k`` speculative tokens (vLLM's ``speculative_config``), a decoding sequence's step
+feeds the target ``q = 1 + k`` query tokens (its last token and the ``k`` proposed ones;
+fewer when the token budget or the context limit cuts them), as vLLM's scheduler counts
+them in ``num_scheduled_tokens`` (``vllm/v1/core/sched/scheduler.py``). A step of shape
+``s`` (:class:`~des.cost.base.BatchShape`: ``decode_tokens`` counts every verified row,
+``spec_tokens`` the proposed ones among them, ``n = decode_tokens − spec_tokens``
+sequences decode) costs, on the target's :class:`~des.cost.roofline.Roofline` built with
+``query_len = k + 1``:
+
+- **GEMMs, element-wise kernels, KV writes, all-reduces** over all ``T = prefill +
+  decode_tokens`` rows (CUDA-graph padded as any step: vLLM captures uniform decode
+  batches of ``1 + k`` tokens per request);
+- **attention**: each decode reads its context and its ``q`` new tokens' KV once
+  (``decode_context``) and computes ``q`` query rows against it (the ``query_len``
+  factor of the per-context FLOPs); the per-sequence terms count the ``n`` sequences;
+- **LM head and sampler** on every verified row, ``num_emitting + spec_tokens``: vLLM's
+  ``RejectionSampler`` (``vllm/v1/sample/rejection_sampler.py``) takes the target's
+  logits at every draft position and the bonus one;
+- the engine's CPU time per sequence and per emitting sequence as in any step;
+- the **proposer's passes** on the same GPU, before the next step (vLLM's
+  ``propose_draft_token_ids`` runs after the target's forward in ``execute_model``):
+  none for n-gram lookup (a CPU search, neglected); for a draft model, an EAGLE head or
+  MTP layers (:class:`~des.engine.speculative.Proposer`), a first pass over the step's
+  tokens (the prompt chunks and each decode's ``q`` rows, so that its KV follows the
+  target's) and ``k − 1`` passes of one token per sequence that emits, each costed on
+  the proposer's own roofline (GPU time only: :func:`gpu_only`).
+
+Everything is built once (:func:`build_verification`); a step costs the target's
+few dozen float operations plus two of the proposer's step times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from des.cost.base import BatchShape, CostContext
+from des.cost.roofline import Roofline, RooflineConfig
+
+
+def gpu_only(roofline: Roofline) -> Roofline:
+    """``roofline`` with its CPU and front-end times removed: its step time is GPU time alone."""
+    return replace(
+        roofline, cpu_step_s=0.0, cpu_seq_s=0.0, cpu_emit_s=0.0, stage_step_s=0.0, stage_seq_s=0.0, overlap_cpu=True
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """Step times of speculative decoding with ``k`` tokens proposed per sequence: the
+    ``target`` (its decode attention for ``k + 1`` query tokens) verifying them, and the
+    ``draft`` proposer's passes (None: n-gram lookup, no GPU work). Seconds."""
+
+    target: Roofline
+    draft: Roofline | None
+    k: int
+
+    def draft_time(self, s: BatchShape) -> float:
+        """Seconds of the proposer's ``k`` passes after a step of shape ``s``."""
+        draft = self.draft
+        if draft is None:
+            return 0.0
+        first = draft.step_time(s)
+        e = s.num_emitting
+        if e == 0 or self.k == 1:
+            return first
+        return first + (self.k - 1) * draft.step_time(BatchShape.decodes(e, s.decode_context - s.decode_tokens))
+
+    def step_time(self, shape: BatchShape) -> float:
+        s, r = shape, self.target
+        pt, rows_dec = s.prefill_tokens, s.decode_tokens
+        v = s.spec_tokens
+        n = rows_dec - v  # sequences decoding
+        t = pt + rows_dec
+        tg = t
+        if 0 < t <= r.graph_max:  # Roofline.step_time's padding to the captured sizes
+            if t > 4:
+                tg = -(-t // 8) * 8 if t <= 256 else 256 + -(-(t - 256) // 16) * 16
+            elif t == 3:
+                tg = 4
+        k = r.knee
+        w = r.gemm_weight_s
+        if r.moe_experts:
+            w += r.moe_expert_weight_s * r.moe_experts * (1.0 - r.moe_miss**tg)
+        c = r.gemm_s_per_prefill_token * pt + r.gemm_s_per_decode_token * (tg - pt)
+        gpu = w + k * c if w > c else c + k * w
+        # LM head and sampler: every verified row
+        emitting = s.num_emitting
+        rows = emitting + v
+        if rows:
+            w = r.head_weight_s
+            c = r.head_s_per_row * rows
+            gpu += w + k * c if w > c else c + k * w
+            over = rows * r.samp_row_bytes - r.samp_threshold
+            gpu += r.samp_fixed_s + r.samp_s_per_row * rows
+            if over > 0.0:
+                gpu += r.samp_spill_s_per_byte * over
+        # attention: n sequences of q query rows each over their contexts
+        d = s.decode_context
+        if pt:
+            chunks = s.num_seqs - n
+            x = s.prefill_context
+            a = r.pre_s_per_pair * (s.prefill_pairs + r.pre_tile_pairs * pt)
+            b = r.stream_s_per_context * x / (chunks if chunks > 1 else 1)
+            if b > a:
+                a = b
+            b = r.mixed_s_per_context * x
+            gpu += r.pre_fixed_s + (a if a > b else b)
+            if n:
+                a = r.mixed_compute_s_per_context * d
+                b = r.mixed_s_per_seq * n + r.mixed_s_per_context * d
+                if b > a:
+                    a = b
+                b = r.stream_s_per_context * d / n
+                gpu += a if a > b else b
+        elif n:
+            gpu += r.dec_fixed_s + r.dec_s_per_seq * n + r.dec_s_per_context * d
+        gpu += r.kv_write_s_per_token * t + r.el_fixed_s + r.el_s_per_token * tg
+        over = tg * r.el_layer_bytes - r.el_threshold
+        if over > 0.0:
+            gpu += r.el_spill_s_per_byte * over * r.layers
+            over = tg * r.el_step_bytes - r.el_threshold
+            if over > 0.0:
+                gpu += r.el_spill_s_per_byte * over
+        if r.allreduce_s_per_token:
+            if tg < r.allreduce_split_tokens:
+                gpu += r.allreduce_small_fixed_s + r.allreduce_s_per_token * tg
+            else:
+                gpu += r.allreduce_fixed_s + r.allreduce_s_per_token * tg
+        gpu += self.draft_time(s)
+        cpu = r.cpu_step_s + r.cpu_seq_s * s.num_seqs + r.cpu_emit_s * emitting
+        step = (gpu if gpu > cpu else cpu) if r.overlap_cpu else gpu + cpu
+        stage = r.stage_step_s + r.stage_seq_s * emitting
+        return step if step > stage else stage
+
+
+def build_verification(kind: RooflineConfig, ctx: CostContext, k: int, draft: CostContext | None) -> Verification:
+    """The step times of ``ctx`` verifying ``k`` proposed tokens per sequence under the
+    roofline settings ``kind``, with the proposer built from ``draft`` (None: no GPU work)."""
+    target = kind.build(replace(ctx, query_len=k + 1))
+    proposer = gpu_only(kind.build(draft)) if draft is not None else None
+    return Verification(target, proposer, k)
