@@ -32,7 +32,6 @@ from simpy.events import Event
 
 from des.engine.instance import Instance
 from des.engine.request import Request
-from des.engine.schedulers.continuous import ContinuousScheduler
 from des.engine.transferlog import TransferLog
 
 
@@ -91,11 +90,10 @@ class KVLink:
         self.free_at = 0.0  # when the wire finished its last transfer
         self._wake: Event | None = None
         self.process = env.process(self._run())
-        if reserve_at == "start":
-            scheduler = source.scheduler
-            if not isinstance(scheduler, ContinuousScheduler):
-                raise TypeError("a prefill instance runs continuous batching")
-            scheduler.on_first_schedule = self.reserve
+        if reserve_at == "start":  # the prefill's scheduler tells of each request's first admission
+            if not hasattr(source.scheduler, "on_first_schedule"):
+                raise TypeError("a pushing link needs a scheduler that tells of first admissions")
+            source.scheduler.on_first_schedule = self.reserve
 
     def reserve(self, req: Request) -> None:
         """Push: ask ``req``'s decode instance for its blocks now, as its prefill starts (a

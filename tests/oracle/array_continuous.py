@@ -34,7 +34,7 @@ held, by request id, until ``free``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -107,6 +107,7 @@ class ContinuousScheduler:
 
     def __init__(self, cfg: ContinuousSettings, kv: BlockManager, max_model_len: int, role: Role = "colocated"):
         self.kv = kv
+        self.on_first_schedule: Callable[[Request], None] | None = None
         self.block_size = kv.block_size
         self.max_seqs = cfg.max_num_seqs
         self.max_tokens = cfg.max_num_batched_tokens
@@ -302,6 +303,8 @@ class ContinuousScheduler:
             kv.take(blocks)
             if req.scheduled_time != req.scheduled_time:  # NaN: first time scheduled
                 req.scheduled_time = now
+                if self.on_first_schedule is not None:  # a pushing KV link reserves decode blocks
+                    self.on_first_schedule(req)
             run.push(req, has + len(found) + blocks)
             ks.append(k)
             budget -= k
