@@ -162,11 +162,11 @@ def test_a_healthy_colocated_run_is_unchanged_but_for_the_new_keys():
 
 
 def test_decode_full_share_is_the_time_the_decode_pool_held_requests_back():
-    # link 0: a transfer queued at 1 starts at 3 (blocked 1-3), the next queued at 2 waits
-    # behind it on the link until 3.5, then for blocks until 5 (blocked 3.5-5); link 1:
-    # blocked 4-6 (overlapping link 0's 4-5); a decode step 7-7.5 leaves a request out of
-    # its batch (a prefill step that does, and a decode step that does not, don't count).
-    # Union: [1, 3) + [3.5, 6) + [7, 7.5) = 5 s of [0, 10].
+    # link 0: a transfer queued at 1 gets its decode blocks at 3 (held back 1-3), the next,
+    # queued at 2, at 3.5 (held back 2-3.5, side by side with the first); link 1: held back
+    # 4-6; a decode step 7-7.5 leaves a request out of its batch (a prefill step that does,
+    # and a decode step that does not, don't count). Waiting for the wire is not the decode
+    # pool's doing. Union: [1, 3.5) + [4, 6) + [7, 7.5) = 5 s of [0, 10].
     from des.metrics.pools import decode_full_share
 
     transfers = pd.DataFrame(
@@ -175,15 +175,16 @@ def test_decode_full_share_is_the_time_the_decode_pool_held_requests_back():
             "link": [0, 0, 1],
             "decode_instance": [2, 2, 2],
             "enqueued": [1.0, 2.0, 4.0],
-            "start": [3.0, 5.0, 6.0],
-            "end": [3.5, 5.5, 6.5],
+            "reserved": [3.0, 3.5, 6.0],
+            "start": [3.0, 3.5, 6.0],
+            "end": [3.5, 4.0, 6.5],
             "bytes": [1, 1, 1],
         }
     )
     requests = pd.DataFrame(
         {
             "status": ["completed"] * 3,
-            "transfer_start": [3.0, 5.0, 6.0],
+            "transfer_start": [3.0, 3.5, 6.0],
             "first_token_time": [1.0, 2.0, 4.0],
             "output_tokens": [10, 10, 10],
             "prefill_instance": [0, 0, 1],
