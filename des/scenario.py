@@ -38,7 +38,7 @@ from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml,
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.cost.frontend import FrontendSpec, Serving
 from des.dotted import deep_copy, set_dotted
-from des.engine.plan import MAX_INSTANCES, Plan, PlanContext, PoolPlan
+from des.engine.plan import MAX_INSTANCES, All2AllBackend, Parallelism, Plan, PlanContext, PoolPlan
 from des.engine.router import RouterName
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, DisaggregatedConfig, SchedulerConfig
 from des.errors import ScenarioError, did_you_mean, reword, validation_errors
@@ -85,11 +85,27 @@ class SLO(Strict):
 
 
 class ClusterConfig(Strict):
-    """``replicas`` identical instances of ``tp`` GPUs each, behind ``router``."""
+    """``replicas`` identical servers behind ``router``, each of ``dp`` data-parallel ranks
+    of ``tp`` GPUs, as vLLM names them: ``tp`` tensor_parallel_size, ``dp``
+    data_parallel_size, ``expert_parallel`` enable_expert_parallel, ``all2all_backend`` the
+    MoE layers' token exchange between ranks (vLLM's default ``allgather_reducescatter``, or
+    ``all_to_all`` for DeepEP-style dispatch).
+
+    A server's ranks each run their own scheduler behind vLLM's data-parallel balancing
+    (router ``vllm_dp``, :mod:`des.engine.router`); the ranks of a mixture of experts step
+    together through its MoE layers (:mod:`des.engine.lockstep`), a dense model's on their own.
+    """
 
     replicas: PositiveInt = Field(1, le=MAX_INSTANCES)
     router: RouterName = "round_robin"
     tp: PositiveInt = 1
+    dp: PositiveInt = Field(1, le=MAX_INSTANCES)
+    expert_parallel: bool = False
+    all2all_backend: All2AllBackend = "allgather_reducescatter"
+
+    @property
+    def parallel(self) -> Parallelism:
+        return Parallelism(self.dp, self.expert_parallel, self.all2all_backend)
 
 
 class Scenario(Strict):
@@ -186,6 +202,15 @@ class Scenario(Strict):
         s, c = self.scheduler, self.cluster
         if not isinstance(s, DisaggregatedConfig):
             return self
+        if c.dp != 1:
+            raise ScenarioError(
+                (
+                    "cluster.dp",
+                    f"{c.dp} data-parallel ranks are not supported with a disaggregated scheduler: its pools' "
+                    "instances are already independent engines (set scheduler.prefill.instances and "
+                    "scheduler.decode.instances instead)",
+                )
+            )
         if c.replicas != 1:
             raise ScenarioError(
                 (
@@ -221,6 +246,9 @@ class Scenario(Strict):
         not fit, and more KV blocks than the memory left holds."""
         problems: list[tuple[str, str]] = []
         model = self.model
+        problems += _parallel_problems(self.cluster, model)
+        if problems:
+            raise ScenarioError(problems)
         for pool in self.plan().pools:
             refused = unsupported(pool.gpu, self.precision)
             if refused is not None:
@@ -277,7 +305,7 @@ class Scenario(Strict):
         cost = self.cost_model
         graphs = cost.graphs if isinstance(cost, RooflineConfig) else GraphCapture()
         return self.scheduler.plan(
-            PlanContext(self.gpu, self.model, self.precision, c.replicas, c.tp, c.router, graphs)
+            PlanContext(self.gpu, self.model, self.precision, c.replicas, c.tp, c.router, graphs, c.parallel)
         )
 
     def memory_plan(self) -> MemoryPlan:
@@ -513,6 +541,27 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
             if doubt:
                 notes.append(f"slo.{name}: {doubt}")
     return notes
+
+
+def _parallel_problems(c: ClusterConfig, model: ModelSpec) -> list[tuple[str, str]]:
+    """What vLLM refuses in a data- and expert-parallel split (``vllm/config/model.py:
+    _verify_with_expert_parallelism``), and what des asks besides: EP must divide the experts."""
+    if not c.expert_parallel:
+        return []
+    if not model.is_moe:
+        return [(
+            "cluster.expert_parallel",
+            f"{model.name} is a dense model, it has no experts to split (vLLM refuses to start: 'Number of "
+            "experts in the model must be greater than 0 when expert parallelism is enabled')",
+        )]  # fmt: skip
+    ep, experts = c.dp * c.tp, model.num_experts or 0
+    if experts % ep:
+        return [(
+            "cluster.expert_parallel",
+            f"EP size {ep} (dp {c.dp} x tp {c.tp}) does not divide the {experts} experts of {model.name} "
+            "evenly (each rank holds experts / EP of them)",
+        )]  # fmt: skip
+    return []
 
 
 def _what_fits(pool: PoolPlan, model: ModelSpec, precision: Precision, path: Callable[[str, str], str]) -> str:

@@ -117,6 +117,32 @@ def weight_bytes(model: ModelSpec, precision: Precision | None = None) -> int:
     return int(round(linear * precision.weight_bytes_per_param + rest * 2.0))
 
 
+def expert_bytes(model: ModelSpec, precision: Precision | None = None) -> int:
+    """Bytes of every routed expert of every sparse layer (0 for a dense model): the part of
+    :func:`weight_bytes` that data and expert parallelism spread over the ranks."""
+    precision = precision or Precision()
+    params = model.num_moe_layers * (model.num_experts or 0) * model.expert_params
+    return int(round(params * precision.weight_bytes_per_param))
+
+
+def rank_weight_bytes(model: ModelSpec, precision: Precision | None = None, expert_shards: int = 1) -> int:
+    """Bytes of weights one data-parallel rank (all its tensor-parallel GPUs together) holds
+    when the routed experts are spread over ``expert_shards`` ranks.
+
+    vLLM's MoE layers under data parallelism shard the experts over every GPU of the group
+    (``FusedMoEParallelConfig.make`` in ``vllm/model_executor/layers/fused_moe/config.py``):
+    with ``enable_expert_parallel`` each of the ``dp × tp`` GPUs holds ``E / (dp × tp)`` whole
+    experts, without it every GPU holds a ``1 / (dp × tp)`` slice of every expert
+    (``flatten_tp_across_dp``); the bytes per GPU are the same either way. Attention, dense
+    MLPs, routers, shared experts, embeddings and the LM head stay whole on every rank.
+    """
+    whole = weight_bytes(model, precision)
+    if expert_shards <= 1:
+        return whole
+    experts = expert_bytes(model, precision)
+    return whole - experts + -(-experts // expert_shards)
+
+
 #: Bytes of one activation value: vLLM runs bf16/fp16 activations whatever the weights' format.
 ACT_BYTES = 2
 #: Bytes of one logit once the sampler has cast it to fp32.
@@ -300,17 +326,20 @@ def plan_memory(
     tp: int = 1,
     num_blocks_override: int | None = None,
     graphs: GraphCapture | None = None,
+    expert_shards: int = 1,
 ) -> MemoryPlan:
     """KV-cache capacity of one instance of ``tp`` GPUs; raises if nothing is left for KV.
 
     ``num_blocks_override`` fixes the number of blocks (vLLM's ``num_gpu_blocks_override``)
     once the model is known to fit; ``fitting_blocks`` says how many the memory holds.
     ``graphs``: the CUDA graphs captured (default: vLLM 0.19's, pool not charged).
+    ``expert_shards``: the data-parallel ranks a mixture of experts' routed experts are
+    spread over (:func:`rank_weight_bytes`; 1: every rank holds them all).
     """
     precision = precision or Precision()
     graphs = graphs or GraphCapture()
     budget = math.ceil(gpu.memory_bytes * gpu_memory_utilization) * tp
-    weights = weight_bytes(model, precision)
+    weights = rank_weight_bytes(model, precision, expert_shards)
     rope = rope_cache_bytes(model) * tp
     forward, sampler = profile_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp, gpu.sm_count)
     reserve = gpu.runtime_reserve_bytes * tp
@@ -346,6 +375,8 @@ __all__ = [
     "MemoryPlan",
     "plan_memory",
     "weight_bytes",
+    "expert_bytes",
+    "rank_weight_bytes",
     "rope_cache_bytes",
     "kv_bytes_per_token",
     "forward_activation_bytes",

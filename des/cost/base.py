@@ -80,7 +80,11 @@ class CostContext:
 
     ``multipliers``: this run's draw of the step-time model's error, one factor per group
     of work (:mod:`des.cost.uncertainty`), which a cost model built from efficiency
-    factors scales its groups' times by; None (no draw) for the model as fitted."""
+    factors scales its groups' times by; None (no draw) for the model as fitted.
+
+    ``moe_group``: data-parallel ranks of a mixture of experts that share its experts and
+    step together (1: the engine steps alone); ``all2all``: how their MoE layers exchange
+    tokens (:func:`des.catalog.interconnect.moe_exchange_bytes`)."""
 
     gpu: GPUSpec
     model: ModelSpec
@@ -88,6 +92,8 @@ class CostContext:
     tp: int = 1
     frontend: FrontendSpec | None = None
     multipliers: Mapping[UncertaintyGroup, float] | None = None
+    moe_group: int = 1
+    all2all: str = "allgather_reducescatter"
 
 
 class CostKind(Protocol):

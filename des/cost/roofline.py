@@ -69,7 +69,7 @@ from typing import Literal
 from pydantic import Field
 
 from des.catalog.efficiency import Efficiency, UncertaintyGroup
-from des.catalog.interconnect import ring_factor
+from des.catalog.interconnect import moe_exchange_bytes, ring_factor
 from des.catalog.memory import GraphCapture, Precision
 from des.catalog.quantization import compute_dtype
 from des.catalog.specs import GPUSpec, ModelSpec
@@ -199,6 +199,10 @@ class Roofline:
     stage_seq_s: float
     overlap_cpu: bool
     graph_max: int
+    # data-parallel ranks of a mixture of experts stepping together (:mod:`des.engine.lockstep`)
+    moe_group: int = 1  # ranks whose tokens meet in every MoE layer (1: the engine steps alone)
+    moe_exchange_s_per_token: float = 0.0  # dispatch + combine, all sparse layers, per padded rank token
+    moe_exchange_fixed_s: float = 0.0  # their latencies, per step
 
     @property
     def ridge_tokens(self) -> float:
@@ -219,17 +223,23 @@ class Roofline:
         fixed = self.allreduce_small_fixed_s if tokens < self.allreduce_split_tokens else self.allreduce_fixed_s
         return fixed + self.allreduce_s_per_token * tokens
 
-    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+    def breakdown(self, shape: BatchShape, group_tokens: int | None = None) -> dict[str, float]:
         """Seconds of each group of work in a step of ``shape``; ``gpu`` is their sum,
-        ``cpu`` the engine's CPU time, and :meth:`step_time` combines the two."""
+        ``cpu`` the engine's CPU time, and :meth:`step_time` combines the two.
+
+        ``group_tokens``: the step is one rank's of a data-parallel group of
+        :attr:`moe_group` ranks stepping together, the largest of whose batches has that
+        many new tokens (:meth:`group_step_time`)."""
         s = shape
         pt, n = s.prefill_tokens, s.decode_tokens
         t = pt + n
-        tg = graph_size(t) if 0 < t <= self.graph_max else t
+        padded = t if group_tokens is None else group_tokens
+        tg = graph_size(padded) if 0 < padded <= self.graph_max else padded
         rows = s.num_emitting
         out: dict[str, float] = {}
+        touched = expected_experts(self.moe_experts, self.moe_miss, tg * self.moe_group)
         out["gemm"] = self._roof(
-            self.gemm_weight_s + self.moe_expert_weight_s * expected_experts(self.moe_experts, self.moe_miss, tg),
+            self.gemm_weight_s + self.moe_expert_weight_s * touched,
             self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt),
         )
         out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
@@ -268,6 +278,8 @@ class Roofline:
         else:
             out["sampler"] = 0.0
         out["allreduce"] = self.allreduce(tg)
+        if self.moe_group > 1:
+            out["moe_exchange"] = self.moe_exchange_fixed_s + self.moe_exchange_s_per_token * tg if tg else 0.0
         out["gpu"] = sum(out.values())
         out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * rows
         out["frontend"] = self.stage_step_s + self.stage_seq_s * rows
@@ -280,6 +292,30 @@ class Roofline:
         both do). Groups left out keep a multiplier of 1."""
         changes = {name: getattr(self, name) * m for group, m in multipliers.items() for name in GROUP_FIELDS[group]}
         return replace(self, **changes) if changes else self
+
+    def group_step_time(self, shape: BatchShape, group_tokens: int) -> float:
+        """Seconds one rank of a data-parallel group of a mixture of experts takes for its
+        batch ``shape`` (empty: a dummy step) when the largest batch of the group has
+        ``group_tokens`` new tokens.
+
+        vLLM pads every rank's batch to the group's largest (``coordinate_batch_across_dp``,
+        ``vllm/v1/worker/dp_utils.py``), so each rank's GEMMs, element-wise kernels and
+        collectives run on that many (graph-padded) rows; the rank's own sequences set its
+        attention, LM head and sampler. Each MoE layer gathers the group's tokens
+        (:attr:`moe_group` × the padded rows), and the rank reads those of its share of the
+        experts that they touch (:func:`expected_experts` over the group's tokens, at the
+        shard's bytes: :attr:`moe_expert_weight_s` is already divided over the ranks), and
+        exchanges tokens with the other ranks (:func:`des.catalog.interconnect.moe_exchange_bytes`).
+        The group's step lasts as long as its slowest rank's (:mod:`des.engine.lockstep`).
+        """
+        b = self.breakdown(shape, group_tokens)
+        return self._combine(b["gpu"], b["cpu"], b["frontend"])
+
+    def _combine(self, gpu: float, cpu: float, stage: float) -> float:
+        """A step's seconds from its GPU time, the engine core's CPU time (overlapped under
+        async scheduling, added otherwise) and the front-end stage it may not be shorter than."""
+        step = (gpu if gpu > cpu else cpu) if self.overlap_cpu else gpu + cpu
+        return step if step > stage else stage
 
     def step_time(self, shape: BatchShape) -> float:
         s = shape
@@ -368,7 +404,10 @@ GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
         "el_fixed_s", "el_s_per_token", "el_spill_s_per_byte", "samp_fixed_s", "samp_s_per_row",
         "samp_spill_s_per_byte",
     ),
-    "communication": ("allreduce_s_per_token", "allreduce_fixed_s", "allreduce_small_fixed_s"),
+    "communication": (
+        "allreduce_s_per_token", "allreduce_fixed_s", "allreduce_small_fixed_s", "moe_exchange_s_per_token",
+        "moe_exchange_fixed_s",
+    ),
     "cpu": ("cpu_step_s", "cpu_seq_s", "cpu_emit_s", "stage_step_s", "stage_seq_s"),
 }  # fmt: skip
 
@@ -387,10 +426,16 @@ def build_roofline(
     engine: Engine | None = None,
     frontend: FrontendSpec | None = None,
     multipliers: Mapping[UncertaintyGroup, float] | None = None,
+    moe_group: int = 1,
+    all2all: str = "allgather_reducescatter",
 ) -> Roofline:
     """The roofline of ``model`` on ``tp`` × ``gpu`` with ``precision`` under ``engine``'s
     settings, behind ``frontend`` (None: the engine core's CPU time alone); ``multipliers``
-    scale each group's times (a draw of the model's error, :mod:`des.cost.uncertainty`)."""
+    scale each group's times (a draw of the model's error, :mod:`des.cost.uncertainty`).
+
+    ``moe_group``: the data-parallel ranks a mixture of experts' routed experts are spread
+    over and whose tokens meet in every MoE layer (1: none), exchanged by the ``all2all``
+    backend (:func:`des.catalog.interconnect.moe_exchange_bytes`)."""
     precision = precision or Precision()
     engine = engine or Engine()
     e = efficiency or gpu.efficiency
@@ -430,10 +475,17 @@ def build_roofline(
         if limit and link.custom_latency is not None:
             ar_small = 2 * L * link.custom_latency
             ar_split = limit / (h * ACT_BYTES)
+    group = moe_group if model.is_moe and moe_group > 1 else 1
+    ex_per_token = ex_fixed = 0.0
+    if group > 1:  # dispatch and combine in every sparse layer, each at NCCL's cost among the ranks
+        cost = gpu.link.nccl_cost(group)
+        per_token = moe_exchange_bytes(all2all, 1, group, h, model.num_experts_per_tok or 0, ACT_BYTES)
+        ex_per_token = 2 * model.num_moe_layers * per_token / cost.bus_bandwidth
+        ex_fixed = 2 * model.num_moe_layers * cost.latency
     roofline = Roofline(
         layers=L,
         gemm_weight_s=(p_read if model.is_moe else p_lin) * w_byte,
-        moe_expert_weight_s=model.num_moe_layers * model.expert_params * w_byte,
+        moe_expert_weight_s=model.num_moe_layers * model.expert_params * w_byte / group,
         moe_experts=model.num_experts or 0,
         moe_miss=1.0 - (model.num_experts_per_tok or 0) / (model.num_experts or 1),
         gemm_s_per_prefill_token=2 * p_lin / (peak * e.gemm_compute) / tp,
@@ -474,6 +526,9 @@ def build_roofline(
         stage_seq_s=fe.stage_seq_s if fe else 0.0,
         overlap_cpu=engine.async_scheduling,
         graph_max=engine.graph_max,
+        moe_group=group,
+        moe_exchange_s_per_token=ex_per_token,
+        moe_exchange_fixed_s=ex_fixed,
     )
     return roofline.scaled(multipliers) if multipliers else roofline
 
@@ -507,5 +562,6 @@ class RooflineConfig(Strict):
 
     def build(self, ctx: CostContext) -> Roofline:
         return build_roofline(
-            ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.frontend, ctx.multipliers
-        )
+            ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.frontend, ctx.multipliers,
+            ctx.moe_group, ctx.all2all,
+        )  # fmt: skip

@@ -54,10 +54,14 @@ class StepWork:
         return self.weight_bytes + head + self.kv_bytes_per_token * (s.prefill_context + s.decode_context + t)
 
 
-def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1) -> StepWork:
-    """The work coefficients of ``model`` at ``precision`` on ``tp`` x ``gpu``."""
+def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1, expert_shards: int = 1) -> StepWork:
+    """The work coefficients of ``model`` at ``precision`` on ``tp`` x ``gpu``, its routed
+    experts spread over ``expert_shards`` data-parallel ranks (1: all on this one)."""
     L = model.num_layers
-    p_lin = model.linear_params  # every expert of a mixture of experts: weight bytes at most
+    p_lin: float = model.linear_params  # every expert of a mixture of experts: weight bytes at most
+    if expert_shards > 1:  # this rank's share of the experts
+        experts = model.num_moe_layers * (model.num_experts or 0) * model.expert_params
+        p_lin -= experts - experts / expert_shards
     return StepWork(
         flops_per_token=2.0 * model.active_linear_params,
         flops_per_pair=4.0 * L * model.q_dim,

@@ -10,7 +10,7 @@ Every scheduler kind registered in :data:`des.engine.schedulers.SCHEDULERS` is a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from des.catalog.memory import GraphCapture, MemoryPlan, Precision, plan_memory
 from des.catalog.specs import GPUSpec, ModelSpec
@@ -19,6 +19,30 @@ from des.engine.policy import PolicyConfig, Role
 #: The most instances a pool may have: each is a SimPy process with its own KV cache and
 #: scheduler (10,000 build in about 2 s and 100 MB; 1e29 would never be built).
 MAX_INSTANCES = 10_000
+
+#: How a mixture of experts' MoE layers exchange tokens between data-parallel ranks
+#: (vLLM's ``all2all_backend``, ``vllm/config/parallel.py``): ``allgather_reducescatter``
+#: (vLLM's default: every rank gathers the group's tokens, computes its experts' share, and
+#: reduce-scatters the outputs back) or ``all_to_all`` (DeepEP / pplx-style dispatch and
+#: combine: each token goes to the ranks of its ``top-k`` experts only).
+All2AllBackend = Literal["allgather_reducescatter", "all_to_all"]
+ALL2ALL_BACKENDS: tuple[str, ...] = get_args(All2AllBackend)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How each engine of a pool is split, as vLLM names it: ``dp`` data-parallel ranks
+    (``data_parallel_size``) of ``tp`` GPUs each, ``expert_parallel``
+    (``enable_expert_parallel``) and the MoE layers' token exchange ``all2all``."""
+
+    dp: int = 1
+    expert_parallel: bool = False
+    all2all: All2AllBackend = "allgather_reducescatter"
+
+    def moe_group(self, model: ModelSpec) -> int:
+        """Data-parallel ranks that step together through MoE layers and share the experts:
+        ``dp`` for a mixture of experts, 1 for a dense model (whose ranks step on their own)."""
+        return self.dp if model.is_moe and self.dp > 1 else 1
 
 
 @dataclass(frozen=True)
@@ -33,12 +57,14 @@ class PlanContext:
     tp: int = 1
     router: str = "round_robin"
     graphs: GraphCapture = GraphCapture()
+    parallel: Parallelism = Parallelism()
 
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """``instances`` instances of ``tp`` x ``gpu`` playing ``role`` with batching ``policy``,
-    capturing the CUDA graphs ``graphs``."""
+    """``instances`` servers of ``parallel.dp`` data-parallel engines (ranks) of ``tp`` x
+    ``gpu`` each, playing ``role`` with batching ``policy``, capturing the CUDA graphs
+    ``graphs``; ``router`` picks a server, vLLM's data-parallel balancing a rank within it."""
 
     role: Role
     instances: int
@@ -47,6 +73,16 @@ class PoolPlan:
     tp: int
     router: str
     graphs: GraphCapture = GraphCapture()
+    parallel: Parallelism = Parallelism()
+
+    @property
+    def dp(self) -> int:
+        return self.parallel.dp
+
+    @property
+    def engines(self) -> int:
+        """Engines (each with its own scheduler and KV cache) the pool runs: servers × ranks."""
+        return self.instances * self.parallel.dp
 
     def memory(self, model: ModelSpec, precision: Precision) -> MemoryPlan:
         """The KV cache of one instance; raises ScenarioError if the model does not fit."""
@@ -62,11 +98,12 @@ class PoolPlan:
             tp=self.tp,
             num_blocks_override=p.num_gpu_blocks_override,
             graphs=self.graphs,
+            expert_shards=self.parallel.moe_group(model),
         )
 
     @property
     def num_gpus(self) -> int:
-        return self.instances * self.tp
+        return self.engines * self.tp
 
 
 @dataclass(frozen=True)
@@ -110,4 +147,4 @@ class SchedulerKind(Protocol):
 
 def colocated(policy: PolicyConfig, ctx: PlanContext) -> Plan:
     """One pool of ``ctx.replicas`` identical instances serving whole requests with ``policy``."""
-    return Plan((PoolPlan("colocated", ctx.replicas, policy, ctx.gpu, ctx.tp, ctx.router, ctx.graphs),))
+    return Plan((PoolPlan("colocated", ctx.replicas, policy, ctx.gpu, ctx.tp, ctx.router, ctx.graphs, ctx.parallel),))

@@ -22,11 +22,12 @@ from des.cost.work import StepWork, step_work
 from des.engine.instance import BuildContext, Instance
 from des.engine.kvcache import BlockManager
 from des.engine.link import KVLink
+from des.engine.lockstep import LockstepGroup
 from des.engine.plan import Plan, PoolPlan
 from des.engine.policy import Role
 from des.engine.prefix_cache import PrefixCache
 from des.engine.request import Request
-from des.engine.router import ROUTERS, Router
+from des.engine.router import ROUTERS, DataParallelBalance, Router
 
 
 class Stage(Protocol):
@@ -50,8 +51,30 @@ class PoolFacts:
     kv_capacity_tokens: int
 
 
+class Server:
+    """The data-parallel ranks of one server, seen from the pool's router as one: its load is
+    the sum of its ranks'."""
+
+    def __init__(self, ranks: list[Instance]):
+        self.ranks = ranks
+
+    @property
+    def outstanding(self) -> int:
+        return sum(r.outstanding for r in self.ranks)
+
+    @property
+    def free_blocks(self) -> int:
+        return sum(r.free_blocks for r in self.ranks)
+
+    @property
+    def running(self) -> int:
+        return sum(r.running for r in self.ranks)
+
+
 class Pool:
-    """Instances of one role behind a router."""
+    """Instances of one role behind a router; with data parallelism, servers of ``dp`` ranks
+    each behind the router, and vLLM's balancing over the ranks of a server
+    (:class:`~des.engine.router.DataParallelBalance`)."""
 
     def __init__(
         self, role: Role, instances: list[Instance], router: Router, plan: PoolPlan, memory: MemoryPlan, work: StepWork
@@ -62,10 +85,18 @@ class Pool:
         self.router = router
         self.plan = plan
         self.memory = memory
+        dp = plan.parallel.dp
+        self.servers = [Server(instances[i : i + dp]) for i in range(0, len(instances), dp)] if dp > 1 else []
+        self.balance = DataParallelBalance()
 
     def pick(self) -> Instance:
-        """The instance the router sends the next request to."""
-        return self.instances[self.router.pick(self.instances)]
+        """The instance the router sends the next request to (through vLLM's balancing over
+        the ranks of the server it picks, with data parallelism)."""
+        if not self.servers:
+            return self.instances[self.router.pick(self.instances)]
+        servers = self.servers
+        server = servers[self.router.pick(servers)] if len(servers) > 1 else servers[0]
+        return server.ranks[self.balance.pick(server.ranks)]
 
     def admit(self, req: Request, delay: float = 0.0) -> None:
         """Route ``req`` to an instance now; its scheduler sees it ``delay`` seconds later."""
@@ -146,16 +177,21 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
     for pool_plan, rng in zip(plan.pools, routers[: len(plan.pools)], strict=True):
         memory = pool_plan.memory(model, precision)
         multipliers = ctx.draws.for_gpu(pool_plan.gpu) if ctx.draws is not None else None
+        par = pool_plan.parallel
+        group = par.moe_group(model)  # ranks stepping together (1: each on its own)
         cost_model = ctx.cost.build(
-            CostContext(pool_plan.gpu, model, precision, pool_plan.tp, ctx.frontend, multipliers)
+            CostContext(pool_plan.gpu, model, precision, pool_plan.tp, ctx.frontend, multipliers, group, par.all2all)
         )
-        work = step_work(pool_plan.gpu, model, precision, pool_plan.tp)
+        work = step_work(pool_plan.gpu, model, precision, pool_plan.tp, group)
         instances = []
-        for _ in range(pool_plan.instances):
+        for _ in range(pool_plan.engines):
             manager = PrefixCache if pool_plan.policy.prefix_caching else BlockManager
             kv = manager(memory.num_blocks, memory.block_size, ctx.env)
             sched = pool_plan.policy.build(kv, model.max_model_len, pool_plan.role)
-            instances.append(Instance(ctx, index, pool_plan.role, sched, kv, cost_model, work))
+            instances.append(Instance(ctx, index, pool_plan.role, sched, kv, cost_model, work, group == 1))
             index += 1
+        if group > 1:
+            for i in range(0, len(instances), group):
+                LockstepGroup(ctx.env, instances[i : i + group], cost_model, ctx.cost.async_scheduling)
         pools.append(Pool(pool_plan.role, instances, ROUTERS.get(pool_plan.router)(rng), pool_plan, memory, work))
     return pools
