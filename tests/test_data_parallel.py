@@ -23,7 +23,7 @@ from des import catalog
 from des.catalog.interconnect import moe_exchange_bytes
 from des.catalog.memory import Precision, expert_bytes
 from des.cost.base import BatchShape
-from des.cost.roofline import ACT_BYTES, build_roofline
+from des.cost.roofline import ACT_BYTES, RooflineConfig, build_roofline
 from des.engine.router import ROUTERS
 from tests.helpers import des_cli
 
@@ -113,14 +113,9 @@ def test_lockstep_timeline_with_an_idle_rank() -> None:
     steps = res.steps.sort_values(["start", "instance"]).reset_index(drop=True)
     req = res.requests.iloc[0]
     assert req["status"] == "completed" and req["instance"] == 0
-    r = build_roofline(
-        sc.gpu,
-        sc.model,
-        sc.precision,
-        engine=sc.cost_model.engine,
-        frontend=sc.frontend,
-        moe_group=2,  # type: ignore[union-attr]
-    )
+    cost = sc.cost_model
+    assert isinstance(cost, RooflineConfig)
+    r = build_roofline(sc.gpu, sc.model, sc.precision, engine=cost.engine, frontend=sc.frontend, moe_group=2)
     prefill = BatchShape()
     prefill.add_chunk(0, prompt, True)
     shapes = [prefill, BatchShape.decodes(1, prompt), BatchShape.decodes(1, prompt + 1)]
