@@ -89,7 +89,8 @@ class ClusterConfig(Strict):
     of ``tp`` GPUs, as vLLM names them: ``tp`` tensor_parallel_size, ``dp``
     data_parallel_size, ``expert_parallel`` enable_expert_parallel, ``all2all_backend`` the
     MoE layers' token exchange between ranks (vLLM's default ``allgather_reducescatter``, or
-    ``all_to_all`` for DeepEP-style dispatch).
+    ``all_to_all`` for DeepEP-style dispatch), ``pp`` pipeline_parallel_size (each rank's
+    layers split in ``pp`` stages of ``tp`` GPUs: :mod:`des.engine.pipeline`).
 
     A server's ranks each run their own scheduler behind vLLM's data-parallel balancing
     (router ``vllm_dp``, :mod:`des.engine.router`); the ranks of a mixture of experts step
@@ -102,10 +103,11 @@ class ClusterConfig(Strict):
     dp: PositiveInt = Field(1, le=MAX_INSTANCES)
     expert_parallel: bool = False
     all2all_backend: All2AllBackend = "allgather_reducescatter"
+    pp: PositiveInt = Field(1, le=1024)
 
     @property
     def parallel(self) -> Parallelism:
-        return Parallelism(self.dp, self.expert_parallel, self.all2all_backend)
+        return Parallelism(self.dp, self.expert_parallel, self.all2all_backend, self.pp)
 
 
 class Scenario(Strict):
@@ -247,6 +249,7 @@ class Scenario(Strict):
         problems: list[tuple[str, str]] = []
         model = self.model
         problems += _parallel_problems(self.cluster, model)
+        problems += _pipeline_problems(self)
         if problems:
             raise ScenarioError(problems)
         for pool in self.plan().pools:
@@ -564,6 +567,36 @@ def _parallel_problems(c: ClusterConfig, model: ModelSpec) -> list[tuple[str, st
     return []
 
 
+def _pipeline_problems(sc: Scenario) -> list[tuple[str, str]]:
+    """Pipeline splits des cannot run: more stages than layers (vLLM would leave a stage
+    without layers), or with a scheduler, cost model or data-parallel MoE group whose
+    pipelined steps des does not model."""
+    c, model = sc.cluster, sc.model
+    if c.pp == 1:
+        return []
+    if c.pp > model.num_layers:
+        return [("cluster.pp", f"{c.pp} stages are more than the {model.num_layers} layers of {model.name}")]
+    if not isinstance(sc.scheduler, ContinuousConfig):
+        return [
+            (
+                "cluster.pp",
+                f"pipeline parallelism is modelled for the continuous scheduler only, not {sc.scheduler.kind}",
+            )
+        ]
+    if not isinstance(sc.cost_model, RooflineConfig):
+        return [
+            (
+                "cluster.pp",
+                f"pipeline stages need the roofline cost model, which knows the layers (not {sc.cost_model.kind})",
+            )
+        ]
+    if c.parallel.moe_group(model) > 1:
+        return [
+            ("cluster.pp", "pipeline stages of data-parallel MoE ranks stepping together are not modelled (set pp: 1)")
+        ]
+    return []
+
+
 def _what_fits(pool: PoolPlan, model: ModelSpec, precision: Precision, path: Callable[[str, str], str]) -> str:
     """``; it fits with ...``: the smallest tensor-parallel degree vLLM accepts that makes
     ``model`` fit the pool's GPUs, and the lightest weight format that does on as many."""
@@ -578,6 +611,26 @@ def _what_fits(pool: PoolPlan, model: ModelSpec, precision: Precision, path: Cal
             continue
         hints.append(f"{path('tp', 'cluster.tp')}: {tp} ({tp} x {pool.gpu.name})")
         break
+    par = pool.parallel
+    for pp in (2, 4, 8):  # stages split the weights on GPUs that need not share heads
+        if pool.role != "colocated" or pp <= par.pp or pp > model.num_layers:
+            continue
+        try:
+            replace(pool, parallel=replace(par, pp=pp)).memory(model, precision)
+        except ScenarioError:
+            continue
+        hints.append(f"cluster.pp: {pp} ({pp * pool.tp} x {pool.gpu.name})")
+        break
+    if model.is_moe and pool.role == "colocated":  # data parallelism spreads the experts
+        for dp in (2, 4, 8):
+            if dp <= par.dp or (model.num_experts or 0) % (dp * pool.tp):
+                continue
+            try:
+                replace(pool, parallel=replace(par, dp=dp, expert_parallel=True)).memory(model, precision)
+            except ScenarioError:
+                continue
+            hints.append(f"cluster.dp: {dp} and cluster.expert_parallel: true ({dp * pool.tp} x {pool.gpu.name})")
+            break
     for weights in ("fp8", "int4-awq"):
         lighter = precision.model_copy(update={"weights": weights})
         if lighter.weight_bytes_per_param >= precision.weight_bytes_per_param:

@@ -159,6 +159,18 @@ GRAPH_OVERHEAD_BYTES = 1 << 20
 DEFAULT_CAPTURE = 512
 
 
+def pp_layers(num_layers: int, pp: int) -> list[int]:
+    """Layers of each of ``pp`` pipeline stages, as vLLM splits them
+    (``vllm/distributed/utils.py: get_pp_indices``, without ``VLLM_PP_LAYER_PARTITION``):
+    ``num_layers // pp`` each, and the remainder one each to the stages before the last,
+    from the second-to-last backwards (the last stage also runs the LM head)."""
+    base, extra = divmod(num_layers, pp)
+    parts = [base] * pp
+    for i in range(2, extra + 2):
+        parts[-i] += 1
+    return parts
+
+
 def kv_bytes_per_token(model: ModelSpec, precision: Precision, tp: int = 1) -> int:
     """Bytes one token's K and V take over the ``tp`` GPUs of an instance.
 
@@ -293,6 +305,8 @@ class MemoryPlan:
     block_size: int
     num_blocks: int
     fitting_blocks: int  # the blocks the memory left holds (num_blocks differs when overridden)
+    pp: int = 1  # pipeline stages: the sizes are summed over their tp × pp GPUs
+    stage_weights: tuple[int, ...] = ()  # weights of each stage's tp GPUs (pipeline parallelism)
 
     @property
     def activations(self) -> int:
@@ -327,6 +341,7 @@ def plan_memory(
     num_blocks_override: int | None = None,
     graphs: GraphCapture | None = None,
     expert_shards: int = 1,
+    pp: int = 1,
 ) -> MemoryPlan:
     """KV-cache capacity of one instance of ``tp`` GPUs; raises if nothing is left for KV.
 
@@ -335,7 +350,13 @@ def plan_memory(
     ``graphs``: the CUDA graphs captured (default: vLLM 0.19's, pool not charged).
     ``expert_shards``: the data-parallel ranks a mixture of experts' routed experts are
     spread over (:func:`rank_weight_bytes`; 1: every rank holds them all).
+    ``pp``: pipeline stages (:func:`_plan_stages`).
     """
+    if pp > 1:
+        return _plan_stages(
+            gpu, model, precision or Precision(), gpu_memory_utilization, block_size, max_num_batched_tokens,
+            max_num_seqs, tp, num_blocks_override, graphs or GraphCapture(), expert_shards, pp,
+        )  # fmt: skip
     precision = precision or Precision()
     graphs = graphs or GraphCapture()
     budget = math.ceil(gpu.memory_bytes * gpu_memory_utilization) * tp
@@ -369,7 +390,74 @@ def plan_memory(
     )  # fmt: skip
 
 
+def _plan_stages(
+    gpu: GPUSpec,
+    model: ModelSpec,
+    precision: Precision,
+    utilization: float,
+    block_size: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    tp: int,
+    num_blocks_override: int | None,
+    graphs: GraphCapture,
+    expert_shards: int,
+    pp: int,
+) -> MemoryPlan:
+    """The KV cache of an engine split in ``pp`` pipeline stages of ``tp`` GPUs each.
+
+    Stage ``s`` holds its layers' share (:func:`pp_layers`) of the layers' weights and KV;
+    the first also the embedding, the last the final norm and the LM head (a tied LM head is
+    loaded there as a copy of the embedding). Every stage runs the forward over the profile's
+    tokens; only the last samples. vLLM sizes one KV cache for every worker from the smallest
+    memory any reports (``vllm/v1/engine/core.py: _initialize_kv_caches`` takes the minimum
+    of the workers' available memory), so the engine holds as many blocks as its tightest
+    stage. Sizes in the plan are summed over all ``tp × pp`` GPUs.
+    """
+    layers = pp_layers(model.num_layers, pp)
+    whole = rank_weight_bytes(model, precision, expert_shards)
+    embed = model.embedding_params * ACT_BYTES
+    head = model.lm_head_params * ACT_BYTES
+    head_in_whole = 0 if model.tie_word_embeddings else head
+    body = whole - embed - head_in_whole - model.hidden_size * ACT_BYTES
+    per_gpu_budget = math.ceil(gpu.memory_bytes * utilization)
+    budget = per_gpu_budget * tp
+    rope = rope_cache_bytes(model) * tp
+    forward, sampler = profile_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp, gpu.sm_count)
+    reserve = gpu.runtime_reserve_bytes * tp
+    pool = graph_pool_bytes(model, graphs, max_num_batched_tokens, max_num_seqs, tp) * tp
+    kv_layer = kv_bytes_per_token(model, precision, tp) // model.num_layers  # one layer, the stage's GPUs
+    stage_weights, fitting = [], []
+    for s, n in enumerate(layers):
+        weights = body * n // model.num_layers + (embed if s == 0 else 0)
+        if s == pp - 1:
+            weights += head + model.hidden_size * ACT_BYTES
+        acts = (max(forward, sampler) if s == pp - 1 else forward) * tp
+        left = budget - weights - rope - acts - reserve - (pool if graphs.charged else 0)
+        stage_weights.append(weights)
+        fitting.append(left // (kv_layer * n * block_size) if left > 0 else 0)
+    blocks = min(fitting)
+    if blocks < 1:
+        gib = 1 << 30
+        worst = fitting.index(blocks)
+        raise ScenarioError(
+            (
+                "model",
+                f"{model.name} does not fit on {pp} stages of {tp} x {gpu.name}: stage {worst} holds weights "
+                f"{stage_weights[worst] / gib:.2f} GiB and leaves no room for a KV block in its "
+                f"{budget / gib:.2f} GiB budget (gpu_memory_utilization {utilization})",
+            )
+        )
+    return MemoryPlan(
+        tp, budget * pp, sum(stage_weights), rope * pp, forward * tp * pp, sampler * tp, reserve * pp, pool * pp,
+        graphs.charged, kv_layer * model.num_layers, block_size,
+        int(num_blocks_override if num_blocks_override is not None else blocks), int(blocks), pp,
+        tuple(stage_weights),
+    )  # fmt: skip
+
+
 __all__ = [
+    "pp_layers",
     "Precision",
     "GraphCapture",
     "MemoryPlan",

@@ -293,6 +293,20 @@ class Roofline:
         changes = {name: getattr(self, name) * m for group, m in multipliers.items() for name in GROUP_FIELDS[group]}
         return replace(self, **changes) if changes else self
 
+    def stage(self, first: bool, last: bool) -> Roofline:
+        """This roofline (built for one pipeline stage's layers) as that stage runs it: the
+        LM head, sampler and front-end stage on the last stage only, the engine core's CPU
+        time (scheduling the batch) before the first only (:mod:`des.engine.pipeline`)."""
+        changes: dict[str, float] = {}
+        if not last:
+            changes |= dict.fromkeys(
+                ("head_weight_s", "head_s_per_row", "samp_fixed_s", "samp_s_per_row", "samp_spill_s_per_byte",
+                 "stage_step_s", "stage_seq_s"), 0.0,
+            )  # fmt: skip
+        if not first:
+            changes |= dict.fromkeys(("cpu_step_s", "cpu_seq_s", "cpu_emit_s"), 0.0)
+        return replace(self, **changes) if changes else self
+
     def group_step_time(self, shape: BatchShape, group_tokens: int) -> float:
         """Seconds one rank of a data-parallel group of a mixture of experts takes for its
         batch ``shape`` (empty: a dummy step) when the largest batch of the group has

@@ -33,11 +33,13 @@ ALL2ALL_BACKENDS: tuple[str, ...] = get_args(All2AllBackend)
 class Parallelism:
     """How each engine of a pool is split, as vLLM names it: ``dp`` data-parallel ranks
     (``data_parallel_size``) of ``tp`` GPUs each, ``expert_parallel``
-    (``enable_expert_parallel``) and the MoE layers' token exchange ``all2all``."""
+    (``enable_expert_parallel``), the MoE layers' token exchange ``all2all``, and ``pp``
+    pipeline stages (``pipeline_parallel_size``) per rank."""
 
     dp: int = 1
     expert_parallel: bool = False
     all2all: All2AllBackend = "allgather_reducescatter"
+    pp: int = 1
 
     def moe_group(self, model: ModelSpec) -> int:
         """Data-parallel ranks that step together through MoE layers and share the experts:
@@ -99,11 +101,12 @@ class PoolPlan:
             num_blocks_override=p.num_gpu_blocks_override,
             graphs=self.graphs,
             expert_shards=self.parallel.moe_group(model),
+            pp=self.parallel.pp,
         )
 
     @property
     def num_gpus(self) -> int:
-        return self.engines * self.tp
+        return self.engines * self.tp * self.parallel.pp
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from des.catalog.memory import MemoryPlan
-from des.cost.base import CostContext
+from des.cost.base import CostContext, CostModel
 from des.cost.work import StepWork, step_work
 from des.engine.instance import BuildContext, Instance
 from des.engine.kvcache import BlockManager
 from des.engine.link import KVLink
 from des.engine.lockstep import LockstepGroup
+from des.engine.pipeline import Pipelined, PipelineInstance, send_cost, stage_costs
 from des.engine.plan import Plan, PoolPlan
 from des.engine.policy import Role
 from des.engine.prefix_cache import PrefixCache
@@ -169,6 +170,23 @@ def build_topology(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Ge
     return Topology(pools, links)
 
 
+def _pipelined(
+    ctx: BuildContext, index: int, plan: PoolPlan, kv: BlockManager, cost: CostModel, work: StepWork
+) -> Instance:
+    """An engine of ``plan.parallel.pp`` pipeline stages (:mod:`des.engine.pipeline`): one
+    scheduler per batch in flight, each with ``max_num_seqs / pp`` sequences."""
+    pp, model = plan.parallel.pp, ctx.model
+    policy: Any = plan.policy
+    part = policy.model_copy(update={"max_num_seqs": max(1, policy.max_num_seqs // pp)})
+    subs = [part.build(kv, model.max_model_len, plan.role) for _ in range(pp)]
+    cctx = CostContext(plan.gpu, model, ctx.precision, plan.tp, ctx.frontend,
+                       ctx.draws.for_gpu(plan.gpu) if ctx.draws is not None else None)  # fmt: skip
+    return PipelineInstance(
+        ctx, index, plan.role, Pipelined(subs), kv, cost, work,
+        stages=stage_costs(ctx.cost, cctx, pp), send=send_cost(cctx),
+    )  # fmt: skip
+
+
 def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Generator]) -> list[Pool]:
     """The pools of ``plan``: instances numbered in pool order, router ``i`` drawing from ``routers[i]``."""
     model, precision = ctx.model, ctx.precision
@@ -187,8 +205,11 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
         for _ in range(pool_plan.engines):
             manager = PrefixCache if pool_plan.policy.prefix_caching else BlockManager
             kv = manager(memory.num_blocks, memory.block_size, ctx.env)
-            sched = pool_plan.policy.build(kv, model.max_model_len, pool_plan.role)
-            instances.append(Instance(ctx, index, pool_plan.role, sched, kv, cost_model, work, group == 1))
+            if par.pp > 1:
+                instances.append(_pipelined(ctx, index, pool_plan, kv, cost_model, work))
+            else:
+                sched = pool_plan.policy.build(kv, model.max_model_len, pool_plan.role)
+                instances.append(Instance(ctx, index, pool_plan.role, sched, kv, cost_model, work, group == 1))
             index += 1
         if group > 1:
             for i in range(0, len(instances), group):
