@@ -64,7 +64,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -297,7 +297,7 @@ class Roofline:
         """This roofline (built for one pipeline stage's layers) as that stage runs it: the
         LM head, sampler and front-end stage on the last stage only, the engine core's CPU
         time (scheduling the batch) before the first only (:mod:`des.engine.pipeline`)."""
-        changes: dict[str, float] = {}
+        changes: dict[str, Any] = {}
         if not last:
             changes |= dict.fromkeys(
                 ("head_weight_s", "head_s_per_row", "samp_fixed_s", "samp_s_per_row", "samp_spill_s_per_byte",
