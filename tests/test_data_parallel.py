@@ -208,3 +208,33 @@ def test_bad_splits_are_one_line_exit_2(sets: list[str], field: str, words: str)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr
     assert lines[0].startswith(f"error: {field}: ") and words in lines[0]
+
+
+def test_lockstep_timeline_by_hand(tmp_path: Any) -> None:
+    """Two ranks, step time ``1 + 0.01 s`` per prefill token (a dummy step: 1 s). A (prompt 100,
+    3 tokens) arrives at 0 and goes to rank 0; B (prompt 200, 1 token) arrives at 0.5 and goes
+    to rank 1 (rank 0 runs A: score 1 against 0). Steps: [0, 2] A's prefill beside a dummy;
+    [2, 5] A's decode beside B's prefill (3 s, the slower); [5, 6] A's last decode beside a
+    dummy."""
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_time,prompt_tokens,output_tokens\n0,100,3\n0.5,200,1\n")
+    data = moe_scenario(dp=2, expert_parallel=True)
+    data["horizon"] = {}
+    data["warmup"] = 0
+    data["workload"] = {"arrival": {"process": "trace", "path": str(path)}}
+    data["cost_model"] = {"kind": "linear", "base": 1.0, "per_prefill_token": 0.01}
+    res = des.simulate(des.load_scenario(data))
+    steps = res.steps.sort_values(["instance", "start"])
+    rows = [tuple(r) for r in steps[["instance", "start", "duration", "batch_size"]].itertuples(index=False)]
+    assert rows == [
+        (0, 0.0, 2.0, 1),
+        (0, 2.0, 3.0, 1),
+        (0, 5.0, 1.0, 1),
+        (1, 0.0, 2.0, 0),
+        (1, 2.0, 3.0, 1),
+        (1, 5.0, 1.0, 0),
+    ]
+    req = res.requests.set_index("request_id")
+    assert list(req["instance"]) == [0, 1]
+    assert list(req["first_token_time"]) == [2.0, 5.0]
+    assert list(req["finish_time"]) == [6.0, 5.0]
