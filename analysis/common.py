@@ -127,13 +127,14 @@ class Sweep:
 
 
 def num_gpus(scenario: dict) -> int:
-    """GPUs of a resolved scenario (a run folder's scenario.yaml): ``replicas x tp`` when
-    colocated, the instances of both pools times their ``tp`` when disaggregated (as
+    """GPUs of a resolved scenario (a run folder's scenario.yaml): ``replicas x dp x pp x tp``
+    when colocated, the instances of both pools times their ``tp`` when disaggregated (as
     :attr:`des.engine.plan.Plan.num_gpus` counts them, without validating the scenario)."""
     sched, tp = scenario["scheduler"], int(scenario["cluster"].get("tp") or 1)
     if sched.get("kind") == "disaggregated":
         return sum(int(sched[r].get("instances") or 1) * int(sched[r].get("tp") or tp) for r in ("prefill", "decode"))
-    return int(scenario["cluster"].get("replicas") or 1) * tp
+    c = scenario["cluster"]
+    return int(c.get("replicas") or 1) * int(c.get("dp") or 1) * int(c.get("pp") or 1) * tp
 
 
 def config_style(label: str) -> tuple[str, str]:

@@ -214,9 +214,10 @@ def hardware_line(sc: Scenario) -> str:
     """GPUs, model, batching, cost model and serving front-end: ``2 x 1 x rtx4090`` colocated, or the pools."""
     pools = sc.plan().pools
     if len(pools) == 1:
-        gpus = f"{pools[0].instances} x {pools[0].tp} x {pools[0].gpu.name}"
+        p0 = pools[0]
+        gpus = f"{p0.engines} x {p0.tp * p0.parallel.pp} x {p0.gpu.name}"
     else:
-        gpus = " + ".join(f"{p.instances} {p.role} x {p.tp} x {p.gpu.name}" for p in pools)
+        gpus = " + ".join(f"{p.engines} {p.role} x {p.tp} x {p.gpu.name}" for p in pools)
     behind = f", {sc.serving.frontend} front-end" if sc.serving is not None else ""
     spec = getattr(sc.scheduler, "speculative", None)
     batching = f"{sc.scheduler.kind} batching"

@@ -38,7 +38,7 @@ from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml,
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.cost.frontend import FrontendSpec, Serving
 from des.dotted import deep_copy, set_dotted
-from des.engine.plan import MAX_INSTANCES, Plan, PlanContext, PoolPlan
+from des.engine.plan import MAX_INSTANCES, All2AllBackend, Parallelism, Plan, PlanContext, PoolPlan
 from des.engine.router import RouterName
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, DisaggregatedConfig, SchedulerConfig
 from des.engine.schedulers.continuous import ContinuousSettings
@@ -86,11 +86,29 @@ class SLO(Strict):
 
 
 class ClusterConfig(Strict):
-    """``replicas`` identical instances of ``tp`` GPUs each, behind ``router``."""
+    """``replicas`` identical servers behind ``router``, each of ``dp`` data-parallel ranks
+    of ``tp`` GPUs, as vLLM names them: ``tp`` tensor_parallel_size, ``dp``
+    data_parallel_size, ``expert_parallel`` enable_expert_parallel, ``all2all_backend`` the
+    MoE layers' token exchange between ranks (vLLM's default ``allgather_reducescatter``, or
+    ``all_to_all`` for DeepEP-style dispatch), ``pp`` pipeline_parallel_size (each rank's
+    layers split in ``pp`` stages of ``tp`` GPUs: :mod:`des.engine.pipeline`).
+
+    A server's ranks each run their own scheduler behind vLLM's data-parallel balancing
+    (router ``vllm_dp``, :mod:`des.engine.router`); the ranks of a mixture of experts step
+    together through its MoE layers (:mod:`des.engine.lockstep`), a dense model's on their own.
+    """
 
     replicas: PositiveInt = Field(1, le=MAX_INSTANCES)
     router: RouterName = "round_robin"
     tp: PositiveInt = 1
+    dp: PositiveInt = Field(1, le=MAX_INSTANCES)
+    expert_parallel: bool = False
+    all2all_backend: All2AllBackend = "allgather_reducescatter"
+    pp: PositiveInt = Field(1, le=1024)
+
+    @property
+    def parallel(self) -> Parallelism:
+        return Parallelism(self.dp, self.expert_parallel, self.all2all_backend, self.pp)
 
 
 class Scenario(Strict):
@@ -217,6 +235,15 @@ class Scenario(Strict):
         s, c = self.scheduler, self.cluster
         if not isinstance(s, DisaggregatedConfig):
             return self
+        if c.dp != 1:
+            raise ScenarioError(
+                (
+                    "cluster.dp",
+                    f"{c.dp} data-parallel ranks are not supported with a disaggregated scheduler: its pools' "
+                    "instances are already independent engines (set scheduler.prefill.instances and "
+                    "scheduler.decode.instances instead)",
+                )
+            )
         if c.replicas != 1:
             raise ScenarioError(
                 (
@@ -259,6 +286,10 @@ class Scenario(Strict):
         not fit, and more KV blocks than the memory left holds."""
         problems: list[tuple[str, str]] = []
         model = self.model
+        problems += _parallel_problems(self.cluster, model)
+        problems += _pipeline_problems(self)
+        if problems:
+            raise ScenarioError(problems)
         for pool in self.plan().pools:
             refused = unsupported(pool.gpu, self.precision)
             if refused is not None:
@@ -330,7 +361,7 @@ class Scenario(Strict):
         cost = self.cost_model
         graphs = cost.graphs if isinstance(cost, RooflineConfig) else GraphCapture()
         return self.scheduler.plan(
-            PlanContext(self.gpu, self.model, self.precision, c.replicas, c.tp, c.router, graphs)
+            PlanContext(self.gpu, self.model, self.precision, c.replicas, c.tp, c.router, graphs, c.parallel)
         )
 
     def memory_plan(self) -> MemoryPlan:
@@ -574,6 +605,64 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
     return notes
 
 
+def _parallel_problems(c: ClusterConfig, model: ModelSpec) -> list[tuple[str, str]]:
+    """What vLLM refuses in a data- and expert-parallel split (``vllm/config/model.py:
+    _verify_with_expert_parallelism``), and what des asks besides: EP must divide the experts."""
+    if not c.expert_parallel:
+        return []
+    if not model.is_moe:
+        return [(
+            "cluster.expert_parallel",
+            f"{model.name} is a dense model, it has no experts to split (vLLM refuses to start: 'Number of "
+            "experts in the model must be greater than 0 when expert parallelism is enabled')",
+        )]  # fmt: skip
+    ep, experts = c.dp * c.tp, model.num_experts or 0
+    if experts % ep:
+        return [(
+            "cluster.expert_parallel",
+            f"EP size {ep} (dp {c.dp} x tp {c.tp}) does not divide the {experts} experts of {model.name} "
+            "evenly (each rank holds experts / EP of them)",
+        )]  # fmt: skip
+    return []
+
+
+def _pipeline_problems(sc: Scenario) -> list[tuple[str, str]]:
+    """Pipeline splits des cannot run: more stages than layers (vLLM would leave a stage
+    without layers), or with a scheduler, cost model or data-parallel MoE group whose
+    pipelined steps des does not model."""
+    c, model = sc.cluster, sc.model
+    if c.pp == 1:
+        return []
+    if c.pp > model.num_layers:
+        return [("cluster.pp", f"{c.pp} stages are more than the {model.num_layers} layers of {model.name}")]
+    if not isinstance(sc.scheduler, ContinuousConfig):
+        return [
+            (
+                "cluster.pp",
+                f"pipeline parallelism is modelled for the continuous scheduler only, not {sc.scheduler.kind}",
+            )
+        ]
+    if not isinstance(sc.cost_model, RooflineConfig):
+        return [
+            (
+                "cluster.pp",
+                f"pipeline stages need the roofline cost model, which knows the layers (not {sc.cost_model.kind})",
+            )
+        ]
+    if c.parallel.moe_group(model) > 1:
+        return [
+            ("cluster.pp", "pipeline stages of data-parallel MoE ranks stepping together are not modelled (set pp: 1)")
+        ]
+    spec = getattr(sc.scheduler, "speculative", None)
+    if spec is not None and spec.active:
+        return [("cluster.pp", "pipeline stages with speculative decoding are not modelled (set pp: 1)")]
+    if model.window_layers:
+        return [
+            ("cluster.pp", f"pipeline stages of {model.name}'s windowed attention layers are not modelled (set pp: 1)")
+        ]
+    return []
+
+
 def _what_fits(pool: PoolPlan, model: ModelSpec, precision: Precision, path: Callable[[str, str], str]) -> str:
     """``; it fits with ...``: the smallest tensor-parallel degree vLLM accepts that makes
     ``model`` fit the pool's GPUs, and the lightest weight format that does on as many."""
@@ -588,6 +677,26 @@ def _what_fits(pool: PoolPlan, model: ModelSpec, precision: Precision, path: Cal
             continue
         hints.append(f"{path('tp', 'cluster.tp')}: {tp} ({tp} x {pool.gpu.name})")
         break
+    par = pool.parallel
+    for pp in (2, 4, 8):  # stages split the weights on GPUs that need not share heads
+        if pool.role != "colocated" or pp <= par.pp or pp > model.num_layers:
+            continue
+        try:
+            replace(pool, parallel=replace(par, pp=pp)).memory(model, precision)
+        except ScenarioError:
+            continue
+        hints.append(f"cluster.pp: {pp} ({pp * pool.tp} x {pool.gpu.name})")
+        break
+    if model.is_moe and pool.role == "colocated":  # data parallelism spreads the experts
+        for dp in (2, 4, 8):
+            if dp <= par.dp or (model.num_experts or 0) % (dp * pool.tp):
+                continue
+            try:
+                replace(pool, parallel=replace(par, dp=dp, expert_parallel=True)).memory(model, precision)
+            except ScenarioError:
+                continue
+            hints.append(f"cluster.dp: {dp} and cluster.expert_parallel: true ({dp * pool.tp} x {pool.gpu.name})")
+            break
     for weights in ("fp8", "int4-awq"):
         lighter = precision.model_copy(update={"weights": weights})
         if lighter.weight_bytes_per_param >= precision.weight_bytes_per_param:

@@ -92,9 +92,17 @@ def test_a_key_close_to_nothing_gets_no_guess():
 @pytest.mark.parametrize(
     ("model", "fits"),
     [
-        ("qwen2.5-14b", "it fits with cluster.tp: 2 (2 x rtx4090) or with precision.weights: fp8"),
-        ("qwen2.5-32b", "it fits with cluster.tp: 4 (4 x rtx4090) or with precision.weights: int4-awq"),
-        ("qwen2.5-72b", "it fits with cluster.tp: 8 (8 x rtx4090)"),
+        (
+            "qwen2.5-14b",
+            "it fits with cluster.tp: 2 (2 x rtx4090) or with cluster.pp: 2 (2 x rtx4090) or with "
+            "precision.weights: fp8",
+        ),
+        (
+            "qwen2.5-32b",
+            "it fits with cluster.tp: 4 (4 x rtx4090) or with cluster.pp: 4 (4 x rtx4090) or with "
+            "precision.weights: int4-awq",
+        ),
+        ("qwen2.5-72b", "it fits with cluster.tp: 8 (8 x rtx4090) or with cluster.pp: 8 (8 x rtx4090)"),
     ],
 )
 def test_a_model_that_does_not_fit_says_what_would(model, fits):
@@ -104,6 +112,7 @@ def test_a_model_that_does_not_fit_says_what_would(model, fits):
     assert where == "model" and message.endswith(fits)
     tp = int(re.search(r"cluster.tp: (\d+)", fits).group(1))  # type: ignore[union-attr]
     assert des.load_scenario(None, [f"model={model}", f"cluster.tp={tp}"]).plan().pools[0].tp == tp
+    assert des.load_scenario(None, [f"model={model}", f"cluster.pp={tp}"]).plan().num_gpus == tp
     if tp > 2:  # and not with half as many: the smallest degree is named
         with pytest.raises(des.ScenarioError):
             des.load_scenario(None, [f"model={model}", f"cluster.tp={tp // 2}"])

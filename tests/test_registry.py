@@ -83,6 +83,7 @@ def test_router_factories_build_routers_that_pick_an_index():
         def __init__(self, outstanding: int, free_blocks: int):
             self.outstanding = outstanding
             self.free_blocks = free_blocks
+            self.running = 0  # what vllm_dp reads besides (engines report it as vLLM's do)
 
     pool: list[Routable] = [Inst(3, 5), Inst(1, 9), Inst(2, 1)]
     for name in ROUTERS:

@@ -153,6 +153,30 @@ class InterconnectSpec(Strict):
         return "vllm" if nbytes < self.custom_limit(tp) else "nccl"
 
 
+def moe_exchange_bytes(backend: str, tokens: int, ranks: int, hidden: int, top_k: int, act_bytes: int = 2) -> float:
+    """Bytes one rank receives in one direction (dispatch, or combine) of one MoE layer when
+    each of ``ranks`` data-parallel ranks brings ``tokens`` tokens of ``hidden`` activations.
+
+    - ``allgather_reducescatter`` (vLLM's default ``all2all_backend``,
+      ``vllm/config/parallel.py``; ``AgRsAll2AllManager`` in
+      ``vllm/distributed/device_communicators/all2all.py``): dispatch all-gathers every
+      rank's tokens, combine reduce-scatters the outputs: ``tokens × hidden × bytes ×
+      (ranks − 1)`` each way, whatever ``top_k``;
+    - ``all_to_all`` (DeepEP / pplx kernels): each token goes to the ranks holding its
+      ``top_k`` experts, of which ``(ranks − 1) / ranks`` are elsewhere under uniform
+      routing: ``tokens × hidden × top_k × bytes × (ranks − 1) / ranks`` each way.
+
+    In NCCL's bus-bandwidth convention either takes ``bytes / bus_bandwidth`` plus a latency.
+    """
+    if ranks <= 1:
+        return 0.0
+    if backend == "allgather_reducescatter":
+        return float(tokens * hidden * act_bytes * (ranks - 1))
+    if backend == "all_to_all":
+        return tokens * hidden * top_k * act_bytes * (ranks - 1) / ranks
+    raise ValueError(f"unknown all2all backend {backend!r}")
+
+
 def log_sd(*parts: float) -> float:
     """Independent sources of log-error combined: ``sqrt(Σ sd²)``."""
     return math.sqrt(sum(p * p for p in parts))

@@ -151,6 +151,32 @@ def weight_bytes(model: ModelSpec, precision: Precision | None = None) -> int:
     return int(round(linear * precision.weight_bytes_per_param + rest * 2.0))
 
 
+def expert_bytes(model: ModelSpec, precision: Precision | None = None) -> int:
+    """Bytes of every routed expert of every sparse layer (0 for a dense model): the part of
+    :func:`weight_bytes` that data and expert parallelism spread over the ranks."""
+    precision = precision or Precision()
+    params = model.num_moe_layers * (model.num_experts or 0) * model.expert_params
+    return int(round(params * precision.weight_bytes_per_param))
+
+
+def rank_weight_bytes(model: ModelSpec, precision: Precision | None = None, expert_shards: int = 1) -> int:
+    """Bytes of weights one data-parallel rank (all its tensor-parallel GPUs together) holds
+    when the routed experts are spread over ``expert_shards`` ranks.
+
+    vLLM's MoE layers under data parallelism shard the experts over every GPU of the group
+    (``FusedMoEParallelConfig.make`` in ``vllm/model_executor/layers/fused_moe/config.py``):
+    with ``enable_expert_parallel`` each of the ``dp × tp`` GPUs holds ``E / (dp × tp)`` whole
+    experts, without it every GPU holds a ``1 / (dp × tp)`` slice of every expert
+    (``flatten_tp_across_dp``); the bytes per GPU are the same either way. Attention, dense
+    MLPs, routers, shared experts, embeddings and the LM head stay whole on every rank.
+    """
+    whole = weight_bytes(model, precision)
+    if expert_shards <= 1:
+        return whole
+    experts = expert_bytes(model, precision)
+    return whole - experts + -(-experts // expert_shards)
+
+
 #: Bytes of one activation value: vLLM runs bf16/fp16 activations whatever the weights' format.
 ACT_BYTES = 2
 #: Bytes of one logit once the sampler has cast it to fp32.
@@ -165,6 +191,18 @@ GRAPH_OVERHEAD_BYTES = 1 << 20
 #: vLLM's default ``max_cudagraph_capture_size`` (min(2 × max_num_seqs, 512) with its default
 #: 256 sequences).
 DEFAULT_CAPTURE = 512
+
+
+def pp_layers(num_layers: int, pp: int) -> list[int]:
+    """Layers of each of ``pp`` pipeline stages, as vLLM splits them
+    (``vllm/distributed/utils.py: get_pp_indices``, without ``VLLM_PP_LAYER_PARTITION``):
+    ``num_layers // pp`` each, and the remainder one each to the stages before the last,
+    from the second-to-last backwards (the last stage also runs the LM head)."""
+    base, extra = divmod(num_layers, pp)
+    parts = [base] * pp
+    for i in range(2, extra + 2):
+        parts[-i] += 1
+    return parts
 
 
 def kv_bytes_per_token(model: ModelSpec, precision: Precision, tp: int = 1) -> int:
@@ -348,6 +386,8 @@ class MemoryPlan:
     num_blocks: int
     fitting_blocks: int  # the blocks the memory left holds (num_blocks differs when overridden)
     window_kv_bytes: int = 0  # set aside for the windowed layers' KV (with kv_bytes_per_token the full layers')
+    pp: int = 1  # pipeline stages: the sizes are summed over their tp × pp GPUs
+    stage_weights: tuple[int, ...] = ()  # weights of each stage's tp GPUs (pipeline parallelism)
 
     @property
     def activations(self) -> int:
@@ -383,6 +423,8 @@ def plan_memory(
     graphs: GraphCapture | None = None,
     extra_weights: int = 0,
     extra_kv_per_token: int = 0,
+    expert_shards: int = 1,
+    pp: int = 1,
 ) -> MemoryPlan:
     """KV-cache capacity of one instance of ``tp`` GPUs; raises if nothing is left for KV.
 
@@ -394,11 +436,19 @@ def plan_memory(
     (:meth:`des.engine.speculative.SpeculativeConfig.proposer`); vLLM allocates a draft
     model's or EAGLE head's KV layers in the same blocks as the target's, so a block's page
     grows by them and fewer blocks fit.
+    ``expert_shards``: the data-parallel ranks a mixture of experts' routed experts are
+    spread over (:func:`rank_weight_bytes`; 1: every rank holds them all).
+    ``pp``: pipeline stages (:func:`_plan_stages`).
     """
+    if pp > 1:
+        return _plan_stages(
+            gpu, model, precision or Precision(), gpu_memory_utilization, block_size, max_num_batched_tokens,
+            max_num_seqs, tp, num_blocks_override, graphs or GraphCapture(), expert_shards, pp,
+        )  # fmt: skip
     precision = precision or Precision()
     graphs = graphs or GraphCapture()
     budget = math.ceil(gpu.memory_bytes * gpu_memory_utilization) * tp
-    weights = weight_bytes(model, precision) + extra_weights
+    weights = rank_weight_bytes(model, precision, expert_shards) + extra_weights
     rope = rope_cache_bytes(model) * tp
     forward, sampler = profile_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp, gpu.sm_count)
     reserve = gpu.runtime_reserve_bytes * tp
@@ -439,12 +489,81 @@ def plan_memory(
     )  # fmt: skip
 
 
+def _plan_stages(
+    gpu: GPUSpec,
+    model: ModelSpec,
+    precision: Precision,
+    utilization: float,
+    block_size: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    tp: int,
+    num_blocks_override: int | None,
+    graphs: GraphCapture,
+    expert_shards: int,
+    pp: int,
+) -> MemoryPlan:
+    """The KV cache of an engine split in ``pp`` pipeline stages of ``tp`` GPUs each.
+
+    Stage ``s`` holds its layers' share (:func:`pp_layers`) of the layers' weights and KV;
+    the first also the embedding, the last the final norm and the LM head (a tied LM head is
+    loaded there as a copy of the embedding). Every stage runs the forward over the profile's
+    tokens; only the last samples. vLLM sizes one KV cache for every worker from the smallest
+    memory any reports (``vllm/v1/engine/core.py: _initialize_kv_caches`` takes the minimum
+    of the workers' available memory), so the engine holds as many blocks as its tightest
+    stage. Sizes in the plan are summed over all ``tp × pp`` GPUs.
+    """
+    layers = pp_layers(model.num_layers, pp)
+    whole = rank_weight_bytes(model, precision, expert_shards)
+    embed = model.embedding_params * ACT_BYTES
+    head = model.lm_head_params * ACT_BYTES
+    head_in_whole = 0 if model.tie_word_embeddings else head
+    body = whole - embed - head_in_whole - model.hidden_size * ACT_BYTES
+    per_gpu_budget = math.ceil(gpu.memory_bytes * utilization)
+    budget = per_gpu_budget * tp
+    rope = rope_cache_bytes(model) * tp
+    forward, sampler = profile_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp, gpu.sm_count)
+    reserve = gpu.runtime_reserve_bytes * tp
+    pool = graph_pool_bytes(model, graphs, max_num_batched_tokens, max_num_seqs, tp) * tp
+    kv_layer = kv_bytes_per_token(model, precision, tp) // model.num_layers  # one layer, the stage's GPUs
+    stage_weights, fitting = [], []
+    for s, n in enumerate(layers):
+        weights = body * n // model.num_layers + (embed if s == 0 else 0)
+        if s == pp - 1:
+            weights += head + model.hidden_size * ACT_BYTES
+        acts = (max(forward, sampler) if s == pp - 1 else forward) * tp
+        left = budget - weights - rope - acts - reserve - (pool if graphs.charged else 0)
+        stage_weights.append(weights)
+        fitting.append(left // (kv_layer * n * block_size) if left > 0 else 0)
+    blocks = min(fitting)
+    if blocks < 1:
+        gib = 1 << 30
+        worst = fitting.index(blocks)
+        raise ScenarioError(
+            (
+                "model",
+                f"{model.name} does not fit on {pp} stages of {tp} x {gpu.name}: stage {worst} holds weights "
+                f"{stage_weights[worst] / gib:.2f} GiB and leaves no room for a KV block in its "
+                f"{budget / gib:.2f} GiB budget (gpu_memory_utilization {utilization})",
+            )
+        )
+    return MemoryPlan(
+        tp, budget * pp, sum(stage_weights), rope * pp, forward * tp * pp, sampler * tp, reserve * pp, pool * pp,
+        graphs.charged, kv_layer * model.num_layers, block_size,
+        int(num_blocks_override if num_blocks_override is not None else blocks), int(blocks),
+        pp=pp, stage_weights=tuple(stage_weights),
+    )  # fmt: skip
+
+
 __all__ = [
+    "pp_layers",
     "Precision",
     "GraphCapture",
     "MemoryPlan",
     "plan_memory",
     "weight_bytes",
+    "expert_bytes",
+    "rank_weight_bytes",
     "rope_cache_bytes",
     "kv_bytes_per_token",
     "kv_layer_bytes",

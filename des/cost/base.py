@@ -120,7 +120,11 @@ class CostContext:
     of work (:mod:`des.cost.uncertainty`), which a cost model built from efficiency
     factors scales its groups' times by; None (no draw) for the model as fitted.
     ``query_len``: query tokens of each decoding sequence (``k + 1`` when verifying ``k``
-    speculative tokens), which a decode's attention computes against its context."""
+    speculative tokens), which a decode's attention computes against its context.
+
+    ``moe_group``: data-parallel ranks of a mixture of experts that share its experts and
+    step together (1: the engine steps alone); ``all2all``: how their MoE layers exchange
+    tokens (:func:`des.catalog.interconnect.moe_exchange_bytes`)."""
 
     gpu: GPUSpec
     model: ModelSpec
@@ -129,6 +133,8 @@ class CostContext:
     frontend: FrontendSpec | None = None
     multipliers: Mapping[UncertaintyGroup, float] | None = None
     query_len: int = 1
+    moe_group: int = 1
+    all2all: str = "allgather_reducescatter"
 
 
 class CostKind(Protocol):

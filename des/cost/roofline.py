@@ -74,12 +74,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from des.catalog.efficiency import Efficiency, UncertaintyGroup
-from des.catalog.interconnect import ring_factor
+from des.catalog.interconnect import moe_exchange_bytes, ring_factor
 from des.catalog.memory import WEIGHT_BYTES, GraphCapture, Precision
 from des.catalog.quantization import compute_dtype
 from des.catalog.routing import distinct_table
@@ -214,6 +214,10 @@ class Roofline:
     moe_distinct: tuple[float, ...] | None = None
     # share of the attention layers that are windowed (their contexts cut to the window)
     window_share: float = 0.0
+    # data-parallel ranks of a mixture of experts stepping together (:mod:`des.engine.lockstep`)
+    moe_group: int = 1  # ranks whose tokens meet in every MoE layer (1: the engine steps alone)
+    moe_exchange_s_per_token: float = 0.0  # dispatch + combine, all sparse layers, per padded rank token
+    moe_exchange_fixed_s: float = 0.0  # their latencies, per step
 
     def distinct_experts(self, tokens: int) -> float:
         """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0 for a dense model)."""
@@ -241,17 +245,22 @@ class Roofline:
         fixed = self.allreduce_small_fixed_s if tokens < self.allreduce_split_tokens else self.allreduce_fixed_s
         return fixed + self.allreduce_s_per_token * tokens
 
-    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+    def breakdown(self, shape: BatchShape, group_tokens: int | None = None) -> dict[str, float]:
         """Seconds of each group of work in a step of ``shape``; ``gpu`` is their sum,
-        ``cpu`` the engine's CPU time, and :meth:`step_time` combines the two."""
+        ``cpu`` the engine's CPU time, and :meth:`step_time` combines the two.
+
+        ``group_tokens``: the step is one rank's of a data-parallel group of
+        :attr:`moe_group` ranks stepping together, the largest of whose batches has that
+        many new tokens (:meth:`group_step_time`)."""
         s = shape
         pt, n = s.prefill_tokens, s.decode_tokens
         t = pt + n
-        tg = graph_size(t) if 0 < t <= self.graph_max else t
+        padded = t if group_tokens is None else group_tokens
+        tg = graph_size(padded) if 0 < padded <= self.graph_max else padded
         rows = s.num_emitting
         out: dict[str, float] = {}
         out["gemm"] = self._roof(
-            self.gemm_weight_s + self.moe_expert_weight_s * self.distinct_experts(tg),
+            self.gemm_weight_s + self.moe_expert_weight_s * self.distinct_experts(tg * self.moe_group),
             self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt),
         )
         out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
@@ -289,6 +298,8 @@ class Roofline:
         else:
             out["sampler"] = 0.0
         out["allreduce"] = self.allreduce(tg)
+        if self.moe_group > 1:
+            out["moe_exchange"] = self.moe_exchange_fixed_s + self.moe_exchange_s_per_token * tg if tg else 0.0
         out["gpu"] = sum(out.values())
         out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * rows
         out["frontend"] = self.stage_step_s + self.stage_seq_s * rows
@@ -315,6 +326,44 @@ class Roofline:
         both do). Groups left out keep a multiplier of 1."""
         changes = {name: getattr(self, name) * m for group, m in multipliers.items() for name in GROUP_FIELDS[group]}
         return replace(self, **changes) if changes else self
+
+    def stage(self, first: bool, last: bool) -> Roofline:
+        """This roofline (built for one pipeline stage's layers) as that stage runs it: the
+        LM head, sampler and front-end stage on the last stage only, the engine core's CPU
+        time (scheduling the batch) before the first only (:mod:`des.engine.pipeline`)."""
+        changes: dict[str, Any] = {}
+        if not last:
+            changes |= dict.fromkeys(
+                ("head_weight_s", "head_s_per_row", "samp_fixed_s", "samp_s_per_row", "samp_spill_s_per_byte",
+                 "stage_step_s", "stage_seq_s"), 0.0,
+            )  # fmt: skip
+        if not first:
+            changes |= dict.fromkeys(("cpu_step_s", "cpu_seq_s", "cpu_emit_s"), 0.0)
+        return replace(self, **changes) if changes else self
+
+    def group_step_time(self, shape: BatchShape, group_tokens: int) -> float:
+        """Seconds one rank of a data-parallel group of a mixture of experts takes for its
+        batch ``shape`` (empty: a dummy step) when the largest batch of the group has
+        ``group_tokens`` new tokens.
+
+        vLLM pads every rank's batch to the group's largest (``coordinate_batch_across_dp``,
+        ``vllm/v1/worker/dp_utils.py``), so each rank's GEMMs, element-wise kernels and
+        collectives run on that many (graph-padded) rows; the rank's own sequences set its
+        attention, LM head and sampler. Each MoE layer gathers the group's tokens
+        (:attr:`moe_group` × the padded rows), and the rank reads those of its share of the
+        experts that they touch (:func:`expected_experts` over the group's tokens, at the
+        shard's bytes: :attr:`moe_expert_weight_s` is already divided over the ranks), and
+        exchanges tokens with the other ranks (:func:`des.catalog.interconnect.moe_exchange_bytes`).
+        The group's step lasts as long as its slowest rank's (:mod:`des.engine.lockstep`).
+        """
+        b = self.breakdown(shape, group_tokens)
+        return self._combine(b["gpu"], b["cpu"], b["frontend"])
+
+    def _combine(self, gpu: float, cpu: float, stage: float) -> float:
+        """A step's seconds from its GPU time, the engine core's CPU time (overlapped under
+        async scheduling, added otherwise) and the front-end stage it may not be shorter than."""
+        step = (gpu if gpu > cpu else cpu) if self.overlap_cpu else gpu + cpu
+        return step if step > stage else stage
 
     def step_time(self, shape: BatchShape) -> float:
         s = shape
@@ -413,7 +462,10 @@ GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
         "el_fixed_s", "el_s_per_token", "el_spill_s_per_byte", "samp_fixed_s", "samp_s_per_row",
         "samp_spill_s_per_byte",
     ),
-    "communication": ("allreduce_s_per_token", "allreduce_fixed_s", "allreduce_small_fixed_s"),
+    "communication": (
+        "allreduce_s_per_token", "allreduce_fixed_s", "allreduce_small_fixed_s", "moe_exchange_s_per_token",
+        "moe_exchange_fixed_s",
+    ),
     "cpu": ("cpu_step_s", "cpu_seq_s", "cpu_emit_s", "stage_step_s", "stage_seq_s"),
 }  # fmt: skip
 
@@ -433,12 +485,18 @@ def build_roofline(
     frontend: FrontendSpec | None = None,
     multipliers: Mapping[UncertaintyGroup, float] | None = None,
     query_len: int = 1,
+    moe_group: int = 1,
+    all2all: str = "allgather_reducescatter",
 ) -> Roofline:
     """The roofline of ``model`` on ``tp`` × ``gpu`` with ``precision`` under ``engine``'s
     settings, behind ``frontend`` (None: the engine core's CPU time alone); ``multipliers``
     scale each group's times (a draw of the model's error, :mod:`des.cost.uncertainty`);
     ``query_len`` query tokens per decoding sequence (speculative verification: ``k + 1``)
-    multiply a decode's attention FLOPs per context token (its KV is still read once)."""
+    multiply a decode's attention FLOPs per context token (its KV is still read once).
+
+    ``moe_group``: the data-parallel ranks a mixture of experts' routed experts are spread
+    over and whose tokens meet in every MoE layer (1: none), exchanged by the ``all2all``
+    backend (:func:`des.catalog.interconnect.moe_exchange_bytes`)."""
     precision = precision or Precision()
     engine = engine or Engine()
     e = efficiency or gpu.efficiency
@@ -486,6 +544,13 @@ def build_roofline(
         if limit and link.custom_latency is not None:
             ar_small = 2 * L * link.custom_latency
             ar_split = limit / (h * ACT_BYTES)
+    group = moe_group if model.is_moe and moe_group > 1 else 1
+    ex_per_token = ex_fixed = 0.0
+    if group > 1:  # dispatch and combine in every sparse layer, each at NCCL's cost among the ranks
+        cost = gpu.link.nccl_cost(group)
+        per_token = moe_exchange_bytes(all2all, 1, group, h, model.num_experts_per_tok or 0, ACT_BYTES)
+        ex_per_token = 2 * model.num_moe_layers * per_token / cost.bus_bandwidth
+        ex_fixed = 2 * model.num_moe_layers * cost.latency
     read_byte = w_byte  # weights read every step
     expert_byte = w_byte  # one routed expert's
     gemm_pre = 2 * p_lin / (peak * e.gemm_compute) / tp
@@ -502,7 +567,7 @@ def build_roofline(
     roofline = Roofline(
         layers=L,
         gemm_weight_s=(p_read if model.is_moe else p_lin) * read_byte,
-        moe_expert_weight_s=model.num_moe_layers * model.expert_params * expert_byte,
+        moe_expert_weight_s=model.num_moe_layers * model.expert_params * expert_byte / group,
         moe_experts=model.num_experts or 0,
         moe_miss=1.0 - (model.num_experts_per_tok or 0) / (model.num_experts or 1),
         gemm_s_per_prefill_token=gemm_pre,
@@ -545,6 +610,9 @@ def build_roofline(
         graph_max=engine.graph_max,
         moe_distinct=routing_table,
         window_share=model.window_layers / L,
+        moe_group=group,
+        moe_exchange_s_per_token=ex_per_token,
+        moe_exchange_fixed_s=ex_fixed,
     )
     return roofline.scaled(multipliers) if multipliers else roofline
 
@@ -578,13 +646,6 @@ class RooflineConfig(Strict):
 
     def build(self, ctx: CostContext) -> Roofline:
         return build_roofline(
-            ctx.gpu,
-            ctx.model,
-            ctx.precision,
-            ctx.tp,
-            self.efficiency,
-            self.engine,
-            ctx.frontend,
-            ctx.multipliers,
-            ctx.query_len,
-        )
+            ctx.gpu, ctx.model, ctx.precision, ctx.tp, self.efficiency, self.engine, ctx.frontend, ctx.multipliers,
+            ctx.query_len, ctx.moe_group, ctx.all2all,
+        )  # fmt: skip

@@ -53,6 +53,7 @@ class StepWork:
     num_experts: int = 0  # routed experts per sparse layer
     miss: float = 1.0  # 1 - k / E
     distinct: tuple[float, ...] | None = None  # skewed routing: expected distinct experts by tokens
+    token_group: int = 1  # data-parallel ranks whose tokens (each padded to this step's) meet in the MoE layers
 
     def experts(self, tokens: int) -> float:
         """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0: dense)."""
@@ -83,12 +84,16 @@ class StepWork:
         if ws and s.window:
             x -= ws * (x - s.prefill_window_context)
             d -= ws * (d - s.decode_window_context)
-        weights = self.weight_bytes + self.expert_bytes * self.experts(t) if self.num_experts else self.weight_bytes
+        if self.num_experts:
+            weights = self.weight_bytes + self.expert_bytes * self.experts(t * self.token_group)
+        else:
+            weights = self.weight_bytes
         return weights + head + self.kv_bytes_per_token * (x + d + t)
 
 
-def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1) -> StepWork:
-    """The work coefficients of ``model`` at ``precision`` on ``tp`` x ``gpu``."""
+def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1, expert_shards: int = 1) -> StepWork:
+    """The work coefficients of ``model`` at ``precision`` on ``tp`` x ``gpu``, its routed
+    experts spread over ``expert_shards`` data-parallel ranks (1: all on this one)."""
     L = model.num_layers
     p_lin = model.linear_params  # every expert of a mixture of experts: weight bytes at most
     quantized = quantized_params(model, precision)
@@ -100,13 +105,15 @@ def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1)
     all_weights = quantized * precision.weight_bytes_per_param + (p_lin - quantized) * 2.0
     experts = model.num_experts or 0
     expert_bytes = 0.0
+    full = 0.0
     if experts:  # routed experts are quantised whenever anything is
-        expert_bytes = model.num_moe_layers * model.expert_params * precision.weight_bytes_per_param
+        full = model.num_moe_layers * model.expert_params * precision.weight_bytes_per_param
+        expert_bytes = full / expert_shards  # this rank's share of each expert
     return StepWork(
         flops_per_token=2.0 * model.active_linear_params,
         flops_per_pair=per_pair,
         flops_per_row=2.0 * model.lm_head_params,
-        weight_bytes=all_weights - expert_bytes * experts,
+        weight_bytes=all_weights - full * experts,
         head_bytes=2.0 * model.lm_head_params,
         kv_bytes_per_token=kv,
         peak_flops=gpu.peak_flops(compute_dtype(gpu, precision)) * tp,
@@ -116,4 +123,5 @@ def step_work(gpu: GPUSpec, model: ModelSpec, precision: Precision, tp: int = 1)
         num_experts=experts,
         miss=1.0 - (model.num_experts_per_tok or 0) / (experts or 1),
         distinct=distinct_table(experts, model.num_experts_per_tok or 0, model.routing) if experts else None,
+        token_group=expert_shards,
     )

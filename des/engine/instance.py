@@ -78,7 +78,9 @@ class Instance:
 
     ``index`` numbers the instance across the cluster; ``role`` is the part of a
     request's life it serves; ``ctx.leave(request, instance)`` is called for every
-    request that leaves it.
+    request that leaves it. ``standalone``: it runs its own steps; otherwise it is a rank
+    of a data-parallel group that steps it (:mod:`des.engine.lockstep`) and only holds
+    its scheduler, KV cache and records.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class Instance:
         kv: BlockManager,
         cost: CostModel,
         work: StepWork,
+        standalone: bool = True,
     ):
         env = self.env = ctx.env
         self.index = index
@@ -104,8 +107,15 @@ class Instance:
         self.forms_ahead = ctx.cost.async_scheduling  # the next batch is formed while a step runs
         self.outstanding = 0  # requests routed here and not yet left
         self.step_span = (0.0, 0.0)  # start and duration (seconds) of the step that released the last requests
+        self.arriving = 0  # requests routed here and still in the front-end (not yet queued)
         self._wake: Event | None = None
-        self.process = env.process(self._run())
+        self.process = env.process(self._run()) if standalone else None
+
+    @property
+    def running(self) -> int:
+        """Requests routed here that the scheduler holds and no longer queues (vLLM's running
+        count): neither in the front-end nor waiting."""
+        return self.outstanding - self.arriving - self.scheduler.num_waiting()
 
     @property
     def free_blocks(self) -> int:
@@ -141,9 +151,14 @@ class Instance:
         if not routed:
             self.outstanding += 1
         if delay > 0:
-            self.env.timeout(delay).callbacks.append(lambda _: self._enqueue(req, blocks))
+            self.arriving += 1
+            self.env.timeout(delay).callbacks.append(lambda _: self._arrive(req, blocks))
         else:
             self._enqueue(req, blocks)
+
+    def _arrive(self, req: Request, blocks: int) -> None:
+        self.arriving -= 1
+        self._enqueue(req, blocks)
 
     def _enqueue(self, req: Request, blocks: int) -> None:
         req.queued_time = self.env.now

@@ -10,7 +10,7 @@ Every scheduler kind registered in :data:`des.engine.schedulers.SCHEDULERS` is a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from des.catalog.memory import GraphCapture, MemoryPlan, Precision, plan_memory
 from des.catalog.specs import GPUSpec, ModelSpec
@@ -20,6 +20,32 @@ from des.errors import ScenarioError
 #: The most instances a pool may have: each is a SimPy process with its own KV cache and
 #: scheduler (10,000 build in about 2 s and 100 MB; 1e29 would never be built).
 MAX_INSTANCES = 10_000
+
+#: How a mixture of experts' MoE layers exchange tokens between data-parallel ranks
+#: (vLLM's ``all2all_backend``, ``vllm/config/parallel.py``): ``allgather_reducescatter``
+#: (vLLM's default: every rank gathers the group's tokens, computes its experts' share, and
+#: reduce-scatters the outputs back) or ``all_to_all`` (DeepEP / pplx-style dispatch and
+#: combine: each token goes to the ranks of its ``top-k`` experts only).
+All2AllBackend = Literal["allgather_reducescatter", "all_to_all"]
+ALL2ALL_BACKENDS: tuple[str, ...] = get_args(All2AllBackend)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How each engine of a pool is split, as vLLM names it: ``dp`` data-parallel ranks
+    (``data_parallel_size``) of ``tp`` GPUs each, ``expert_parallel``
+    (``enable_expert_parallel``), the MoE layers' token exchange ``all2all``, and ``pp``
+    pipeline stages (``pipeline_parallel_size``) per rank."""
+
+    dp: int = 1
+    expert_parallel: bool = False
+    all2all: All2AllBackend = "allgather_reducescatter"
+    pp: int = 1
+
+    def moe_group(self, model: ModelSpec) -> int:
+        """Data-parallel ranks that step together through MoE layers and share the experts:
+        ``dp`` for a mixture of experts, 1 for a dense model (whose ranks step on their own)."""
+        return self.dp if model.is_moe and self.dp > 1 else 1
 
 
 @dataclass(frozen=True)
@@ -34,12 +60,14 @@ class PlanContext:
     tp: int = 1
     router: str = "round_robin"
     graphs: GraphCapture = GraphCapture()
+    parallel: Parallelism = Parallelism()
 
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """``instances`` instances of ``tp`` x ``gpu`` playing ``role`` with batching ``policy``,
-    capturing the CUDA graphs ``graphs``."""
+    """``instances`` servers of ``parallel.dp`` data-parallel engines (ranks) of ``tp`` x
+    ``gpu`` each, playing ``role`` with batching ``policy``, capturing the CUDA graphs
+    ``graphs``; ``router`` picks a server, vLLM's data-parallel balancing a rank within it."""
 
     role: Role
     instances: int
@@ -48,6 +76,16 @@ class PoolPlan:
     tp: int
     router: str
     graphs: GraphCapture = GraphCapture()
+    parallel: Parallelism = Parallelism()
+
+    @property
+    def dp(self) -> int:
+        return self.parallel.dp
+
+    @property
+    def engines(self) -> int:
+        """Engines (each with its own scheduler and KV cache) the pool runs: servers × ranks."""
+        return self.instances * self.parallel.dp
 
     def memory(self, model: ModelSpec, precision: Precision) -> MemoryPlan:
         """The KV cache of one instance (the speculative proposer's weights and KV, if any,
@@ -75,11 +113,13 @@ class PoolPlan:
             graphs=self.graphs,
             extra_weights=extra_weights,
             extra_kv_per_token=extra_kv,
+            expert_shards=self.parallel.moe_group(model),
+            pp=self.parallel.pp,
         )
 
     @property
     def num_gpus(self) -> int:
-        return self.instances * self.tp
+        return self.engines * self.tp * self.parallel.pp
 
 
 @dataclass(frozen=True)
@@ -129,4 +169,4 @@ class SchedulerKind(Protocol):
 
 def colocated(policy: PolicyConfig, ctx: PlanContext) -> Plan:
     """One pool of ``ctx.replicas`` identical instances serving whole requests with ``policy``."""
-    return Plan((PoolPlan("colocated", ctx.replicas, policy, ctx.gpu, ctx.tp, ctx.router, ctx.graphs),))
+    return Plan((PoolPlan("colocated", ctx.replicas, policy, ctx.gpu, ctx.tp, ctx.router, ctx.graphs, ctx.parallel),))

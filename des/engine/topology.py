@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -24,11 +24,13 @@ from des.cost.work import StepWork, step_work
 from des.engine.instance import BuildContext, Instance
 from des.engine.kvcache import BlockManager
 from des.engine.link import KVLink
+from des.engine.lockstep import LockstepGroup
+from des.engine.pipeline import Pipelined, PipelineInstance, send_cost, stage_costs
 from des.engine.plan import Plan, PoolPlan
 from des.engine.policy import Role
 from des.engine.prefix_cache import PrefixCache
 from des.engine.request import Request
-from des.engine.router import ROUTERS, Router
+from des.engine.router import ROUTERS, DataParallelBalance, Router
 
 
 class Stage(Protocol):
@@ -52,8 +54,30 @@ class PoolFacts:
     kv_capacity_tokens: int
 
 
+class Server:
+    """The data-parallel ranks of one server, seen from the pool's router as one: its load is
+    the sum of its ranks'."""
+
+    def __init__(self, ranks: list[Instance]):
+        self.ranks = ranks
+
+    @property
+    def outstanding(self) -> int:
+        return sum(r.outstanding for r in self.ranks)
+
+    @property
+    def free_blocks(self) -> int:
+        return sum(r.free_blocks for r in self.ranks)
+
+    @property
+    def running(self) -> int:
+        return sum(r.running for r in self.ranks)
+
+
 class Pool:
-    """Instances of one role behind a router."""
+    """Instances of one role behind a router; with data parallelism, servers of ``dp`` ranks
+    each behind the router, and vLLM's balancing over the ranks of a server
+    (:class:`~des.engine.router.DataParallelBalance`)."""
 
     def __init__(
         self, role: Role, instances: list[Instance], router: Router, plan: PoolPlan, memory: MemoryPlan, work: StepWork
@@ -64,10 +88,18 @@ class Pool:
         self.router = router
         self.plan = plan
         self.memory = memory
+        dp = plan.parallel.dp
+        self.servers = [Server(instances[i : i + dp]) for i in range(0, len(instances), dp)] if dp > 1 else []
+        self.balance = DataParallelBalance()
 
     def pick(self) -> Instance:
-        """The instance the router sends the next request to."""
-        return self.instances[self.router.pick(self.instances)]
+        """The instance the router sends the next request to (through vLLM's balancing over
+        the ranks of the server it picks, with data parallelism)."""
+        if not self.servers:
+            return self.instances[self.router.pick(self.instances)]
+        servers = self.servers
+        server = servers[self.router.pick(servers)] if len(servers) > 1 else servers[0]
+        return server.ranks[self.balance.pick(server.ranks)]
 
     def admit(self, req: Request, delay: float = 0.0) -> None:
         """Route ``req`` to an instance now; its scheduler sees it ``delay`` seconds later."""
@@ -142,6 +174,23 @@ def build_topology(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Ge
     return Topology(pools, links)
 
 
+def _pipelined(
+    ctx: BuildContext, index: int, plan: PoolPlan, kv: BlockManager, cost: CostModel, work: StepWork
+) -> Instance:
+    """An engine of ``plan.parallel.pp`` pipeline stages (:mod:`des.engine.pipeline`): one
+    scheduler per batch in flight, each with ``max_num_seqs / pp`` sequences."""
+    pp, model = plan.parallel.pp, ctx.model
+    policy: Any = plan.policy
+    part = policy.model_copy(update={"max_num_seqs": max(1, policy.max_num_seqs // pp)})
+    subs = [part.build(kv, model.max_model_len, plan.role) for _ in range(pp)]
+    cctx = CostContext(plan.gpu, model, ctx.precision, plan.tp, ctx.frontend,
+                       ctx.draws.for_gpu(plan.gpu) if ctx.draws is not None else None)  # fmt: skip
+    return PipelineInstance(
+        ctx, index, plan.role, Pipelined(subs), kv, cost, work,
+        stages=stage_costs(ctx.cost, cctx, pp), send=send_cost(cctx),
+    )  # fmt: skip
+
+
 def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Generator]) -> list[Pool]:
     """The pools of ``plan``: instances numbered in pool order, router ``i`` drawing from ``routers[i]``."""
     model, precision = ctx.model, ctx.precision
@@ -150,7 +199,18 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
     for pool_plan, rng in zip(plan.pools, routers[: len(plan.pools)], strict=True):
         memory = pool_plan.memory(model, precision)
         multipliers = ctx.draws.for_gpu(pool_plan.gpu) if ctx.draws is not None else None
-        cost_ctx = CostContext(pool_plan.gpu, model, precision, pool_plan.tp, ctx.frontend, multipliers)
+        par = pool_plan.parallel
+        group = par.moe_group(model)  # ranks stepping together (1: each on its own)
+        cost_ctx = CostContext(
+            pool_plan.gpu,
+            model,
+            precision,
+            pool_plan.tp,
+            ctx.frontend,
+            multipliers,
+            moe_group=group,
+            all2all=par.all2all,
+        )
         spec = getattr(pool_plan.policy, "speculative", None)
         if spec is not None and spec.active and isinstance(ctx.cost, RooflineConfig):
             proposer = spec.proposer(model, precision, pool_plan.tp)
@@ -160,13 +220,19 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
             cost_model: CostModel = build_verification(ctx.cost, cost_ctx, spec.num_speculative_tokens, draft)
         else:  # a constant or linear step time takes the verification step's rows as any tokens
             cost_model = ctx.cost.build(cost_ctx)
-        work = step_work(pool_plan.gpu, model, precision, pool_plan.tp)
+        work = step_work(pool_plan.gpu, model, precision, pool_plan.tp, group)
         instances = []
-        for _ in range(pool_plan.instances):
+        for _ in range(pool_plan.engines):
             manager = PrefixCache if pool_plan.policy.prefix_caching else BlockManager
             kv = manager(memory.num_blocks, memory.block_size, ctx.env, model.window or 0)
-            sched = pool_plan.policy.build(kv, model.max_model_len, pool_plan.role, ctx.speculative)
-            instances.append(Instance(ctx, index, pool_plan.role, sched, kv, cost_model, work))
+            if par.pp > 1:
+                instances.append(_pipelined(ctx, index, pool_plan, kv, cost_model, work))
+            else:
+                sched = pool_plan.policy.build(kv, model.max_model_len, pool_plan.role, ctx.speculative)
+                instances.append(Instance(ctx, index, pool_plan.role, sched, kv, cost_model, work, group == 1))
             index += 1
+        if group > 1:
+            for i in range(0, len(instances), group):
+                LockstepGroup(ctx.env, instances[i : i + group], cost_model, ctx.cost.async_scheduling)
         pools.append(Pool(pool_plan.role, instances, ROUTERS.get(pool_plan.router)(rng), pool_plan, memory, work))
     return pools

@@ -366,7 +366,7 @@ def _probes(spec: StudySpec, base: dict[str, Any]) -> tuple[list[RunSpec], list[
             except ScenarioError as exc:
                 problems += exc.problems
                 continue
-            users = 2 * sum(pool.instances * pool.policy.max_batch for pool in engine.plan().pools)
+            users = 2 * sum(pool.engines * pool.policy.max_batch for pool in engine.plan().pools)
             closed = {"process": "closed", "concurrency": users, "think_time": 0.0}
             s = point_scenario(merged, [*keys, (ARRIVAL, closed)], where)
             s["model_uncertainty"] = False  # a probe sets the loads: the model as fitted

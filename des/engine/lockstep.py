@@ -1,0 +1,99 @@
+"""Data-parallel ranks of a mixture of experts, stepping together through its MoE layers.
+
+With ``data_parallel_size > 1`` every rank is an engine of its own (its scheduler, its KV
+cache, its share of the requests), but the MoE layers of a step gather the tokens of all
+ranks (:meth:`~des.cost.roofline.Roofline.group_step_time`), so the ranks step in
+lockstep: a step of the group starts when every rank has formed its batch, and lasts as
+long as the slowest rank's. A rank with no work while another has some runs a dummy step
+(vLLM: ``DPEngineCoreProc.run_busy_loop`` calls ``execute_dummy_batch`` when its scheduler
+has nothing to run but the group is still in a wave, ``vllm/v1/engine/core.py``), padded,
+like every rank's batch, to the group's largest (``coordinate_batch_across_dp``,
+``vllm/v1/worker/dp_utils.py``): idle ranks cost as much GPU time as busy ones. When no
+rank has work the group sleeps until a request reaches one of them (vLLM ends the wave;
+its check runs every 32 steps, a lag des leaves out).
+
+The group is one SimPy process driving its ranks (:class:`~des.engine.instance.Instance`
+built with ``standalone=False``); every rank records its own step, dummy steps included
+(zero tokens, the group's duration). Steps are run one SimPy event each: the
+fast-forward of a lone instance is not applied to groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+from simpy.events import Event
+
+from des.cost.base import BatchShape, CostModel
+from des.engine.events import Barrier
+from des.engine.instance import Instance
+from des.engine.policy import Step
+from des.engine.request import Request
+
+
+def dummy_step() -> Step[None]:
+    """The step a rank with no work runs while the group steps (no sequences, no tokens)."""
+    return Step(BatchShape(), None)
+
+
+class LockstepGroup:
+    """The ranks ``ranks`` of one data-parallel server, stepped together with step times from
+    ``cost`` (a rank's time given the group's largest batch: ``group_step_time(shape,
+    tokens)`` where the cost model has one, else its plain ``step_time``)."""
+
+    def __init__(self, env: simpy.Environment, ranks: list[Instance], cost: CostModel, ahead: bool):
+        self.env = env
+        self.ranks = ranks
+        self.cost = cost
+        self.ahead = ahead  # the next batch is formed as a step starts (async scheduling)
+        self.process = env.process(self._run())
+
+    def rank_time(self, shape: BatchShape, tokens: int) -> float:
+        """Seconds a rank with batch ``shape`` takes when the group's largest batch has ``tokens`` new tokens."""
+        group = getattr(self.cost, "group_step_time", None)
+        return group(shape, tokens) if group is not None else self.cost.step_time(shape)
+
+    def _sleep(self) -> Generator[Event, Any, None]:
+        """Wait until some rank gets work (or a scheduler's own wake-up time)."""
+        env = self.env
+        wake = env.event()
+        for rank in self.ranks:
+            rank._wake = wake
+        times = [t for rank in self.ranks if (t := rank.scheduler.wakeup_time()) is not None]
+        if times:
+            yield wake | env.timeout(max(min(times) - env.now, 0.0))
+        else:
+            yield wake
+        for rank in self.ranks:
+            rank._wake = None
+
+    def _run(self) -> Generator[Event, Any, None]:
+        env, ranks = self.env, self.ranks
+        seen: float | None = None
+        while True:
+            if env.peek() == env.now:
+                yield Barrier(env)  # let every arrival due now join this step
+            steps = [rank.scheduler.schedule(env.now, seen) for rank in ranks]
+            if all(step is None for step in steps):
+                yield from self._sleep()
+                seen = None
+                continue
+            t = env.now
+            tokens = max(step.shape.new_tokens for step in steps if step is not None)
+            run = [step if step is not None else dummy_step() for step in steps]
+            duration = max(self.rank_time(step.shape, tokens) for step in run)
+            before = [(rank.kv.used, rank.scheduler.num_waiting()) for rank in ranks]
+            if self.ahead:
+                seen = t
+            yield env.timeout(duration)
+            leaving: list[tuple[Instance, list[Request]]] = []
+            for rank, step, real, (kv_used, waiting) in zip(ranks, run, steps, before, strict=True):
+                released = rank.scheduler.finish_step(step, env.now) if real is not None else []
+                rank.record(t, duration, step, kv_used, waiting)
+                leaving.append((rank, released))
+            for rank, released in leaving:
+                for req in released:
+                    rank.outstanding -= 1
+                    rank.leave(req, rank)
