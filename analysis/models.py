@@ -11,12 +11,19 @@ rebuilt from the run's own scenario file.
 The report's section is :func:`facts` (its numbers) filled into
 ``analysis/templates/models.md`` (its words) by :func:`section`.
 
+The section's second part reads ``scenarios/speculative.yaml`` (one 4090 serving
+Qwen2.5-7B without speculation and with n-gram or draft-model proposers, on one grid of
+rates): median TPOT and mean end-to-end latency against load (:func:`draw_speculation`),
+and where each proposer stops paying (:func:`crossover`: the first rate at which its mean
+end-to-end latency exceeds the plain engine's).
+
     python -m analysis.models results/models-4090 --out reports/models.png
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +38,10 @@ from analysis.markdown import render, rows
 from des.scenario import load_scenario
 
 STUDY = "models-4090"
+SPEC = "speculative"
 GiB = 2**30
+#: The variant without speculation that the others are set against.
+PLAIN = "off"
 
 
 def _f(x: Any) -> str:
@@ -168,15 +178,97 @@ def capacities(points: pd.DataFrame, slo: dict[str, float]) -> pd.DataFrame:
     return capacity.capacities(points, slo, by=["variant"]).set_index("variant")
 
 
+def crossover(points: pd.DataFrame, variant: str, metric: str = "e2e_mean") -> tuple[float, float] | None:
+    """The rates between which ``variant``'s ``metric`` first exceeds the plain engine's
+    (the last rate where it did not, the first where it did); None when it never does on
+    a rate both ran stably."""
+    plain = points[points["variant"] == PLAIN].set_index(RATE)
+    mine = points[points["variant"] == variant].set_index(RATE)
+    before = math.nan
+    for rate in sorted(set(plain.index) & set(mine.index)):
+        p, m = plain.loc[rate], mine.loc[rate]
+        if not bool(p["all_stable"]):
+            break
+        if m[metric] > p[metric]:
+            return before, float(rate)
+        before = float(rate)
+    return None
+
+
+def draw_speculation(points: pd.DataFrame, slo: dict[str, float]):
+    """Median TPOT and mean end-to-end latency against offered load, one line per variant
+    (hollow: a replication was unstable)."""
+    style()
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.6))
+    order = list(dict.fromkeys(points["variant"]))
+    colours = dict(zip(order, sns.color_palette("tab10", len(order)), strict=True))
+    for ax, metric, label in zip(
+        axes, ("tpot_p50", "e2e_mean"), ("median time per output token (s)", "mean end-to-end latency (s)"), strict=True
+    ):
+        for variant in order:
+            g = points[points["variant"] == variant].sort_values(RATE)
+            c = colours[variant]
+            name = "no speculation" if variant == PLAIN else variant
+            ax.plot(g[RATE], g[metric], color=c, lw=1.5, label=name)
+            ax.fill_between(g[RATE], g[f"{metric}_lo"], g[f"{metric}_hi"], color=c, alpha=0.12, lw=0)
+            stable = g["all_stable"].astype(bool)
+            ax.scatter(g.loc[stable, RATE], g.loc[stable, metric], color=c, s=14, zorder=3)
+            ax.scatter(g.loc[~stable, RATE], g.loc[~stable, metric], facecolors="white", edgecolors=c, s=20, zorder=3)
+        if metric in slo:
+            slo_line(ax, slo[metric], slo_text(metric, slo[metric]), boxed=True)
+        ax.set_yscale("log")
+        plain_log_axis(ax.yaxis)
+        ax.set(xlabel="offered load (requests / s)", ylabel=label)
+    axes[0].legend(loc="lower right", fontsize=8, frameon=False)
+    fig.suptitle(
+        "Speculative decoding on one RTX 4090 serving Qwen2.5-7B, k = 3 "
+        "(mean of replications, 95 % CI; hollow: unstable)",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    return fig
+
+
+def speculation_facts(points: pd.DataFrame, slo: dict[str, float], reps: int) -> dict[str, Any]:
+    """The speculation part's numbers: per variant its median TPOT at the lightest load,
+    where it stops paying (:func:`crossover`), and its capacity under ``slo``."""
+    caps = capacities(points, slo)
+    light = points[points[RATE] == points[RATE].min()].set_index("variant")
+    order = list(dict.fromkeys(points["variant"]))
+    table = []
+    for variant in order:
+        row = caps.loc[variant]
+        known = row["capacity"] == row["capacity"]
+        cap = capacity.cell(row, _f(row["ci_low"]), _f(row["ci_high"])) if known else "none"
+        if variant == PLAIN:
+            cross = "—"
+        else:
+            at = crossover(points, variant)
+            cross = "never (up to saturation)" if at is None else f"{at[0]:g}–{at[1]:g}"
+        name = "no speculation" if variant == PLAIN else variant
+        table.append([name, f"{1e3 * light.loc[variant, 'tpot_p50']:.1f}", cross, cap])
+    header = ["variant", "median TPOT at light load (ms)", "stops paying (req/s)", "capacity under the SLO (req/s)"]
+    return {
+        "spec_reps": reps,
+        "spec_light": float(points[RATE].min()),
+        "spec_table": rows([header, ["---"] * 4, *table]),
+    }
+
+
 def section(res: Path, out: Path) -> tuple[str, dict[str, Path]]:
-    """The report's section on what a 4090 can serve (Markdown) and the figure drawn for it."""
+    """The report's section on what a 4090 can serve, with what speculative decoding adds
+    against load (Markdown), and the figures drawn for it."""
     sweep = Sweep(res / STUDY)
     points = sweep.points
     slo = slo_metrics(sweep.study["set"].get("slo"))
     caps = capacities(points, slo).reindex(order(sweep))
     figure = save(draw(points, slo, caps), out / "models.png")
-    text = render("models", facts(points, variants(sweep), slo, int(sweep.study.get("replications", 1))))
-    return text, {"models": figure}
+    spec = Sweep(res / SPEC)
+    spec_slo = slo_metrics(spec.study["set"].get("slo"))
+    spec_figure = save(draw_speculation(spec.points, spec_slo), out / "speculative.png")
+    facts_ = facts(points, variants(sweep), slo, int(sweep.study.get("replications", 1)))
+    facts_ |= speculation_facts(spec.points, spec_slo, int(spec.study.get("replications", 1)))
+    return render("models", facts_), {"models": figure, "speculative": spec_figure}
 
 
 def main(argv=None) -> Path:

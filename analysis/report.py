@@ -2,7 +2,8 @@
 
 Reads the sweeps written by ``make run`` (``results/headline``, ``results/burstiness``,
 ``results/detail``, ``results/lesson-grid``, the prefill/decode studies ``results/pd-*``
-the prefix-caching studies ``results/caching-*`` and ``results/models-4090``), draws every figure into
+the prefix-caching studies ``results/caching-*``, ``results/models-4090`` and
+``results/speculative``), draws every figure into
 ``reports/`` with the other analysis scripts, reads each scheduler's capacity under the
 default SLO off the headline sweep (analysis/capacity.py), adds the prefill/decode
 (analysis/pd_report.py), prefix-caching (analysis/caching.py) and what-a-4090-serves
