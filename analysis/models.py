@@ -35,6 +35,7 @@ import seaborn as sns
 from analysis import capacity
 from analysis.common import RATE, Sweep, plain_log_axis, save, slo_line, slo_metrics, slo_text, style
 from analysis.markdown import render, rows
+from des.catalog.quantization import WEIGHT_ONLY_COMPUTE
 from des.scenario import load_scenario
 
 STUDY = "models-4090"
@@ -160,6 +161,7 @@ def facts(points: pd.DataFrame, info: pd.DataFrame, slo: dict[str, float], reps:
                 *table,
             ]
         ),  # fmt: skip
+        "marlin_share": WEIGHT_ONLY_COMPUTE,
         "models_best": str(best.idxmax()),
         "models_best_capacity": float(best.max()),
         "models_moe_gain": best.get("qwen3-30b-a3b-awq", np.nan) / best.get("qwen2.5-7b", np.nan),

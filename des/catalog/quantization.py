@@ -25,6 +25,17 @@ the kernel, the product runs at bf16 FLOP/s while reading the format's bytes). v
 The Marlin kernels need CUDA and compute capability 8.0 (Marlin README: "NVIDIA GPU with
 compute capability >= 8.0"), which every NVIDIA GPU of the catalog has; AMD's CDNA 3 has
 none, so an fp4 format without fp4 tensor cores there is refused.
+
+**What weight-only costs.** Marlin reads the narrow weights at close to the memory's rate
+(3.1–3.2× fp16's speed up to 16 rows in the benchmark below: the decode regime, where a
+step streams its weights), but once a GEMM is compute-bound it dequantises every weight
+tile again for each 64-row slab of the batch ("for batchsizes > 64, it will just run the
+batch 64 kernel repeatedly", IST-DASLab/marlin#2) and reaches only part of the dense GEMM's
+FLOP/s: 141 TFLOP/s on an A100 at 256 to 4,000 rows against 0.60–0.74 of cuBLAS fp16 there
+(vLLM PR #2497, Marlin's bench.py), 0.82 on an RTX A6000 Ada at 16,384 rows (marlin#21).
+:data:`WEIGHT_ONLY_COMPUTE` is their mean, the share of the GPU's dense GEMM rate a
+weight-only kernel's products reach; the prefill-heavy steps of an int4 or
+Marlin-fallback model slow by its inverse, the decode steps hardly at all.
 """
 
 from __future__ import annotations
@@ -41,6 +52,12 @@ NATIVE_PATH: dict[str, str] = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4"}
 MARLIN_FALLBACK = frozenset({"mxfp4", "nvfp4"})
 #: Architectures without vLLM's Marlin kernels (not CUDA).
 NO_MARLIN = frozenset({"cdna3"})
+#: Formats vLLM always runs weight-only (Marlin), whatever the GPU.
+WEIGHT_ONLY = frozenset({"int4-awq", "int4-gptq"})
+#: Share of the dense GEMM's FLOP/s a weight-only (Marlin) kernel's products reach once
+#: compute-bound: the mean of 0.74, 0.73, 0.66, 0.60, 0.61 (A100, 256-4,000 rows, vLLM PR
+#: #2497) and 0.82 (RTX A6000 Ada, 16,384 rows, IST-DASLab/marlin#21).
+WEIGHT_ONLY_COMPUTE = 0.69
 
 
 def runs_native(gpu: GPUSpec, precision: Precision) -> bool:
@@ -55,6 +72,13 @@ def compute_dtype(gpu: GPUSpec, precision: Precision) -> str:
     if precision.weights in NATIVE_PATH:
         return precision.compute_dtype if runs_native(gpu, precision) else "bf16"
     return precision.compute_dtype
+
+
+def weight_only(gpu: GPUSpec, precision: Precision) -> bool:
+    """True when ``precision``'s weights run through a weight-only (Marlin) kernel on
+    ``gpu``: int4 always, fp8 and fp4 formats on GPUs without their tensor-core path."""
+    w = precision.weights
+    return w in WEIGHT_ONLY or (w in NATIVE_PATH and not runs_native(gpu, precision))
 
 
 def unsupported(gpu: GPUSpec, precision: Precision) -> str | None:

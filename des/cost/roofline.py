@@ -81,7 +81,7 @@ from pydantic import Field
 from des.catalog.efficiency import Efficiency, UncertaintyGroup
 from des.catalog.interconnect import moe_exchange_bytes, ring_factor
 from des.catalog.memory import WEIGHT_BYTES, GraphCapture, Precision
-from des.catalog.quantization import compute_dtype
+from des.catalog.quantization import WEIGHT_ONLY_COMPUTE, compute_dtype, weight_only
 from des.catalog.routing import distinct_table
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
@@ -553,6 +553,8 @@ def build_roofline(
         ex_fixed = 2 * model.num_moe_layers * cost.latency
     read_byte = w_byte  # weights read every step
     expert_byte = w_byte  # one routed expert's
+    if weight_only(gpu, precision):  # Marlin dequantises the weights per 64-row slab: part of the rate
+        peak = peak * WEIGHT_ONLY_COMPUTE
     gemm_pre = 2 * p_lin / (peak * e.gemm_compute) / tp
     gemm_dec = 2 * p_lin / (peak * e_dec) / tp
     if precision.quantized_layers == "experts" and model.is_moe:
