@@ -270,7 +270,7 @@ def breakeven_facts(be: pd.DataFrame, reps: int) -> dict[str, Any]:
         "most_at": int(ahead.loc[ahead["ratio"].idxmax(), PROMPT]) if len(ahead) else None,
         "separation": _separation(split_ahead, split_sure, reps),
         "far_capacity": float(far[["colocated", "split"]].to_numpy().max()) if len(far) else math.nan,
-        "split_prompts": " to ".join(f"{x:,}" for x in split_ahead[:1] + split_ahead[-1:])
+        "split_prompts": " to ".join(dict.fromkeys(f"{x:,}" for x in split_ahead[:1] + split_ahead[-1:]))
         if split_ahead
         else "a few thousand",
         "confirm": ". Confirm with"
