@@ -382,3 +382,34 @@ def test_an_eagle_head_costs_less_than_a_draft_model_at_the_same_acceptance():
     plain = des.simulate(scenario())
     assert eagle.summary["num_completed"] == draft.summary["num_completed"] == 60
     assert eagle.summary["tpot_mean"] < draft.summary["tpot_mean"] < plain.summary["tpot_mean"]
+
+
+@pytest.mark.parametrize("model", ["qwen2.5-7b", "gpt-oss-20b"])
+def test_every_verification_step_counts_its_proposed_rows_and_windows(monkeypatch, model):
+    """The shape a speculating step is costed on: ``spec_tokens`` = rows − sequences that
+    decode (each verifies ``q − 1`` proposed tokens), no window on a model without windowed
+    layers, and on one with them each member's windowed read capped at the window (the
+    merge of speculation and windowed attention once passed the proposed rows as the window)."""
+    from des.engine.schedulers.speculating import SpeculativeScheduler
+
+    original = SpeculativeScheduler._shape
+    seen: list[tuple[BatchShape, int, int]] = []
+
+    def recording(self, batch):
+        shape = original(self, batch)
+        members = [seq for seq in self.spec.members if seq.q]
+        rows = sum(seq.q for seq in members)
+        window = self.kv.window
+        reads = sum(min(seq.req.computed + seq.q, window) for seq in members) if window else 0
+        seen.append((shape, rows - len(members), reads))
+        return shape
+
+    monkeypatch.setattr(SpeculativeScheduler, "_shape", recording)
+    des.simulate(scenario(ngram(3, 0.7), model=model))
+    window = des.catalog.model(model).window or 0
+    decoding = [(s, extra, reads) for s, extra, reads in seen if s.decode_tokens]
+    assert len(decoding) > 100
+    assert all(s.spec_tokens == extra and s.window == window for s, extra, _ in decoding)
+    assert any(s.spec_tokens > 0 for s, _, _ in decoding)
+    if window:
+        assert all(s.decode_window_context == reads <= s.decode_context for s, _, reads in decoding)

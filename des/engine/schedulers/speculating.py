@@ -122,7 +122,13 @@ class SpeculativeSet:
         for seq in self.members:
             if not seq.q:
                 context -= seq.req.computed
-        return BatchShape(n, 0, 0.0, 0, rows, context + rows, n, rows - n)
+        window = self.kv.window
+        if window:  # windowed layers read at most the window of each member's context and rows
+            reads = sum(min(seq.req.computed + seq.q, window) for seq in self.members if seq.q)
+            return BatchShape(
+                n, 0, 0.0, 0, rows, context + rows, n, window=window, decode_window_context=reads, spec_tokens=rows - n
+            )
+        return BatchShape(n, 0, 0.0, 0, rows, context + rows, n, spec_tokens=rows - n)
 
     def advance(self, starved: list[Seq]) -> list[Seq]:
         """Apply a step: each member that computed ``q`` tokens emits ``T`` of them (drawn),
