@@ -16,6 +16,7 @@ import des
 from des import catalog
 from des.catalog.efficiency import Efficiency
 from des.catalog.memory import Precision, plan_memory, weight_bytes
+from des.catalog.quantization import WEIGHT_ONLY_COMPUTE, weight_only
 from des.catalog.specs import GPUSpec
 from des.cost.base import BatchShape, CostContext
 from des.cost.report import decode_shape, prefill_shape
@@ -162,8 +163,11 @@ def test_gemm_time_is_continuous_across_the_knee_and_its_slope_only_rises():
 
 def old_step_time(gpu, model, precision, tp, eff, shape: BatchShape) -> float:
     """The single-factor roofline of des before issue #11, verbatim in its arithmetic (its peak
-    now the FLOP/s at the GPU's sustained clock, which the compute factors are shares of since #18)."""
+    now the FLOP/s at the GPU's sustained clock, which the compute factors are shares of since #18,
+    and for a weight-only kernel's products its share of that since #19)."""
     peak = gpu.sustained_flops(precision.compute_dtype)
+    if weight_only(gpu, precision):
+        peak *= WEIGHT_ONLY_COMPUTE
     peak16 = gpu.sustained_flops("bf16")
     bw = gpu.memory_bandwidth * eff["mbu"]
     L = model.num_layers
