@@ -78,6 +78,32 @@ def variants(sweep: Sweep) -> pd.DataFrame:
     return pd.DataFrame(out).set_index("variant")
 
 
+#: The y-axis label of each latency a panel draws.
+LABELS = {
+    "ttft_p99": "p99 time to first token (s)",
+    "tpot_p50": "median time per output token (s)",
+    "e2e_mean": "mean end-to-end latency (s)",
+}
+
+
+def _curves(ax, points: pd.DataFrame, metric: str, colours: dict, slo: dict[str, float], names: dict[str, str]) -> None:
+    """One panel: ``metric`` against offered load, a line per variant (in ``colours``' order,
+    named by ``names`` or as itself) with its 95 % band, hollow where a replication was
+    unstable, and the SLO's limit where it bounds ``metric``; log scale."""
+    for variant, c in colours.items():
+        g = points[points["variant"] == variant].sort_values(RATE)
+        ax.plot(g[RATE], g[metric], color=c, lw=1.5, label=names.get(variant, variant))
+        ax.fill_between(g[RATE], g[f"{metric}_lo"], g[f"{metric}_hi"], color=c, alpha=0.12, lw=0)
+        stable = g["all_stable"].astype(bool)
+        ax.scatter(g.loc[stable, RATE], g.loc[stable, metric], color=c, s=14, zorder=3)
+        ax.scatter(g.loc[~stable, RATE], g.loc[~stable, metric], facecolors="white", edgecolors=c, s=20, zorder=3)
+    if metric in slo:
+        slo_line(ax, slo[metric], slo_text(metric, slo[metric]), boxed=True)
+    ax.set_yscale("log")
+    plain_log_axis(ax.yaxis)
+    ax.set(xlabel="offered load (requests / s)", ylabel=LABELS[metric])
+
+
 def draw(points: pd.DataFrame, slo: dict[str, float], caps: pd.DataFrame):
     """Three panels: p99 TTFT and median TPOT against offered load per variant, and each
     variant's capacity under ``slo`` (95 % interval) against its saturation throughput."""
@@ -86,20 +112,7 @@ def draw(points: pd.DataFrame, slo: dict[str, float], caps: pd.DataFrame):
     order = list(caps.index)
     colours = dict(zip(order, sns.color_palette("tab10", len(order)), strict=True))
     for ax, metric in zip(axes[:2], ("ttft_p99", "tpot_p50"), strict=True):
-        for variant in order:
-            g = points[points["variant"] == variant].sort_values(RATE)
-            c = colours[variant]
-            ax.plot(g[RATE], g[metric], color=c, lw=1.5, label=variant)
-            ax.fill_between(g[RATE], g[f"{metric}_lo"], g[f"{metric}_hi"], color=c, alpha=0.12, lw=0)
-            stable = g["all_stable"].astype(bool)
-            ax.scatter(g.loc[stable, RATE], g.loc[stable, metric], color=c, s=14, zorder=3)
-            ax.scatter(g.loc[~stable, RATE], g.loc[~stable, metric], facecolors="white", edgecolors=c, s=20, zorder=3)
-        if metric in slo:
-            slo_line(ax, slo[metric], slo_text(metric, slo[metric]), boxed=True)
-        ax.set_yscale("log")
-        plain_log_axis(ax.yaxis)
-        name = "p99 time to first token (s)" if metric == "ttft_p99" else "median time per output token (s)"
-        ax.set(xlabel="offered load (requests / s)", ylabel=name)
+        _curves(ax, points, metric, colours, slo, {})
     axes[0].legend(loc="upper left", fontsize=8, frameon=False)
     ax = axes[2]
     y = np.arange(len(order))
@@ -204,23 +217,8 @@ def draw_speculation(points: pd.DataFrame, slo: dict[str, float]):
     fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.6))
     order = list(dict.fromkeys(points["variant"]))
     colours = dict(zip(order, sns.color_palette("tab10", len(order)), strict=True))
-    for ax, metric, label in zip(
-        axes, ("tpot_p50", "e2e_mean"), ("median time per output token (s)", "mean end-to-end latency (s)"), strict=True
-    ):
-        for variant in order:
-            g = points[points["variant"] == variant].sort_values(RATE)
-            c = colours[variant]
-            name = "no speculation" if variant == PLAIN else variant
-            ax.plot(g[RATE], g[metric], color=c, lw=1.5, label=name)
-            ax.fill_between(g[RATE], g[f"{metric}_lo"], g[f"{metric}_hi"], color=c, alpha=0.12, lw=0)
-            stable = g["all_stable"].astype(bool)
-            ax.scatter(g.loc[stable, RATE], g.loc[stable, metric], color=c, s=14, zorder=3)
-            ax.scatter(g.loc[~stable, RATE], g.loc[~stable, metric], facecolors="white", edgecolors=c, s=20, zorder=3)
-        if metric in slo:
-            slo_line(ax, slo[metric], slo_text(metric, slo[metric]), boxed=True)
-        ax.set_yscale("log")
-        plain_log_axis(ax.yaxis)
-        ax.set(xlabel="offered load (requests / s)", ylabel=label)
+    for ax, metric in zip(axes, ("tpot_p50", "e2e_mean"), strict=True):
+        _curves(ax, points, metric, colours, slo, {PLAIN: "no speculation"})
     axes[0].legend(loc="lower right", fontsize=8, frameon=False)
     fig.suptitle(
         "Speculative decoding on one RTX 4090 serving Qwen2.5-7B, k = 3 "

@@ -267,24 +267,33 @@ class ContinuousScheduler:
         blocks reach everyone (the common case: a handful of operations plus the
         prefilling sequences), else as the ordered walk decides. Fills ``batch``; returns
         the budget left and the preemptions."""
+        left = self._everyone(batch, budget, self.decoding.size, self.decoding.new_blocks)
+        if left is not None:
+            return left, 0
+        return self._ordered(batch, budget)
+
+    def _everyone(self, batch: Batch, budget: int, need: int, blocks: int) -> int | None:
+        """The common case of :meth:`_schedule_running`: the decoding sequences ask for ``need``
+        tokens and ``blocks`` new KV blocks, every prefilling sequence for the rest of its
+        prompt; when the budget and the free blocks reach them all, take the blocks, fill
+        ``batch`` and return the budget left, else None (the ordered walk decides)."""
         kv = self.kv
-        need = self.decoding.size
         for seq in self.prefilling:
             req = seq.req
             need += req.prompt_tokens + req.generated - req.computed
-        if need <= budget:
-            blocks = self.decoding.new_blocks
-            growth, prefill = kv.growth, batch.prefill
-            for seq in self.prefilling:
-                req = seq.req
-                c = req.computed
-                k = req.prompt_tokens + req.generated - c
-                blocks += growth(c, k)
-                prefill.append((seq, k))
-            if blocks <= kv.free:
-                kv.take(blocks)
-                return budget - need, 0
-        return self._ordered(batch, budget)
+        if need > budget:
+            return None
+        growth, prefill = kv.growth, batch.prefill
+        for seq in self.prefilling:
+            req = seq.req
+            c = req.computed
+            k = req.prompt_tokens + req.generated - c
+            blocks += growth(c, k)
+            prefill.append((seq, k))
+        if blocks > kv.free:
+            return None
+        kv.take(blocks)
+        return budget - need
 
     def _ordered(self, batch: Batch, budget: int) -> tuple[int, int]:
         """The running set walked in admission order, as vLLM does when the budget or the

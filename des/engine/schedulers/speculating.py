@@ -201,22 +201,9 @@ class SpeculativeScheduler(ContinuousScheduler):
         return reason
 
     def _schedule_running(self, batch: Batch, budget: int) -> tuple[int, int]:
-        kv = self.kv
-        need, blocks = self.spec.demand()
-        for seq in self.prefilling:
-            req = seq.req
-            need += req.prompt_tokens + req.generated - req.computed
-        if need <= budget:
-            growth, prefill = kv.growth, batch.prefill
-            for seq in self.prefilling:
-                req = seq.req
-                c = req.computed
-                k = req.prompt_tokens + req.generated - c
-                blocks += growth(c, k)
-                prefill.append((seq, k))
-            if blocks <= kv.free:
-                kv.take(blocks)
-                return budget - need, 0
+        left = self._everyone(batch, budget, *self.spec.demand())
+        if left is not None:
+            return left, 0
         budget, preempted = self._ordered(batch, budget)
         for seq in batch.starved:
             seq.q = seq.slots = 0
