@@ -328,18 +328,24 @@ class ContinuousScheduler:
         """The tokens of each running sequence, in admission order, within ``budget``."""
         plan: list[tuple[Seq, int]] = []
         left = budget
+        wants, chunked = self._wants, self.chunked
         for seq in self.running:
-            if seq.phase is DECODING:
-                self.decoding.materialize(seq)
-            req = seq.req
-            n = req.prompt_tokens + req.generated - req.computed
-            if self.chunked:
+            n, whole = wants(seq)
+            if chunked or not whole:
                 k = n if n <= left else left
             else:
                 k = n if n <= left and (not plan or plan[-1][1]) else 0
             plan.append((seq, k))
             left -= k
         return plan
+
+    def _wants(self, seq: Seq) -> tuple[int, bool]:
+        """Tokens ``seq`` computes this step if the budget allows, and whether they go all or
+        nothing without chunked prefill (here every sequence's do)."""
+        if seq.phase is DECODING:
+            self.decoding.materialize(seq)
+        req = seq.req
+        return req.prompt_tokens + req.generated - req.computed, True
 
     def _plan_blocks(self, plan: list[tuple[Seq, int]]) -> int:
         """KV blocks the tokens of ``plan`` need."""

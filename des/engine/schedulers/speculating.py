@@ -209,25 +209,14 @@ class SpeculativeScheduler(ContinuousScheduler):
             seq.q = seq.slots = 0
         return budget, preempted
 
-    def _plan(self, budget: int) -> list[tuple[Seq, int]]:
-        """As without speculation, a decode asking for its query tokens, cut to the budget
-        left whether or not prefill is chunked (vLLM drops the drafts past the budget)."""
-        plan: list[tuple[Seq, int]] = []
-        left = budget
-        for seq in self.running:
-            req = seq.req
-            if seq.phase is DECODING:
-                n = seq.q
-                k = n if n <= left else left
-            else:
-                n = req.prompt_tokens + req.generated - req.computed
-                if self.chunked:
-                    k = n if n <= left else left
-                else:
-                    k = n if n <= left and (not plan or plan[-1][1]) else 0
-            plan.append((seq, k))
-            left -= k
-        return plan
+    def _wants(self, seq: Seq) -> tuple[int, bool]:
+        """A decoding sequence's query tokens (its last and the proposed ones), cut to the
+        budget left whether or not prefill is chunked (vLLM drops the drafts past the
+        budget); a prefilling one's rest of its prompt, all or nothing without chunking."""
+        if seq.phase is DECODING:
+            return seq.q, False
+        req = seq.req
+        return req.prompt_tokens + req.generated - req.computed, True
 
     def _plan_blocks(self, plan: list[tuple[Seq, int]]) -> int:
         blocks = 0
