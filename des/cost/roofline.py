@@ -253,11 +253,13 @@ class Roofline:
         :attr:`moe_group` ranks stepping together, the largest of whose batches has that
         many new tokens (:meth:`group_step_time`)."""
         s = shape
-        pt, n = s.prefill_tokens, s.decode_tokens
-        t = pt + n
+        pt = s.prefill_tokens
+        t = pt + s.decode_tokens
+        n = s.decode_tokens - s.spec_tokens  # sequences decoding
         padded = t if group_tokens is None else group_tokens
         tg = graph_size(padded) if 0 < padded <= self.graph_max else padded
-        rows = s.num_emitting
+        emitting = s.num_emitting
+        rows = emitting + s.spec_tokens  # through the LM head and sampler
         out: dict[str, float] = {}
         out["gemm"] = self._roof(
             self.gemm_weight_s + self.moe_expert_weight_s * self.distinct_experts(tg * self.moe_group),
@@ -301,8 +303,8 @@ class Roofline:
         if self.moe_group > 1:
             out["moe_exchange"] = self.moe_exchange_fixed_s + self.moe_exchange_s_per_token * tg if tg else 0.0
         out["gpu"] = sum(out.values())
-        out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * rows
-        out["frontend"] = self.stage_step_s + self.stage_seq_s * rows
+        out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * emitting
+        out["frontend"] = self.stage_step_s + self.stage_seq_s * emitting
         return out
 
     def contexts(self, s: BatchShape) -> tuple[float, float, float]:
@@ -365,10 +367,15 @@ class Roofline:
         step = (gpu if gpu > cpu else cpu) if self.overlap_cpu else gpu + cpu
         return step if step > stage else stage
 
-    def step_time(self, shape: BatchShape) -> float:
+    def step_time(self, shape: BatchShape, extra_gpu: float = 0.0) -> float:
+        """Seconds of a step of ``shape``, ``extra_gpu`` seconds of other GPU work (a
+        speculative proposer's passes) added before the CPU time is set against it. A
+        verification step's ``spec_tokens`` proposed rows run through the GEMMs, LM head
+        and sampler like any row; its attention's per-sequence terms count the sequences."""
         s = shape
-        pt, n = s.prefill_tokens, s.decode_tokens
-        t = pt + n
+        pt, v = s.prefill_tokens, s.spec_tokens
+        t = pt + s.decode_tokens
+        n = s.decode_tokens - v  # sequences decoding
         tg = t
         if 0 < t <= self.graph_max:  # graph_size, inlined
             if t > 4:
@@ -386,8 +393,9 @@ class Roofline:
                 w += self.moe_expert_weight_s * table[tg if tg < len(table) else -1]
         c = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
         gpu = w + k * c if w > c else c + k * w
-        # LM head and sampler, for the emitting rows
-        rows = s.num_emitting
+        # LM head and sampler, for the emitting rows (and every proposed row a step verifies)
+        emitting = s.num_emitting
+        rows = emitting + v
         if rows:
             w = self.head_weight_s
             c = self.head_s_per_row * rows
@@ -435,12 +443,13 @@ class Roofline:
                 gpu += self.allreduce_small_fixed_s + self.allreduce_s_per_token * tg
             else:
                 gpu += self.allreduce_fixed_s + self.allreduce_s_per_token * tg
-        cpu = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * rows
+        gpu += extra_gpu
+        cpu = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * emitting
         if self.overlap_cpu:
             step = gpu if gpu > cpu else cpu
         else:
             step = gpu + cpu
-        stage = self.stage_step_s + self.stage_seq_s * rows
+        stage = self.stage_step_s + self.stage_seq_s * emitting
         return step if step > stage else stage
 
 

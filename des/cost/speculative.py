@@ -61,78 +61,16 @@ class Verification:
         draft = self.draft
         if draft is None:
             return 0.0
-        first = draft.step_time(s)
+        first = draft.step_time(replace(s, spec_tokens=0) if s.spec_tokens else s)  # its LM head: emitting rows
         e = s.num_emitting
         if e == 0 or self.k == 1:
             return first
         return first + (self.k - 1) * draft.step_time(BatchShape.decodes(e, s.decode_context - s.decode_tokens))
 
     def step_time(self, shape: BatchShape) -> float:
-        s, r = shape, self.target
-        pt, rows_dec = s.prefill_tokens, s.decode_tokens
-        v = s.spec_tokens
-        n = rows_dec - v  # sequences decoding
-        t = pt + rows_dec
-        tg = t
-        if 0 < t <= r.graph_max:  # Roofline.step_time's padding to the captured sizes
-            if t > 4:
-                tg = -(-t // 8) * 8 if t <= 256 else 256 + -(-(t - 256) // 16) * 16
-            elif t == 3:
-                tg = 4
-        k = r.knee
-        w = r.gemm_weight_s
-        if r.moe_experts:
-            w += r.moe_expert_weight_s * r.moe_experts * (1.0 - r.moe_miss**tg)
-        c = r.gemm_s_per_prefill_token * pt + r.gemm_s_per_decode_token * (tg - pt)
-        gpu = w + k * c if w > c else c + k * w
-        # LM head and sampler: every verified row
-        emitting = s.num_emitting
-        rows = emitting + v
-        if rows:
-            w = r.head_weight_s
-            c = r.head_s_per_row * rows
-            gpu += w + k * c if w > c else c + k * w
-            over = rows * r.samp_row_bytes - r.samp_threshold
-            gpu += r.samp_fixed_s + r.samp_s_per_row * rows
-            if over > 0.0:
-                gpu += r.samp_spill_s_per_byte * over
-        # attention: n sequences of q query rows each over their contexts
-        d = s.decode_context
-        if pt:
-            chunks = s.num_seqs - n
-            x = s.prefill_context
-            a = r.pre_s_per_pair * (s.prefill_pairs + r.pre_tile_pairs * pt)
-            b = r.stream_s_per_context * x / (chunks if chunks > 1 else 1)
-            if b > a:
-                a = b
-            b = r.mixed_s_per_context * x
-            gpu += r.pre_fixed_s + (a if a > b else b)
-            if n:
-                a = r.mixed_compute_s_per_context * d
-                b = r.mixed_s_per_seq * n + r.mixed_s_per_context * d
-                if b > a:
-                    a = b
-                b = r.stream_s_per_context * d / n
-                gpu += a if a > b else b
-        elif n:
-            gpu += r.dec_fixed_s + r.dec_s_per_seq * n + r.dec_s_per_context * d
-        gpu += r.kv_write_s_per_token * t + r.el_fixed_s + r.el_s_per_token * tg
-        over = tg * r.el_layer_bytes - r.el_threshold
-        if over > 0.0:
-            gpu += r.el_spill_s_per_byte * over * r.layers
-            over = tg * r.el_step_bytes - r.el_threshold
-            if over > 0.0:
-                gpu += r.el_spill_s_per_byte * over
-        if r.allreduce_s_per_token:
-            if tg < r.allreduce_split_tokens:
-                gpu += r.allreduce_small_fixed_s + r.allreduce_s_per_token * tg
-            else:
-                gpu += r.allreduce_fixed_s + r.allreduce_s_per_token * tg
-        gpu += self.draft_time(s)
-        cpu = r.cpu_step_s + r.cpu_seq_s * s.num_seqs + r.cpu_emit_s * emitting
-        step = (gpu if gpu > cpu else cpu) if r.overlap_cpu else gpu + cpu
-        stage = r.stage_step_s + r.stage_seq_s * emitting
-        return step if step > stage else stage
+        """The target's verification step (:meth:`Roofline.step_time` counts a shape's
+        proposed rows) with the proposer's passes as more GPU work."""
+        return self.target.step_time(shape, self.draft_time(shape))
 
 
 def build_verification(kind: RooflineConfig, ctx: CostContext, k: int, draft: CostContext | None) -> Verification:
