@@ -308,8 +308,8 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
     table.add_column("metric")
     for col in LATENCY_COLUMNS:
         table.add_column(col, justify="right")
-    for name in ("ttft", "tpot", "e2e", "queue_delay"):
-        table.add_row(name, *(fmt(s[f"{name}_{c}"]) for c in LATENCY_COLUMNS))
+    for name in ("ttft", "tpot", "itl", "second_token", "e2e", "queue_delay"):
+        table.add_row(name, *(fmt(s.get(f"{name}_{c}")) for c in LATENCY_COLUMNS))
     console.print(table)
     names = ", ".join(files) if files else "requests.parquet, steps.parquet, summary.json, scenario.yaml"
     console.print(f"wrote {out_dir}/ ({names}) in {wall:.2f} s", highlight=False)

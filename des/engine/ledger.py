@@ -32,6 +32,7 @@ LEDGER_COLUMNS = {
     "output_tokens": "q",
     "scheduled_time": "d",
     "first_token_time": "d",
+    "second_token_time": "d",
     "finish_time": "d",
     "preemptions": "q",
     "status": "b",

@@ -37,6 +37,8 @@ class Request:
     queued_time: float = math.nan  # when it last reached an instance's scheduler (vLLM's queued_ts)
     scheduled_time: float = math.nan
     first_token_time: float = math.nan
+    second_token_time: float = math.nan  # when its second token was emitted (its first inter-token gap's end)
+    last_token_time: float = math.nan  # its last token before a preemption (the gap after runs from there)
     finish_time: float = math.nan
     preemptions: int = 0
     status: str = UNFINISHED

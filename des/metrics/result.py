@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from des.metrics.cache import cache_metrics
+from des.metrics.itl import itl_metrics, second_token_metrics
 from des.metrics.pools import decode_full_share, pool_metrics, transfer_metrics
-from des.metrics.summary import arrival_window_end, summarize
+from des.metrics.summary import arrival_window_end, measured_mask, summarize
 from des.metrics.tables import requests_table, steps_table, transfers_table
 from des.metrics.utilisation import utilisation
 from des.metrics.verdict import verdict_notes
@@ -23,6 +24,7 @@ from des.metrics.verdict import verdict_notes
 if TYPE_CHECKING:
     from des.cost.uncertainty import ModelDraws
     from des.engine.cluster import Cluster
+    from des.engine.itl import ItlLog
     from des.scenario import Scenario
 
 
@@ -38,6 +40,18 @@ class Result:
     summary: dict[str, Any]
     transfers: pd.DataFrame | None = None
     draws: ModelDraws | None = None
+
+
+def gap_logs(cluster: Cluster) -> list[ItlLog]:
+    """Every scheduler's log of the gaps between tokens (a pipelined engine's: each batch's)."""
+    logs = []
+    for inst in cluster.instances:
+        sched = inst.scheduler
+        for one in getattr(sched, "subs", [sched]):
+            log = getattr(one, "itl", None)
+            if log is not None:
+                logs.append(log)
+    return logs
 
 
 def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Result:
@@ -75,6 +89,8 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     summary.update(transfer_metrics(transfers, requests, scenario.warmup, end))
     summary.update(utilisation(steps, [p for p in pools for _ in range(p.instances)], scenario.warmup, end))
     summary.update(cache_metrics(steps, scenario.warmup, end))
+    summary.update(itl_metrics(gap_logs(cluster), scenario.warmup, end))
+    summary.update(second_token_metrics(requests.loc[measured_mask(requests, scenario.warmup, end)]))
     summary["factor_provenance"] = run_provenance(factor_sources(scenario))
     split = cluster.plan.link is not None
     start, arrivals_end = summary["arrival_window_start"], summary["arrival_window_end"]

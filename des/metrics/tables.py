@@ -37,6 +37,7 @@ REQUEST_COLUMNS = (
     "conversation_id",
     "turn",
     "prefix_group",
+    "second_token_time",
 )
 
 

@@ -115,9 +115,11 @@ def parse_slo(text: str, known: Sequence[str]) -> SLOTerm:
 
 def metric_names() -> list[str]:
     """Summary metrics an SLO may name (numeric ones)."""
+    from des.metrics.itl import ITL_STATS, SECOND_STATS
     from des.metrics.summary import LATENCIES, PERCENTILES
 
     names = [f"{m}_{s}" for m in LATENCIES for s in ("mean", *(f"p{p}" for p in PERCENTILES))]
+    names += [f"itl_{s}" for s in ITL_STATS] + [f"second_token_{s}" for s in SECOND_STATS]
     return names + ["throughput_rps", "goodput_rps", "slo_attainment", "gpu_busy_fraction", "mean_queue_length"]
 
 

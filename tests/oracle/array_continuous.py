@@ -359,6 +359,7 @@ class ContinuousScheduler:
         comp += k
         if step.decoding:  # everyone emits; nobody's first token
             gen += 1
+            self._second(gen == 2, now)
             if self.leaves_after_prefill:
                 return []
             fin = gen == run.output_len[:m]
@@ -369,10 +370,19 @@ class ContinuousScheduler:
             if first.any():
                 for i in np.flatnonzero(first).tolist():
                     run.reqs[i].first_token_time = now
+            self._second(emit & (gen == 2), now)
             fin = first if self.leaves_after_prefill else emit & (gen == run.output_len[:m])
         if not fin.any():
             return []
         return self._release(np.flatnonzero(fin), now)
+
+    def _second(self, rows: np.ndarray, now: float) -> None:
+        """The requests at ``rows`` just emitted their second token."""
+        if rows.any():
+            reqs = self.running.reqs
+            for i in np.flatnonzero(rows).tolist():
+                if reqs[i].second_token_time != reqs[i].second_token_time:
+                    reqs[i].second_token_time = now
 
     def _commit_rows(self, comp: np.ndarray, k: np.ndarray) -> None:
         """Key the blocks that the ``k`` tokens now computed on top of ``comp`` fill, for

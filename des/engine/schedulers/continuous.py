@@ -63,6 +63,7 @@ held, by request id, until ``free``.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ import numpy as np
 from pydantic import Field
 
 from des.cost.base import BatchShape
+from des.engine.itl import ItlLog
 from des.engine.kvcache import BlockManager, CacheConfig
 from des.engine.plan import Plan, PlanContext, colocated
 from des.engine.policy import Role, Step, length_rejection
@@ -164,6 +166,9 @@ class ContinuousScheduler:
         self.admissions = 0  # numbers admissions, to release in admission order
         self.sharing = 0  # running requests whose content others may share
         self.on_first_schedule: Callable[[Request], None] | None = None  # told of each request's first admission
+        self.itl = ItlLog()  # the gaps between tokens this instance's requests receive
+        self.last_end = math.nan  # when its previous step ended
+        self.irregular: list[Seq] = []  # decoders whose next token's gap is not the time since the last step
 
     # -- protocol -------------------------------------------------------------------
     def rejection(self, req: Request) -> str | None:
@@ -210,6 +215,8 @@ class ContinuousScheduler:
         seq = next(reversed(self.running))
         if seq.phase is DECODING:
             self.decoding.materialize(seq)
+            # its last token: the previous step's, unless it was starved or had just joined
+            seq.req.last_token_time = seq.last_emit if seq.last_emit == seq.last_emit else self.last_end
         self._leave(seq)
         req = seq.req
         self.kv.preempt(req, req.computed)
@@ -406,6 +413,9 @@ class ContinuousScheduler:
                 self.sharing += 1
             if req.generated and n == 1:  # a decode: it joins the decoders at once
                 self.decoding.start(seq)
+                # its last token came before it got here (a prefill instance's, or before a preemption)
+                last = req.last_token_time
+                self._irregular(seq, last if last == last else req.first_token_time)
             else:
                 self.prefilling[seq] = None
                 batch.prefill.append((seq, k))
@@ -435,8 +445,46 @@ class ContinuousScheduler:
             shape.add_chunk(c, k, k == req.prompt_tokens + req.generated - c)
         return shape
 
+    def _irregular(self, seq: Seq, last: float) -> None:
+        """``seq`` decodes from now on, its last token at ``last``: the gap its next token
+        ends is recorded on its own (:meth:`_gaps`)."""
+        if seq.last_emit != seq.last_emit:
+            self.irregular.append(seq)
+        seq.last_emit = last
+
+    def _gaps(self, step: Step[Batch], now: float) -> None:
+        """Record the gaps the step's decoders' tokens end at ``now`` (:mod:`des.engine.itl`):
+        one each for the irregular ones (after a join, a starved step, a preemption), one
+        weighted record for the rest, whose last token was the previous step's."""
+        shape, starved = step.shape, step.items.starved
+        for seq in starved:  # no token this step: the next one's gap runs from their last
+            if seq.last_emit != seq.last_emit:
+                seq.last_emit = self.last_end
+                self.irregular.append(seq)
+        emitting = shape.decode_tokens - shape.spec_tokens
+        if self.irregular:
+            keep = []
+            itl = self.itl
+            for seq in self.irregular:
+                if seq.phase is not DECODING:  # left (done, or preempted: its request keeps its last token)
+                    seq.last_emit = math.nan
+                elif seq in starved:
+                    keep.append(seq)
+                else:
+                    itl.add(now, now - seq.last_emit)
+                    seq.last_emit = math.nan
+                    emitting -= 1
+                    req = seq.req
+                    if req.second_token_time != req.second_token_time:
+                        req.second_token_time = now
+            self.irregular = keep
+        if emitting > 0 and self.last_end == self.last_end:
+            self.itl.add(now, now - self.last_end, emitting)
+        self.last_end = now
+
     def finish_step(self, step: Step[Batch], now: float) -> list[Request]:
         batch, kv, dec = step.items, self.kv, self.decoding
+        self._gaps(step, now)
         done = dec.advance(batch.starved)
         if self.sharing and kv.caching:
             self._commit(batch)
@@ -471,13 +519,20 @@ class ContinuousScheduler:
                 if g and c == req.prompt_tokens + g - 1:  # a recomputation one token short: a decode now
                     del self.prefilling[seq]
                     dec.start(seq)
+                    self._irregular(seq, req.last_token_time)
                 continue
             g = req.emit(now)
+            if g > 1:  # a recomputation's token: its gap runs from the last before the preemption
+                self.itl.add(now, now - req.last_token_time)
+                if g == 2:
+                    req.second_token_time = now
             if g == req.output_tokens or self.leaves_after_prefill:
                 done.append(seq)
             else:  # emitted; one token a step from now on
                 del self.prefilling[seq]
                 dec.start(seq)
+                if g == 1:  # its second token ends its first gap, recorded on its own
+                    self._irregular(seq, now)
 
     def _commit(self, batch: Batch) -> None:
         """Key the blocks this step filled, of requests whose content others may share, in

@@ -24,6 +24,7 @@ step stays constant work.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -50,7 +51,8 @@ class Seq:
     context is at the window's cap. With speculative decoding
     (:mod:`des.engine.schedulers.speculating`), ``q``: query tokens it computes in the step
     being formed (its last token and the proposed ones; 0: none), ``slots``: KV slots taken
-    for that step beyond its ``computed``.
+    for that step beyond its ``computed``. ``last_emit``: when it last emitted, while its next
+    token's gap is not the time since its instance's previous step (:mod:`des.engine.itl`).
     """
 
     req: Request
@@ -60,6 +62,7 @@ class Seq:
     cap_at: int = 0
     q: int = 0
     slots: int = 0
+    last_emit: float = math.nan  # its last token, while its next one ends no ordinary gap (:mod:`des.engine.itl`)
 
 
 class DecodingSet:

@@ -15,6 +15,7 @@ Static batching serves whole requests: its instances are ``colocated`` only.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ import numpy as np
 from pydantic import Field, NonNegativeFloat, model_validator
 
 from des.cost.base import BatchShape
+from des.engine.itl import ItlLog
 from des.engine.kvcache import BlockManager, CacheConfig
 from des.engine.plan import Plan, PlanContext, colocated
 from des.engine.policy import Role, Step, length_rejection
@@ -100,6 +102,8 @@ class StaticScheduler:
         self.max_wait = cfg.max_wait
         self.release_at_end = cfg.release_on == "batch_end"
         self.max_model_len = max_model_len
+        self.itl = ItlLog()  # the gaps between tokens (des.engine.itl)
+        self.last_end = math.nan  # when the previous step ended
         self.waiting: deque[Request] = deque()
         self.batch: _Batch | None = None
 
@@ -186,6 +190,12 @@ class StaticScheduler:
         batch.steps_done += 1
         released: list[Request] = []
         still: list[Request] = []
+        if batch.steps_done > 1 and batch.members:  # every member's gap: the time since the batch's last step
+            self.itl.add(now, now - self.last_end, len(batch.members))
+            if batch.steps_done == 2:
+                for req in batch.members:
+                    req.second_token_time = now
+        self.last_end = now
         for req in batch.members:
             if req.emit(now) == req.output_tokens:
                 if self.release_at_end:
