@@ -222,6 +222,9 @@ def latency_facts(compare: pd.DataFrame) -> dict[str, Any]:
         "light_tpot_p90_ms": light["tpot_p90"] * 1e3,
         "light_transfer_mean_ms": light["kv_transfer_time_mean"] * 1e3,
         "light_transfer_p99_ms": light["kv_transfer_time_p99"] * 1e3,
+        "light_itl_p99_ms": light.get("itl_p99", math.nan) * 1e3,
+        "light_second_p99_ms": light.get("second_token_p99", math.nan) * 1e3,
+        "long_colocated_itl_p99": _range_ms(long_c["itl_p99"].to_numpy()) if "itl_p99" in long_c else "—",
     }
 
 
