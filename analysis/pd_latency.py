@@ -1,10 +1,12 @@
-"""TTFT and TPOT against load per GPU, one colour per serving configuration: colocated
-against disaggregated prefill/decode serving.
+"""TTFT, TPOT and inter-token latency against load per GPU, one colour per serving
+configuration: colocated against disaggregated prefill/decode serving.
 
 Reads the sweep of a prefill/decode study (``scenarios/pd-compare.yaml``, ``pd-split.yaml``:
 a ``config`` axis of named configurations and a load grid per variant) and draws, for
-each variant (workload, a row), the median and p99 of the time to first token and of
-the time per output token (columns) against the offered load per GPU, each line the
+each variant (workload, a row), the median and p99 of the time to first token, of the
+time per output token (a request's mean) and of the inter-token latency (every gap
+between tokens; sweeps written before des counted it have none) (columns) against the
+offered load per GPU, each line the
 mean over replications with its 95 % band. Points where a replication was unstable, or
 offered more than the saturation throughput the probe measured, are left out (past
 capacity a percentile only measures how long the run lasted). The SLO
@@ -26,12 +28,17 @@ from matplotlib.lines import Line2D
 from analysis.common import CONFIG, RATE, Sweep, config_style, plain_log_axis, save, style
 from analysis.pd_capacity import with_gpus
 
-PANELS = (("ttft", "time to first token (s)"), ("tpot", "time per output token (s)"))
+PANELS = (
+    ("ttft", "time to first token (s)"),
+    ("tpot", "time per output token (s)"),
+    ("itl", "inter-token latency (s)"),
+)
 PCTS = (("p50", "-", "o"), ("p99", ":", "^"))
 #: SLO limits drawn on each panel: (metric, limit, label).
 LIMITS = {
     "ttft": [(2.0, "p99 ≤ 2 s (both SLOs)")],
     "tpot": [(0.1, "median ≤ 100 ms (default SLO)"), (0.04, "p99 ≤ 40 ms (tight SLO)")],
+    "itl": [],
 }
 
 
@@ -42,12 +49,13 @@ def draw(points: pd.DataFrame, title: str = "", exclude: tuple[str, ...] = ()):
     points = points[~points[CONFIG].isin(exclude)]
     variants = list(dict.fromkeys(points["variant"]))
     configs = list(dict.fromkeys(points[CONFIG]))
+    panels = [(m, label) for m, label in PANELS if f"{m}_p50" in points]  # sweeps before ITL have none
     fig, axes = plt.subplots(
-        len(variants), len(PANELS), figsize=(6.4 * len(PANELS), 3.9 * len(variants)), squeeze=False
+        len(variants), len(panels), figsize=(6.4 * len(panels), 3.9 * len(variants)), squeeze=False
     )
     for i, variant in enumerate(variants):
         sub = points[points["variant"] == variant]
-        for j, (metric, label) in enumerate(PANELS):
+        for j, (metric, label) in enumerate(panels):
             ax = axes[i, j]
             for config in configs:
                 g = sub[(sub[CONFIG] == config) & sub["all_stable"].astype(bool)].sort_values(RATE)
@@ -79,7 +87,7 @@ def draw(points: pd.DataFrame, title: str = "", exclude: tuple[str, ...] = ()):
     gpus = sorted(set(points["gpus"]))
     fig.suptitle(
         title
-        or f"TTFT and TPOT against load on {'/'.join(map(str, gpus))} GPUs, colocated against disaggregated "
+        or f"TTFT, TPOT and ITL against load on {'/'.join(map(str, gpus))} GPUs, colocated against disaggregated "
         "(mean of replications, 95 % CI; unstable points omitted)",
         fontsize=11,
     )

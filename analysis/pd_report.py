@@ -225,6 +225,8 @@ def latency_facts(compare: pd.DataFrame) -> dict[str, Any]:
         "light_itl_p99_ms": light.get("itl_p99", math.nan) * 1e3,
         "light_second_p99_ms": light.get("second_token_p99", math.nan) * 1e3,
         "long_colocated_itl_p99": _range_ms(long_c["itl_p99"].to_numpy()) if "itl_p99" in long_c else "—",
+        "chat_colocated_itl_p99": _range_ms(chat_c["itl_p99"].to_numpy()) if "itl_p99" in chat_c else "—",
+        "chat_split_itl_p99": _range_ms(chat_s["itl_p99"].to_numpy()) if "itl_p99" in chat_s else "—",
     }
 
 
