@@ -35,9 +35,12 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: Iterable[f
 
 def itl_metrics(logs: Iterable[ItlLog], warmup: float, end: float) -> dict[str, Any]:
     """``itl_*`` over the gaps of every instance's log that ended in ``[warmup, end]``."""
-    parts = [
-        (np.frombuffer(g.time), np.frombuffer(g.gap), np.frombuffer(g.weight, dtype=np.int64)) for g in logs if len(g)
-    ]
+    parts = []
+    for g in logs:
+        if len(g):
+            parts.append(g.ordinary())
+            if g.time:
+                parts.append((np.frombuffer(g.time), np.frombuffer(g.gap), np.ones(len(g.time), dtype=np.int64)))
     out: dict[str, Any] = {f"itl_{s}": None for s in ITL_STATS}
     if not parts:
         return out

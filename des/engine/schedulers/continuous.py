@@ -167,7 +167,8 @@ class ContinuousScheduler:
         self.sharing = 0  # running requests whose content others may share
         self.on_first_schedule: Callable[[Request], None] | None = None  # told of each request's first admission
         self.itl = ItlLog()  # the gaps between tokens this instance's requests receive
-        self.last_end = math.nan  # when its previous step ended
+        self._end, self._emitting = self.itl.end.append, self.itl.weight.append
+        self.fresh: list[Seq] = []  # decoders whose next token is their second (their first came a step before)
         self.irregular: list[Seq] = []  # decoders whose next token's gap is not the time since the last step
 
     # -- protocol -------------------------------------------------------------------
@@ -216,7 +217,7 @@ class ContinuousScheduler:
         if seq.phase is DECODING:
             self.decoding.materialize(seq)
             # its last token: the previous step's, unless it was starved or had just joined
-            seq.req.last_token_time = seq.last_emit if seq.last_emit == seq.last_emit else self.last_end
+            seq.req.last_token_time = seq.last_emit if seq.last_emit == seq.last_emit else self.itl.last_end
         self._leave(seq)
         req = seq.req
         self.kv.preempt(req, req.computed)
@@ -447,44 +448,52 @@ class ContinuousScheduler:
 
     def _irregular(self, seq: Seq, last: float) -> None:
         """``seq`` decodes from now on, its last token at ``last``: the gap its next token
-        ends is recorded on its own (:meth:`_gaps`)."""
+        ends is recorded on its own (:meth:`_irregular_gaps`)."""
         if seq.last_emit != seq.last_emit:
             self.irregular.append(seq)
         seq.last_emit = last
 
-    def _gaps(self, step: Step[Batch], now: float) -> None:
-        """Record the gaps the step's decoders' tokens end at ``now`` (:mod:`des.engine.itl`):
-        one each for the irregular ones (after a join, a starved step, a preemption), one
-        weighted record for the rest, whose last token was the previous step's."""
-        shape, starved = step.shape, step.items.starved
+    def _irregular_gaps(self, starved: list[Seq], now: float) -> int:
+        """Record the gaps the irregular decoders' tokens end at ``now`` (after a join, a
+        starved step, a preemption: :mod:`des.engine.itl`), one each; the starved ones wait
+        for their next token. Returns how many emitted."""
+        last = self.itl.last_end
         for seq in starved:  # no token this step: the next one's gap runs from their last
             if seq.last_emit != seq.last_emit:
-                seq.last_emit = self.last_end
+                seq.last_emit = last
                 self.irregular.append(seq)
-        emitting = shape.decode_tokens - shape.spec_tokens
-        if self.irregular:
-            keep = []
-            itl = self.itl
-            for seq in self.irregular:
-                if seq.phase is not DECODING:  # left (done, or preempted: its request keeps its last token)
-                    seq.last_emit = math.nan
-                elif seq in starved:
-                    keep.append(seq)
-                else:
-                    itl.add(now, now - seq.last_emit)
-                    seq.last_emit = math.nan
-                    emitting -= 1
-                    req = seq.req
-                    if req.second_token_time != req.second_token_time:
-                        req.second_token_time = now
-            self.irregular = keep
-        if emitting > 0 and self.last_end == self.last_end:
-            self.itl.add(now, now - self.last_end, emitting)
-        self.last_end = now
+        keep = []
+        itl, emitted = self.itl, 0
+        for seq in self.irregular:
+            if seq.phase is not DECODING:  # left (done, or preempted: its request keeps its last token)
+                seq.last_emit = math.nan
+            elif seq in starved:
+                keep.append(seq)
+            else:
+                itl.add(now, now - seq.last_emit)
+                seq.last_emit = math.nan
+                emitted += 1
+                req = seq.req
+                if req.second_token_time != req.second_token_time:
+                    req.second_token_time = now
+        self.irregular = keep
+        return emitted
 
     def finish_step(self, step: Step[Batch], now: float) -> list[Request]:
-        batch, kv, dec = step.items, self.kv, self.decoding
-        self._gaps(step, now)
+        batch, kv, dec, shape = step.items, self.kv, self.decoding, step.shape
+        # the gaps the decoders' tokens end (des.engine.itl): theirs since the last step, but the irregular ones
+        emitting = shape.decode_tokens - shape.spec_tokens
+        starved = batch.starved
+        if starved or self.irregular:
+            emitting -= self._irregular_gaps(starved, now)
+        fresh = self.fresh
+        if fresh:  # their second tokens (a starved one's comes later, its gap then on its own)
+            for seq in fresh:
+                if seq.phase is DECODING and not (starved and seq in starved):
+                    seq.req.second_token_time = now
+            fresh.clear()
+        self._end(now)
+        self._emitting(emitting)
         done = dec.advance(batch.starved)
         if self.sharing and kv.caching:
             self._commit(batch)
@@ -531,8 +540,8 @@ class ContinuousScheduler:
             else:  # emitted; one token a step from now on
                 del self.prefilling[seq]
                 dec.start(seq)
-                if g == 1:  # its second token ends its first gap, recorded on its own
-                    self._irregular(seq, now)
+                if g == 1:  # its next token, a step from now, is its second
+                    self.fresh.append(seq)
 
     def _commit(self, batch: Batch) -> None:
         """Key the blocks this step filled, of requests whose content others may share, in

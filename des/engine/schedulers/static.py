@@ -15,7 +15,6 @@ Static batching serves whole requests: its instances are ``colocated`` only.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from typing import Any, Literal
 
@@ -103,7 +102,6 @@ class StaticScheduler:
         self.release_at_end = cfg.release_on == "batch_end"
         self.max_model_len = max_model_len
         self.itl = ItlLog()  # the gaps between tokens (des.engine.itl)
-        self.last_end = math.nan  # when the previous step ended
         self.waiting: deque[Request] = deque()
         self.batch: _Batch | None = None
 
@@ -190,12 +188,12 @@ class StaticScheduler:
         batch.steps_done += 1
         released: list[Request] = []
         still: list[Request] = []
-        if batch.steps_done > 1 and batch.members:  # every member's gap: the time since the batch's last step
-            self.itl.add(now, now - self.last_end, len(batch.members))
-            if batch.steps_done == 2:
-                for req in batch.members:
-                    req.second_token_time = now
-        self.last_end = now
+        # every member's gap after its first token: the time since the batch's last step
+        self.itl.end.append(now)
+        self.itl.weight.append(len(batch.members) if batch.steps_done > 1 else 0)
+        if batch.steps_done == 2:
+            for req in batch.members:
+                req.second_token_time = now
         for req in batch.members:
             if req.emit(now) == req.output_tokens:
                 if self.release_at_end:
