@@ -357,8 +357,12 @@ class ContinuousScheduler:
 
     def _plan_blocks(self, plan: list[tuple[Seq, int]]) -> int:
         """KV blocks the tokens of ``plan`` need."""
-        growth = self.kv.growth
-        return sum(growth(seq.req.computed, k) for seq, k in plan)
+        blocks = self._blocks
+        return sum(blocks(seq, k) for seq, k in plan)
+
+    def _blocks(self, seq: Seq, k: int) -> int:
+        """KV blocks ``seq`` needs for ``k`` more tokens."""
+        return self.kv.growth(seq.req.computed, k)
 
     def _allocate_preempting(self, plan: list[tuple[Seq, int]]) -> tuple[list[tuple[Seq, int]], int]:
         """Blocks for ``plan`` in order, preempting the newest sequence while they run out;
@@ -369,7 +373,7 @@ class ContinuousScheduler:
         for seq, k in plan:
             if k == 0 or seq.phase is LEFT:  # nothing to do, or preempted for someone older
                 break
-            more = kv.growth(seq.req.computed, k)
+            more = self._blocks(seq, k)
             victim = None
             while more > kv.free and victim is not seq:
                 victim = self._preempt_newest()

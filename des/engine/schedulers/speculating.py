@@ -40,7 +40,7 @@ from des.engine.kvcache import BlockManager
 from des.engine.policy import Role, Step
 from des.engine.request import Request
 from des.engine.schedulers.continuous import Batch, ContinuousScheduler, ContinuousSettings
-from des.engine.schedulers.decoding import DECODING, LEFT, Seq
+from des.engine.schedulers.decoding import DECODING, Seq
 from des.engine.speculative import Acceptance
 
 
@@ -218,33 +218,12 @@ class SpeculativeScheduler(ContinuousScheduler):
         req = seq.req
         return req.prompt_tokens + req.generated - req.computed, True
 
-    def _plan_blocks(self, plan: list[tuple[Seq, int]]) -> int:
-        blocks = 0
-        growth, schedule = self.kv.growth, self.spec.schedule
-        for seq, k in plan:
-            blocks += schedule(seq, k) if seq.phase is DECODING else growth(seq.req.computed, k)
-        return blocks
-
-    def _allocate_preempting(self, plan: list[tuple[Seq, int]]) -> tuple[list[tuple[Seq, int]], int]:
-        kv = self.kv
-        scheduled = []
-        preempted = 0
-        for seq, k in plan:
-            if k == 0 or seq.phase is LEFT:  # nothing to do, or preempted for someone older
-                break
-            if seq.phase is DECODING:
-                more = self.spec.schedule(seq, k)
-            else:
-                more = kv.growth(seq.req.computed, k)
-            victim = None
-            while more > kv.free and victim is not seq:
-                victim = self._preempt_newest()
-                preempted += 1
-            if victim is seq:
-                break
-            kv.take(more)
-            scheduled.append((seq, k))
-        return scheduled, preempted
+    def _blocks(self, seq: Seq, k: int) -> int:
+        """A decoding sequence's blocks for its ``k`` query tokens and lookahead slots
+        (:meth:`SpeculatingSet.schedule`), a prefilling one's for its chunk."""
+        if seq.phase is DECODING:
+            return self.spec.schedule(seq, k)
+        return self.kv.growth(seq.req.computed, k)
 
     def _shape(self, batch: Batch) -> BatchShape:
         shape = self.spec.shape()
