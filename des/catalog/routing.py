@@ -56,6 +56,15 @@ def inclusion_probabilities(experts: int, k: int, s: float) -> np.ndarray:
         capped += 1
 
 
+def distinct_experts(experts: int, miss: float, table: tuple[float, ...] | None, tokens: int) -> float:
+    """Expected distinct experts ``tokens`` tokens touch in one sparse layer: ``table``'s
+    entry under skewed routing (its last beyond its end), else uniform routing's
+    ``E · (1 − (1 − k/E)^T)`` (``miss = 1 − k/E``); 0 for a dense model."""
+    if table is not None:
+        return table[tokens if tokens < len(table) else -1]
+    return experts * (1.0 - miss**tokens) if experts else 0.0
+
+
 def distinct_table(experts: int, k: int, routing: Routing, tokens: int = TABLE_TOKENS) -> tuple[float, ...] | None:
     """Expected distinct experts of one sparse layer for ``T = 0 … tokens`` tokens under
     ``routing``; None for uniform routing (the closed form needs no table)."""

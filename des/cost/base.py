@@ -60,6 +60,19 @@ class BatchShape:
     prefill_window_context: int = 0
     spec_tokens: int = 0
 
+    def layer_average(self, window_share: float) -> tuple[float, float, float]:
+        """The decode context, prefill context and prefill pairs averaged over the layers
+        when ``window_share`` of them attend within the window (its windowed sums); a shape
+        that carries no window (``window`` 0) counts as full attention."""
+        d, x, pairs = self.decode_context, self.prefill_context, self.prefill_pairs
+        if window_share and self.window:
+            return (
+                d - window_share * (d - self.decode_window_context),
+                x - window_share * (x - self.prefill_window_context),
+                pairs - window_share * (pairs - self.prefill_window_pairs),
+            )
+        return d, x, pairs
+
     @classmethod
     def decodes(cls, num: int, context: int, window: int = 0, window_context: int = 0) -> BatchShape:
         """``num`` sequences decoding one token each, whose KV holds ``context`` tokens in

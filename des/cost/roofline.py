@@ -82,7 +82,7 @@ from des.catalog.efficiency import Efficiency, UncertaintyGroup
 from des.catalog.interconnect import moe_exchange_bytes, ring_factor
 from des.catalog.memory import WEIGHT_BYTES, GraphCapture, Precision
 from des.catalog.quantization import WEIGHT_ONLY_COMPUTE, compute_dtype, weight_only
-from des.catalog.routing import distinct_table
+from des.catalog.routing import distinct_experts, distinct_table
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import Strict
 from des.cost.base import BatchShape, CostContext
@@ -221,10 +221,7 @@ class Roofline:
 
     def distinct_experts(self, tokens: int) -> float:
         """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0 for a dense model)."""
-        table = self.moe_distinct
-        if table is not None:
-            return table[tokens if tokens < len(table) else -1]
-        return expected_experts(self.moe_experts, self.moe_miss, tokens)
+        return distinct_experts(self.moe_experts, self.moe_miss, self.moe_distinct, tokens)
 
     @property
     def ridge_tokens(self) -> float:
@@ -311,15 +308,7 @@ class Roofline:
         """The step's decode context, prefill context and prefill pairs averaged over the
         layers: the windowed layers' share (``window_share``) reads the shape's windowed
         sums. A shape that carries no window (``window`` 0) is costed as full attention."""
-        d, x, pairs = s.decode_context, s.prefill_context, s.prefill_pairs
-        ws = self.window_share
-        if ws and s.window:
-            return (
-                d - ws * (d - s.decode_window_context),
-                x - ws * (x - s.prefill_window_context),
-                pairs - ws * (pairs - s.prefill_window_pairs),
-            )
-        return d, x, pairs
+        return s.layer_average(self.window_share)
 
     def scaled(self, multipliers: Mapping[UncertaintyGroup, float]) -> Roofline:
         """This roofline with each group's seconds (:data:`GROUP_FIELDS`) times its

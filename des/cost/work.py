@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from des.catalog.memory import Precision, kv_bytes_per_token, quantized_params
 from des.catalog.quantization import compute_dtype
-from des.catalog.routing import distinct_table
+from des.catalog.routing import distinct_experts, distinct_table
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.base import BatchShape
 
@@ -57,18 +57,10 @@ class StepWork:
 
     def experts(self, tokens: int) -> float:
         """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0: dense)."""
-        table = self.distinct
-        if table is not None:
-            return table[tokens if tokens < len(table) else -1]
-        return self.num_experts * (1.0 - self.miss**tokens) if self.num_experts else 0.0
+        return distinct_experts(self.num_experts, self.miss, self.distinct, tokens)
 
     def flops(self, s: BatchShape) -> float:
-        pairs: float = s.prefill_pairs
-        d: float = s.decode_context
-        ws = self.window_share
-        if ws and s.window:
-            pairs -= ws * (pairs - s.prefill_window_pairs)
-            d -= ws * (d - s.decode_window_context)
+        d, _, pairs = s.layer_average(self.window_share)
         return (
             self.flops_per_token * (s.prefill_tokens + s.decode_tokens)
             + self.flops_per_pair * (pairs + d)
@@ -78,12 +70,7 @@ class StepWork:
     def hbm_bytes(self, s: BatchShape) -> float:
         t = s.prefill_tokens + s.decode_tokens
         head = self.head_bytes if s.num_emitting else 0.0
-        x: float = s.prefill_context
-        d: float = s.decode_context
-        ws = self.window_share
-        if ws and s.window:
-            x -= ws * (x - s.prefill_window_context)
-            d -= ws * (d - s.decode_window_context)
+        d, x, _ = s.layer_average(self.window_share)
         if self.num_experts:
             weights = self.weight_bytes + self.expert_bytes * self.experts(t * self.token_group)
         else:
