@@ -152,7 +152,9 @@ def remove_stale_staging(folder: Path, names: Collection[str]) -> list[Path]:
 
 
 #: The files :func:`write_result` writes (``des run``).
-RESULT_FILES = ("requests.parquet", "steps.parquet", "transfers.parquet", "summary.json", "scenario.yaml")
+RESULT_FILES = (
+    "requests.parquet", "steps.parquet", "transfers.parquet", "windows.parquet", "summary.json", "scenario.yaml",
+)  # fmt: skip
 #: The lock file of a results folder (named when only sweeps took it).
 LOCK = ".sweep.lock"
 
@@ -296,8 +298,8 @@ def check_writable(out_dir: Path) -> None:
 
 
 def write_result(result: Result, out_dir: Path, steps: str = "all") -> list[Path]:
-    """Write the files of ``result`` into ``out_dir`` (created if missing): requests, steps
-    and (for disaggregated serving) transfers tables, the summary and the scenario.
+    """Write the files of ``result`` into ``out_dir`` (created if missing): requests, steps,
+    (for disaggregated serving) transfers and windows tables, the summary and the scenario.
 
     ``steps``: ``all`` rows of the steps table, a systematic sample (``sampled``: every
     k-th step, at most :data:`SAMPLED_STEPS` rows, the sampling stated in the file's
@@ -320,6 +322,8 @@ def write_result(result: Result, out_dir: Path, steps: str = "all") -> list[Path
             staged.write("transfers.parquet", parquet_writer(result.transfers))
         else:
             staged.drop("transfers.parquet")
+        if result.windows is not None:
+            staged.write("windows.parquet", parquet_writer(result.windows))
         staged.write("summary.json", lambda tmp: tmp.write_text(json_text(result.summary)))
         staged.write("scenario.yaml", lambda tmp: tmp.write_text(scenario_text))
     except BaseException:

@@ -38,6 +38,7 @@ from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml,
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.cost.frontend import FrontendSpec, Serving
 from des.dotted import deep_copy, set_dotted
+from des.engine.autoscaler import AutoscalerConfig, scaling_problem
 from des.engine.plan import MAX_INSTANCES, All2AllBackend, Parallelism, Plan, PlanContext, PoolPlan
 from des.engine.router import RouterName
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, DisaggregatedConfig, SchedulerConfig
@@ -80,9 +81,18 @@ class SLO(Strict):
     ttft: Annotated[Seconds, Field(gt=0)] | None = None
     tpot: Annotated[Seconds, Field(gt=0)] | None = None
     e2e: Annotated[Seconds, Field(gt=0)] | None = None
+    #: The share of requests that must meet them for a window of the run to meet the SLO (``slo_met``).
+    attainment: float = Field(0.99, gt=0, le=1)
 
     def limits(self) -> dict[str, float]:
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        return {k: v for k, v in self.model_dump(exclude={"attainment"}).items() if v is not None}
+
+
+class MetricsConfig(Strict):
+    """How a run is reported over time: ``window`` seconds per row of windows.parquet
+    (:mod:`des.metrics.windows`)."""
+
+    window: Annotated[Seconds, Field(gt=0)] = 300.0
 
 
 class ClusterConfig(Strict):
@@ -92,6 +102,8 @@ class ClusterConfig(Strict):
     MoE layers' token exchange between ranks (vLLM's default ``allgather_reducescatter``, or
     ``all_to_all`` for DeepEP-style dispatch), ``pp`` pipeline_parallel_size (each rank's
     layers split in ``pp`` stages of ``tp`` GPUs: :mod:`des.engine.pipeline`).
+    ``autoscaler``: the replicas serving at t = 0 become a number the autoscaler sets
+    (:mod:`des.engine.autoscaler`).
 
     A server's ranks each run their own scheduler behind vLLM's data-parallel balancing
     (router ``vllm_dp``, :mod:`des.engine.router`); the ranks of a mixture of experts step
@@ -105,6 +117,14 @@ class ClusterConfig(Strict):
     expert_parallel: bool = False
     all2all_backend: All2AllBackend = "allgather_reducescatter"
     pp: PositiveInt = Field(1, le=1024)
+    autoscaler: AutoscalerConfig | None = None
+
+    @model_validator(mode="after")
+    def _replicas_within_scaling(self) -> ClusterConfig:
+        problem = scaling_problem(self.autoscaler, self.replicas, self.dp, self.pp, "replicas")
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     @property
     def parallel(self) -> Parallelism:
@@ -116,7 +136,9 @@ class Scenario(Strict):
 
     ``model_uncertainty``: draw the step-time model's error for this run, one multiplier
     per GPU type and group of work from the factors' stated uncertainty
-    (:mod:`des.cost.uncertainty`), from the seed's own ``model`` stream."""
+    (:mod:`des.cost.uncertainty`), from the seed's own ``model`` stream.
+    ``prices``: USD per GPU-hour by GPU name, over the catalog's (the cost of the run).
+    ``metrics``: how the run is reported over time (windows.parquet)."""
 
     name: str = "scenario"
     seed: int = Field(0, ge=0)
@@ -131,6 +153,8 @@ class Scenario(Strict):
     scheduler: SchedulerConfig = ContinuousConfig()
     cluster: ClusterConfig = ClusterConfig()
     slo: SLO | None = None
+    metrics: MetricsConfig = MetricsConfig()
+    prices: dict[str, PositiveFloat] = Field(default_factory=dict)
     model_uncertainty: Flag = False
 
     @model_validator(mode="before")
@@ -361,8 +385,14 @@ class Scenario(Strict):
         cost = self.cost_model
         graphs = cost.graphs if isinstance(cost, RooflineConfig) else GraphCapture()
         return self.scheduler.plan(
-            PlanContext(self.gpu, self.model, self.precision, c.replicas, c.tp, c.router, graphs, c.parallel)
+            PlanContext(
+                self.gpu, self.model, self.precision, c.replicas, c.tp, c.router, graphs, c.parallel, c.autoscaler
+            )
         )
+
+    def price_book(self) -> dict[str, float | None]:
+        """USD per GPU-hour of each GPU the run's pools use: ``prices``, else the catalog's (None: unknown)."""
+        return {pool.gpu.name: self.prices.get(pool.gpu.name) for pool in self.plan().pools}
 
     def memory_plan(self) -> MemoryPlan:
         """The KV cache of one instance of the pool requests finish in (the only pool of

@@ -40,7 +40,7 @@ from tests.helpers import ROOT
 
 LESSON_STATIC = ROOT / "scenarios" / "lesson-static.yaml"
 LESSON_CONTINUOUS = ROOT / "scenarios" / "lesson-continuous.yaml"
-RESULT_FILES = {"requests.parquet", "steps.parquet", "summary.json", "scenario.yaml"}
+RESULT_FILES = {"requests.parquet", "steps.parquet", "windows.parquet", "summary.json", "scenario.yaml"}
 
 PROCESSES = ["poisson", "gamma", "mmpp", "onoff", "closed", "trace"]
 DISTS = ["fixed", "uniform", "geometric", "lognormal", "empirical"]

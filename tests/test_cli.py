@@ -22,7 +22,7 @@ CONTRACT_SUMMARY_KEYS = (
     + [f"{m}_{s}" for m in ("ttft", "tpot", "e2e", "queue_delay") for s in ("mean", "p50", "p90", "p95", "p99")]
     + ["gpu_busy_fraction", "mean_batch_size", "preemptions", "kv_capacity_tokens", "stable"]
 )
-FILES = ("requests.parquet", "steps.parquet", "summary.json", "scenario.yaml")
+FILES = ("requests.parquet", "steps.parquet", "windows.parquet", "summary.json", "scenario.yaml")
 
 
 def des_run(*args, cwd=ROOT):

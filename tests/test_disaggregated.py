@@ -228,7 +228,7 @@ def test_a_pool_takes_every_continuous_setting_and_nothing_else():
     from des.engine.schedulers.disaggregated import PoolConfig
 
     settings = set(ContinuousSettings.model_fields)
-    assert set(PoolConfig.model_fields) == settings | {"instances", "gpu", "tp"}
+    assert set(PoolConfig.model_fields) == settings | {"instances", "gpu", "tp", "autoscaler"}
     assert all(PoolConfig.model_fields[k].default is None for k in settings)
     bad = {"max_num_seqs": 0, "max_num_batched_tokens": 0, "block_size": 0, "gpu_memory_utilization": 1.5,
            "max_model_len": 0, "num_gpu_blocks_override": 0, "enable_chunked_prefill": "often",

@@ -56,7 +56,7 @@ SIGNAL_STUDY: dict[str, Any] = {
     "grid": {"workload.arrival.rate": [2, 4, 8]},
     "replications": 2,
 }
-RESULT_FILES = {"requests.parquet", "steps.parquet", "summary.json", "scenario.yaml"}
+RESULT_FILES = {"requests.parquet", "steps.parquet", "windows.parquet", "summary.json", "scenario.yaml"}
 DEADLINE = 120.0  # seconds; a healthy machine needs a few
 
 

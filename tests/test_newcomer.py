@@ -155,7 +155,7 @@ def test_the_scenario_slo_takes_units_and_doubts_implausible_numbers():
 
     sc = des.load_scenario(None, ["slo={ttft: 2000ms, tpot: 50 ms}"])
     assert sc.slo is not None and sc.slo.limits() == {"ttft": 2.0, "tpot": 0.05}
-    assert sc.resolved()["slo"] == {"ttft": 2.0, "tpot": 0.05, "e2e": None}
+    assert sc.resolved()["slo"] == {"ttft": 2.0, "tpot": 0.05, "e2e": None, "attainment": 0.99}
     [doubt] = [w for w in scenario_warnings(des.load_scenario(None, ["slo={ttft: 2000}"])) if w.startswith("slo.")]
     assert "meant 2000ms?" in doubt
     with pytest.raises(des.ScenarioError) as err:

@@ -108,6 +108,10 @@ class Instance:
         self.outstanding = 0  # requests routed here and not yet left
         self.step_span = (0.0, 0.0)  # start and duration (seconds) of the step that released the last requests
         self.arriving = 0  # requests routed here and still in the front-end (not yet queued)
+        self.busy = 0.0  # seconds of the steps begun so far (each counted as it begins)
+        self.busy_until = 0.0  # when the last step begun ends
+        #: Told when the instance may hold nothing any more (an autoscaled pool's fleet, to stop a draining instance).
+        self.on_empty: Callable[[Instance], None] | None = None
         self._wake: Event | None = None
         self.process = env.process(self._run()) if standalone else None
 
@@ -116,6 +120,16 @@ class Instance:
         """Requests routed here that the scheduler holds and no longer queues (vLLM's running
         count): neither in the front-end nor waiting."""
         return self.outstanding - self.arriving - self.scheduler.num_waiting()
+
+    @property
+    def waiting(self) -> int:
+        """Requests routed here and not yet running: in the front-end or queued (vLLM's
+        ``num_requests_waiting``, counting those still being tokenized)."""
+        return self.arriving + self.scheduler.num_waiting()
+
+    def busy_at(self, now: float) -> float:
+        """Seconds spent in steps up to ``now`` (the part of a running step before ``now``)."""
+        return self.busy - max(self.busy_until - now, 0.0)
 
     @property
     def free_blocks(self) -> int:
@@ -137,6 +151,8 @@ class Instance:
         if idle, since waiting requests may fit now."""
         self.scheduler.free(req_id)
         self._wake_up()
+        if self.on_empty is not None:
+            self.on_empty(self)
 
     def submit(self, req: Request, blocks: int = 0, delay: float = 0.0, routed: bool = False) -> None:
         """Route a request (holding ``blocks`` KV blocks here) to this instance now and hand it
@@ -163,6 +179,10 @@ class Instance:
     def _enqueue(self, req: Request, blocks: int) -> None:
         req.queued_time = self.env.now
         self.scheduler.add(req, blocks)
+        self._wake_up()
+
+    def wake(self) -> None:
+        """Wake the instance if idle: it may have work now."""
         self._wake_up()
 
     def _wake_up(self) -> None:
@@ -195,6 +215,8 @@ class Instance:
                 duration = cost.step_time(step.shape)
                 kv_used, waiting = kv.used, sched.num_waiting()
                 end = t + duration
+                self.busy += duration
+                self.busy_until = end
                 if ahead:
                     seen = t  # the batch after this step is formed as it starts
                 if end < limit and not kv.waiters:

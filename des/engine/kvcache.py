@@ -155,6 +155,12 @@ class BlockManager:
         """Request ``req_id`` gives back its ``n`` blocks."""
         self.give(n)
 
+    def restart(self) -> None:
+        """The engine stops and starts again later (an autoscaled instance): its cache comes
+        back empty. Every block must have been given back."""
+        if self.used or self.waiters:
+            raise RuntimeError("an instance stopped while holding KV blocks")
+
     def lookup(self, req: Request, tokens: int) -> Found:
         """What of the first ``tokens`` tokens of ``req`` is cached here: nothing without caching."""
         return NOTHING

@@ -14,12 +14,14 @@ from typing import Literal, Protocol, get_args
 
 from des.catalog.memory import GraphCapture, MemoryPlan, Precision, plan_memory
 from des.catalog.specs import GPUSpec, ModelSpec
+from des.engine.autoscaler import MAX_INSTANCES as AUTOSCALED_MAX
+from des.engine.autoscaler import AutoscalerConfig
 from des.engine.policy import PolicyConfig, Role
 from des.errors import ScenarioError
 
 #: The most instances a pool may have: each is a SimPy process with its own KV cache and
 #: scheduler (10,000 build in about 2 s and 100 MB; 1e29 would never be built).
-MAX_INSTANCES = 10_000
+MAX_INSTANCES = AUTOSCALED_MAX
 
 #: How a mixture of experts' MoE layers exchange tokens between data-parallel ranks
 #: (vLLM's ``all2all_backend``, ``vllm/config/parallel.py``): ``allgather_reducescatter``
@@ -61,13 +63,16 @@ class PlanContext:
     router: str = "round_robin"
     graphs: GraphCapture = GraphCapture()
     parallel: Parallelism = Parallelism()
+    autoscaler: AutoscalerConfig | None = None
 
 
 @dataclass(frozen=True)
 class PoolPlan:
     """``instances`` servers of ``parallel.dp`` data-parallel engines (ranks) of ``tp`` x
     ``gpu`` each, playing ``role`` with batching ``policy``, capturing the CUDA graphs
-    ``graphs``; ``router`` picks a server, vLLM's data-parallel balancing a rank within it."""
+    ``graphs``; ``router`` picks a server, vLLM's data-parallel balancing a rank within it.
+    With an ``autoscaler``, ``instances`` serve at t = 0 and the autoscaler sets how many
+    serve after (:mod:`des.engine.autoscaler`)."""
 
     role: Role
     instances: int
@@ -77,6 +82,7 @@ class PoolPlan:
     router: str
     graphs: GraphCapture = GraphCapture()
     parallel: Parallelism = Parallelism()
+    autoscaler: AutoscalerConfig | None = None
 
     @property
     def dp(self) -> int:
@@ -169,4 +175,7 @@ class SchedulerKind(Protocol):
 
 def colocated(policy: PolicyConfig, ctx: PlanContext) -> Plan:
     """One pool of ``ctx.replicas`` identical instances serving whole requests with ``policy``."""
-    return Plan((PoolPlan("colocated", ctx.replicas, policy, ctx.gpu, ctx.tp, ctx.router, ctx.graphs, ctx.parallel),))
+    pool = PoolPlan(
+        "colocated", ctx.replicas, policy, ctx.gpu, ctx.tp, ctx.router, ctx.graphs, ctx.parallel, ctx.autoscaler
+    )
+    return Plan((pool,))

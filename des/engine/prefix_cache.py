@@ -66,6 +66,11 @@ class PrefixCache(BlockManager):
         self.next_id = 0
         self.cached_free = 0  # named blocks in the free queue
 
+    def restart(self) -> None:
+        """The engine stops: the content of its free blocks is lost with it."""
+        super().restart()
+        PrefixCache.__init__(self, self.num_blocks, self.block_size, self.env, self.window)
+
     # -- allocation ----------------------------------------------------------------------
     def take(self, n: int) -> None:
         """Take ``n`` blocks from the head of the free queue (they become anonymous)."""

@@ -21,6 +21,7 @@ from des.cost.base import CostContext, CostModel
 from des.cost.roofline import RooflineConfig
 from des.cost.speculative import build_verification
 from des.cost.work import StepWork, step_work
+from des.engine.autoscaler import Autoscaler, Fleet, Timeline, cold_start_seconds
 from des.engine.instance import BuildContext, Instance
 from des.engine.kvcache import BlockManager
 from des.engine.link import KVLink
@@ -42,7 +43,8 @@ class Stage(Protocol):
 @dataclass(frozen=True)
 class PoolFacts:
     """What a pool reports of itself for a run's metrics (desmod's result hook): its
-    ``role`` and number of ``instances``, and the peaks and caps of each instance."""
+    ``role`` and number of ``instances`` (an autoscaled pool's most), the peaks and caps of
+    each instance, its GPUs, and an autoscaled pool's timeline of instances serving and paid for."""
 
     role: Role
     instances: int
@@ -52,6 +54,10 @@ class PoolFacts:
     token_budget: int | None  # tokens per step (None: no budget)
     kv_blocks: int
     kv_capacity_tokens: int
+    gpu: str = ""  # the catalog name of its GPUs
+    gpus_per_instance: int = 1  # GPUs of each of its engines (tp x pp)
+    timeline: Timeline | None = None  # an autoscaled pool's serving and paying counts over time (None: fixed)
+    scalings: tuple[int, int] = (0, 0)  # instances started, and stopped or cancelled, by its autoscaler
 
 
 class Server:
@@ -80,7 +86,14 @@ class Pool:
     (:class:`~des.engine.router.DataParallelBalance`)."""
 
     def __init__(
-        self, role: Role, instances: list[Instance], router: Router, plan: PoolPlan, memory: MemoryPlan, work: StepWork
+        self,
+        role: Role,
+        instances: list[Instance],
+        router: Router,
+        plan: PoolPlan,
+        memory: MemoryPlan,
+        work: StepWork,
+        fleet: Fleet | None = None,
     ):
         self.role = role
         self.work = work
@@ -88,6 +101,9 @@ class Pool:
         self.router = router
         self.plan = plan
         self.memory = memory
+        self.fleet = fleet
+        #: The instances the router picks from: every one, or an autoscaled pool's serving ones.
+        self.active = fleet.active if fleet is not None else instances
         dp = plan.parallel.dp
         self.servers = [Server(instances[i : i + dp]) for i in range(0, len(instances), dp)] if dp > 1 else []
         self.balance = DataParallelBalance()
@@ -96,13 +112,20 @@ class Pool:
         """The instance the router sends the next request to (through vLLM's balancing over
         the ranks of the server it picks, with data parallelism)."""
         if not self.servers:
-            return self.instances[self.router.pick(self.instances)]
+            return self.active[self.router.pick(self.active)]
         servers = self.servers
         server = servers[self.router.pick(servers)] if len(servers) > 1 else servers[0]
         return server.ranks[self.balance.pick(server.ranks)]
 
     def admit(self, req: Request, delay: float = 0.0) -> None:
-        """Route ``req`` to an instance now; its scheduler sees it ``delay`` seconds later."""
+        """Route ``req`` to an instance now; its scheduler sees it ``delay`` seconds later
+        (and, with no instance serving, once the first starting one serves)."""
+        if not self.active and self.fleet is not None:
+            entrance = self.fleet.entrance()
+            if entrance is not None:
+                inst, wait = entrance
+                inst.submit(req, delay=wait + delay)
+                return
         self.pick().submit(req, delay=delay)
 
     def rejection(self, req: Request) -> str | None:
@@ -113,7 +136,10 @@ class Pool:
         policy, memory = self.plan.policy, self.memory
         return PoolFacts(
             self.role, len(self.instances), self.work.peak_flops, self.work.peak_bandwidth, policy.max_batch,
-            policy.token_budget, memory.num_blocks, memory.kv_capacity_tokens,
+            policy.token_budget, memory.num_blocks, memory.kv_capacity_tokens, self.plan.gpu.name,
+            self.plan.tp * self.plan.parallel.pp,
+            self.fleet.timeline if self.fleet is not None else None,
+            (self.fleet.scale_ups, self.fleet.scale_downs) if self.fleet is not None else (0, 0),
         )  # fmt: skip
 
 
@@ -222,7 +248,9 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
             cost_model = ctx.cost.build(cost_ctx)
         work = step_work(pool_plan.gpu, model, precision, pool_plan.tp, group)
         instances = []
-        for _ in range(pool_plan.engines):
+        scaling = pool_plan.autoscaler
+        engines = scaling.max_instances if scaling is not None else pool_plan.engines
+        for _ in range(engines):
             manager = PrefixCache if pool_plan.policy.prefix_caching else BlockManager
             kv = manager(memory.num_blocks, memory.block_size, ctx.env, model.window or 0)
             if par.pp > 1:
@@ -234,5 +262,12 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
         if group > 1:
             for i in range(0, len(instances), group):
                 LockstepGroup(ctx.env, instances[i : i + group], cost_model, ctx.cost.async_scheduling)
-        pools.append(Pool(pool_plan.role, instances, ROUTERS.get(pool_plan.router)(rng), pool_plan, memory, work))
+        fleet = None
+        if scaling is not None:
+            per_gpu = memory.weights / (pool_plan.tp * par.pp)
+            cold = cold_start_seconds(scaling, per_gpu, pool_plan.graphs.max_size > 0)
+            fleet = Fleet(ctx.env, instances, pool_plan.instances, cold)
+            Autoscaler(ctx.env, fleet, scaling)
+        router = ROUTERS.get(pool_plan.router)(rng)
+        pools.append(Pool(pool_plan.role, instances, router, pool_plan, memory, work, fleet))
     return pools

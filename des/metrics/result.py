@@ -19,12 +19,14 @@ from des.metrics.pools import decode_full_share, pool_metrics, transfer_metrics
 from des.metrics.summary import arrival_window_end, measured_mask, summarize
 from des.metrics.tables import requests_table, steps_table, transfers_table
 from des.metrics.utilisation import utilisation
-from des.metrics.verdict import verdict_notes
+from des.metrics.verdict import stationarity, verdict_notes
+from des.metrics.windows import day_metrics, paying_seconds, windows_table
 
 if TYPE_CHECKING:
     from des.cost.uncertainty import ModelDraws
     from des.engine.cluster import Cluster
     from des.engine.itl import ItlLog
+    from des.engine.topology import PoolFacts
     from des.scenario import Scenario
 
 
@@ -40,6 +42,7 @@ class Result:
     summary: dict[str, Any]
     transfers: pd.DataFrame | None = None
     draws: ModelDraws | None = None
+    windows: pd.DataFrame | None = None
 
 
 def gap_logs(cluster: Cluster) -> list[ItlLog]:
@@ -80,7 +83,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
         warmup=scenario.warmup,
         end=end,
         arrivals_end=arrival_window_end(requests, h.duration),
-        replicas=sum(p.instances for p in pools),
+        replicas=replicas(pools, scenario.warmup, end),
         kv_capacity_tokens=finish.kv_capacity_tokens,
         max_batch=finish.max_batch,
         slo=scenario.slo.limits() if scenario.slo is not None else None,
@@ -92,6 +95,15 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     summary.update(itl_metrics(gap_logs(cluster), scenario.warmup, end))
     summary.update(second_token_metrics(requests.loc[measured_mask(requests, scenario.warmup, end)]))
     summary["factor_provenance"] = run_provenance(factor_sources(scenario))
+    prices = scenario.price_book()
+    slo = scenario.slo
+    windows = windows_table(
+        requests, steps, pools, end_time, scenario.metrics.window,
+        slo.limits() if slo is not None else None, slo.attainment if slo is not None else None, prices,
+    )  # fmt: skip
+    completed_tokens = float(requests.loc[requests["status"] == "completed", "output_tokens"].sum())
+    summary.update(day_metrics(pools, end_time, completed_tokens, prices))
+    summary.update(stationarity(summary, windows, scenario.workload.arrival))
     split = cluster.plan.link is not None
     start, arrivals_end = summary["arrival_window_start"], summary["arrival_window_end"]
     summary["decode_full_share"] = (
@@ -103,4 +115,12 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     )
     closed = getattr(scenario.workload.arrival, "process", None) == "closed"
     summary.update(verdict_notes(summary, requests, steps, closed, split))
-    return Result(scenario, requests, steps, summary, transfers if split else None, cluster.draws)
+    return Result(scenario, requests, steps, summary, transfers if split else None, cluster.draws, windows)
+
+
+def replicas(pools: list[PoolFacts], warmup: float, end: float) -> float:
+    """Instances the busy share is measured against: every one of a fixed cluster, the mean
+    paid for over ``[warmup, end]`` where an autoscaler sets them."""
+    if all(p.timeline is None for p in pools) or not end > warmup:
+        return sum(p.instances for p in pools)
+    return sum(paying_seconds(p, warmup, end) for p in pools) / (end - warmup)

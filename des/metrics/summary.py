@@ -161,7 +161,7 @@ def levels(
     finish: np.ndarray,
     start: float,
     end: float,
-    replicas: int,
+    replicas: float,
     max_batch: int,
 ) -> dict[str, Any]:
     """Time-weighted levels over the measurement window ``[start, end]``: GPU busy share,
@@ -215,7 +215,7 @@ def summarize(
     warmup: float,
     end: float,
     arrivals_end: float,
-    replicas: int,
+    replicas: float,
     kv_capacity_tokens: int,
     max_batch: int,
     slo: dict[str, float] | None = None,

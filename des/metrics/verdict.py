@@ -80,3 +80,28 @@ def verdict_notes(
         "prefill_overloaded": overloaded and not decode,
         "decode_overloaded": decode,
     }
+
+
+def time_varying(arrival: Any) -> bool:
+    """Whether ``arrival``'s rate follows a schedule (``process: nhpp``, or ``modulate``)."""
+    return getattr(arrival, "process", None) == "nhpp" or getattr(arrival, "modulate", None) is not None
+
+
+def stationarity(summary: dict[str, Any], windows: pd.DataFrame, arrival: Any) -> dict[str, Any]:
+    """``stationary`` (False when the arrival rate follows a schedule: the run has no single
+    steady state, ``stable`` is then None and the windows say how each stretch went),
+    ``windows``, ``windows_breached`` (windows whose requests missed ``slo.attainment``; None
+    without SLOs) and ``first_breach_time`` (the start of the first, seconds; None: none)."""
+    met = windows["slo_met"]
+    judged = met.notna()
+    breached = judged & (met == False)  # noqa: E712 (a column of True, False and None)
+    first = windows.loc[breached, "start"]
+    out: dict[str, Any] = {
+        "stationary": not time_varying(arrival),
+        "windows": int(len(windows)),
+        "windows_breached": int(breached.sum()) if judged.any() else None,
+        "first_breach_time": float(first.iloc[0]) if len(first) else None,
+    }
+    if not out["stationary"]:
+        out["stable"] = None
+    return out

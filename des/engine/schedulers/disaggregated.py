@@ -58,6 +58,7 @@ from des import catalog
 from des.catalog.kv_link import default_link, transfer_bandwidth
 from des.catalog.specs import GPUSpec, KVPath
 from des.config import Strict
+from des.engine.autoscaler import AutoscalerConfig, scaling_problem
 from des.engine.kvcache import CacheConfig
 from des.engine.plan import MAX_INSTANCES, LinkPlan, Plan, PlanContext, PoolPlan
 from des.engine.policy import Role
@@ -67,11 +68,13 @@ from des.errors import ScenarioError
 
 
 class _Pool(Strict):
-    """Where a pool runs: ``instances`` instances of ``tp`` x ``gpu``."""
+    """Where a pool runs: ``instances`` instances of ``tp`` x ``gpu`` (with an ``autoscaler``,
+    those serving at t = 0: :mod:`des.engine.autoscaler`)."""
 
     instances: PositiveInt = Field(1, le=MAX_INSTANCES)
     gpu: GPUSpec | None = None
     tp: PositiveInt | None = None
+    autoscaler: AutoscalerConfig | None = None
 
     @field_validator("gpu", mode="before")
     @classmethod
@@ -163,6 +166,14 @@ class DisaggregatedConfig(ContinuousSettings):
                 ))  # fmt: skip
         return self
 
+    @model_validator(mode="after")
+    def _pools_can_scale(self) -> DisaggregatedConfig:
+        for role, cfg in (("prefill", self.prefill), ("decode", self.decode)):
+            problem = scaling_problem(cfg.autoscaler, cfg.instances, 1, 1, "instances", entry=role == "prefill")
+            if problem is not None:
+                raise ScenarioError((role, problem))
+        return self
+
     def setting_path(self, role: str, name: str) -> str | None:
         """``role.name`` where that pool sets it, else as at the top level."""
         pool = getattr(self, role, None)
@@ -193,7 +204,10 @@ class DisaggregatedConfig(ContinuousSettings):
         policy = cfg.settings(
             ContinuousSettings.model_validate(self.model_dump(include=set(ContinuousSettings.model_fields)))
         )
-        return PoolPlan(role, cfg.instances, policy, cfg.gpu or ctx.gpu, cfg.tp or ctx.tp, router, ctx.graphs)
+        return PoolPlan(
+            role, cfg.instances, policy, cfg.gpu or ctx.gpu, cfg.tp or ctx.tp, router, ctx.graphs,
+            autoscaler=cfg.autoscaler,
+        )  # fmt: skip
 
     def _link(self, prefill: PoolPlan, decode: PoolPlan) -> LinkPlan:
         """The path's link (``kv_transfer.path``, else the GPUs' own or RDMA), its figures
