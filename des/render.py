@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from des.catalog.memory import MemoryPlan
     from des.cost.report import CostReport
+    from des.engine.plan import PoolPlan
     from des.metrics import Result
     from des.scenario import Scenario
     from des.study.capacity import CapacityAnswer, Evaluation
@@ -181,10 +182,38 @@ def stability_line(s: dict[str, Any], slo: dict[str, float] | None = None) -> st
     else:
         parts.append("latencies settled")
     parts += _split_parts(s)
+    if s.get("stationary") is False:
+        return f"does not apply: the arrival rate follows a schedule, so the run has no steady state; {windows_line(s)}"
     if s["stable"] is None:
         return "unknown (no request arrived inside the arrival window to judge by)"
     verdict = "yes, by construction" if s["stable"] and s.get("closed_loop") else fmt(s["stable"])
     return f"{verdict} ({'; '.join(parts)})"
+
+
+def windows_line(s: dict[str, Any]) -> str:
+    """How the run's windows (windows.parquet) went against the SLO."""
+    n, breached, first = s.get("windows"), s.get("windows_breached"), s.get("first_breach_time")
+    if breached is None:
+        return f"see windows.parquet ({n} windows; no SLO to judge them by)"
+    since = f", the first from {first:,.6g} s" if first is not None else ""
+    return f"SLO missed in {breached} of {n} windows{since} (windows.parquet)"
+
+
+def fleet_line(s: dict[str, Any]) -> str:
+    """What the run paid for: GPU-hours, cost, and the autoscalers' moves."""
+    cost = s.get("cost")
+    paid = (
+        f", ${cost:,.2f} (${fmt(s.get('cost_per_million_tokens'))} per million output tokens)"
+        if cost is not None
+        else ", no price known (prices: {GPU: USD per hour})"
+    )
+    moves = (
+        f"; {s['scale_ups']} instances started, {s['scale_downs']} stopped"
+        if s.get("scale_ups") or s.get("scale_downs")
+        else ""
+    )
+    mean = fmt(s.get("instances_paying_mean"))
+    return f"{s['gpu_hours']:,.4g} GPU-hours{paid}; {mean} instances paid for on average{moves}"
 
 
 def load_line(s: dict[str, Any]) -> str:
@@ -213,11 +242,20 @@ def requests_line(s: dict[str, Any], rejected: dict[str, int]) -> str:
 def hardware_line(sc: Scenario) -> str:
     """GPUs, model, batching, cost model and serving front-end: ``2 x 1 x rtx4090`` colocated, or the pools."""
     pools = sc.plan().pools
+
+    def engines(p: PoolPlan) -> str:
+        a = p.autoscaler
+        return (
+            str(p.engines)
+            if a is None
+            else f"{a.min_instances}-{a.max_instances} (autoscaled on {a.metric}, {p.engines} at t = 0)"
+        )
+
     if len(pools) == 1:
         p0 = pools[0]
-        gpus = f"{p0.engines} x {p0.tp * p0.parallel.pp} x {p0.gpu.name}"
+        gpus = f"{engines(p0)} x {p0.tp * p0.parallel.pp} x {p0.gpu.name}"
     else:
-        gpus = " + ".join(f"{p.engines} {p.role} x {p.tp} x {p.gpu.name}" for p in pools)
+        gpus = " + ".join(f"{engines(p)} {p.role} x {p.tp} x {p.gpu.name}" for p in pools)
     behind = f", {sc.serving.frontend} front-end" if sc.serving is not None else ""
     spec = getattr(sc.scheduler, "speculative", None)
     batching = f"{sc.scheduler.kind} batching"
@@ -298,7 +336,10 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
             f"waiting for decode blocks {fmt(s['kv_block_wait_mean'])} s mean, "
             f"for the link {fmt(s['kv_link_wait_mean'])} s mean",
         )
+    head.add_row("paid for", fleet_line(s))
     head.add_row("stable", stability_line(s, sc.slo.limits() if sc.slo is not None else None))
+    if s.get("stationary") is not False and s.get("windows_breached"):
+        head.add_row("windows", windows_line(s))
     for i, line in enumerate(factor_lines(sc)):
         head.add_row("step times" if i == 0 else "", line)
     if result.draws is not None:
@@ -311,7 +352,9 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
     for name in ("ttft", "tpot", "itl", "second_token", "e2e", "queue_delay"):
         table.add_row(name, *(fmt(s.get(f"{name}_{c}")) for c in LATENCY_COLUMNS))
     console.print(table)
-    names = ", ".join(files) if files else "requests.parquet, steps.parquet, summary.json, scenario.yaml"
+    names = (
+        ", ".join(files) if files else "requests.parquet, steps.parquet, windows.parquet, summary.json, scenario.yaml"
+    )
     console.print(f"wrote {out_dir}/ ({names}) in {wall:.2f} s", highlight=False)
 
 

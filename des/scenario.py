@@ -22,6 +22,7 @@ from pydantic import (
     BaseModel,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     ValidationError,
@@ -110,7 +111,7 @@ class ClusterConfig(Strict):
     together through its MoE layers (:mod:`des.engine.lockstep`), a dense model's on their own.
     """
 
-    replicas: PositiveInt = Field(1, le=MAX_INSTANCES)
+    replicas: NonNegativeInt = Field(1, le=MAX_INSTANCES)
     router: RouterName = "round_robin"
     tp: PositiveInt = 1
     dp: PositiveInt = Field(1, le=MAX_INSTANCES)

@@ -48,9 +48,9 @@ from collections import deque
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
-from des.config import Seconds, Strict
+from des.config import Seconds, Strict, parse_seconds
 
 #: The most instances an autoscaled pool may have (as :data:`des.engine.plan.MAX_INSTANCES`).
 MAX_INSTANCES = 10_000
@@ -113,7 +113,20 @@ class AutoscalerConfig(Strict):
     interval: Annotated[Seconds, Field(gt=0)] = 15.0
     cooldown: Annotated[Seconds, Field(ge=0)] = 300.0
     cooldown_up: Annotated[Seconds, Field(ge=0)] = 0.0
-    cold_start: Annotated[Seconds, Field(ge=0)] | Literal["auto"] | ColdStart = "auto"
+    cold_start: float | Literal["auto"] | ColdStart = "auto"
+
+    @field_validator("cold_start", mode="before")
+    @classmethod
+    def _cold_start(cls, v: Any) -> Any:
+        """Seconds (a number, or a duration such as ``90s``), ``auto``, or the three figures."""
+        if v == "auto" or isinstance(v, dict | ColdStart):
+            return v
+        seconds, _ = parse_seconds(v)
+        if not seconds >= 0 or not math.isfinite(seconds):
+            raise ValueError(
+                f"must be >= 0 seconds, auto, or {{weights_bandwidth, engine_start, graph_capture}} (got {v!r})"
+            )
+        return seconds
 
     @model_validator(mode="after")
     def _check(self) -> AutoscalerConfig:
@@ -146,7 +159,9 @@ def scaling_problem(
     data-parallel ranks or pipeline stages (not modelled: they would scale as whole
     servers); scale from zero on a pool that requests do not enter (a decode pool)."""
     if config is None:
-        return None
+        return (
+            None if instances > 0 else f"{field}: 0 instances serve nothing (0 is for an autoscaler's scale from zero)"
+        )
     if not config.min_instances <= instances <= config.max_instances:
         return (
             f"{field}: {instances} instances at the start lie outside the autoscaler's "
@@ -197,7 +212,7 @@ class Fleet:
         self.generation = [0] * len(instances)  # bumped when a start is cancelled
         self.timeline = Timeline(initial, initial)
         self.scale_ups = self.scale_downs = 0
-        self.on_change: Callable[[], None] | None = None
+        self.autoscaler: Autoscaler | None = None  # the process that scales it
         for inst in instances:
             inst.on_empty = self._emptied
 

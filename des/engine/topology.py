@@ -267,7 +267,7 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
             per_gpu = memory.weights / (pool_plan.tp * par.pp)
             cold = cold_start_seconds(scaling, per_gpu, pool_plan.graphs.max_size > 0)
             fleet = Fleet(ctx.env, instances, pool_plan.instances, cold)
-            Autoscaler(ctx.env, fleet, scaling)
+            fleet.autoscaler = Autoscaler(ctx.env, fleet, scaling)
         router = ROUTERS.get(pool_plan.router)(rng)
         pools.append(Pool(pool_plan.role, instances, router, pool_plan, memory, work, fleet))
     return pools

@@ -1,0 +1,284 @@
+"""Autoscaling (des.engine.autoscaler): instances that start after a cold start, serve, drain
+and stop; the GPU-hours they are paid for; and the run reported per window."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import des
+from des.engine.autoscaler import OFF, SERVING, Fleet
+from des.simulation import build, run_until, stop_event
+from tests.helpers import des_cli
+
+#: One step of the constant cost model: 5/16 s, exact in binary, so the timeline below is exact.
+STEP = 0.3125
+
+
+def fleet_of(cluster) -> Fleet:
+    fleet = cluster.topology.pools[0].fleet
+    assert fleet is not None
+    return fleet
+
+
+def write_step_trace(path) -> None:
+    """Arrivals every 0.5 s up to t = 100, then every 0.25 s up to t = 200: one instance
+    serving one request per 0.3125 s step keeps up with the first (ρ = 0.625), not the second."""
+    times = [0.5 * k for k in range(1, 201)] + [100 + 0.25 * k for k in range(1, 401)]
+    rows = "".join(f"{t!r},10,1\n" for t in times)
+    path.write_text("arrival_time,prompt_tokens,output_tokens\n" + rows)
+
+
+def step_scenario(trace, cold_start: float, **autoscaler) -> des.Scenario:
+    scaling = {"metric": "queue_length", "target": 1, "min_instances": 1, "max_instances": 2, "interval": 10}
+    scaling |= {"cold_start": cold_start, **autoscaler}
+    return des.load_scenario(
+        {
+            "seed": 0,
+            "horizon": {"drain": True},
+            "workload": {"arrival": {"process": "trace", "path": str(trace), "absolute_times": True}},
+            "cost_model": {"kind": "constant", "step_time": STEP},
+            "scheduler": {"kind": "continuous", "max_num_seqs": 1},
+            "cluster": {"replicas": 1, "router": "least_outstanding", "autoscaler": scaling},
+            "slo": {"ttft": 2},
+        }
+    )
+
+
+def test_the_cold_start_moves_the_recovery_by_exactly_its_change(tmp_path):
+    """Hand-worked timeline. Up to t = 100 every request is served at once (TTFT one step).
+    From then on the j-th arrival (at 100 + 0.25 j) queues behind the others: its step ends
+    at 100 + 0.3125 (j + 1), so TTFT_j = 0.3125 + 0.0625 j, over 2 s from j = 28 (t = 107).
+    At the tick of t = 110, 8 requests wait (40 arrived, 32 steps begun): desired = 8 / 1,
+    capped at 2, so a second instance starts and serves from 110 + C. The router sends every
+    arrival from then on to it (it holds the fewest), so the last breaching request is the
+    last arrival before 110 + C: the first breach stays at 107 s and the recovery (the first
+    arrival after the last breach) moves by exactly the change of the cold start."""
+    trace = tmp_path / "step.csv"
+    write_step_trace(trace)
+    results = {}
+    for cold in (10.125, 20.125):
+        res = des.simulate(step_scenario(trace, cold))
+        req = res.requests
+        after = req[req["arrival_time"] > 100].reset_index(drop=True)
+        j = np.arange(1, 29)
+        assert after["ttft"].to_numpy()[:28] == pytest.approx(STEP + 0.0625 * j, abs=1e-12)
+        bad = req.loc[req["ttft"] > 2, "arrival_time"]
+        recovery = float(req.loc[req["arrival_time"] > bad.max(), "arrival_time"].min())
+        results[cold] = (float(bad.min()), recovery)
+        assert recovery == math.ceil((110 + cold) / 0.25) * 0.25  # the first arrival after it serves
+        assert res.summary["scale_ups"] == 1 and res.summary["num_completed"] == 600
+        # GPU-hours: one instance from 0 to 110 s, two from then to the end, paid from the decision
+        end = res.summary["makespan"]
+        assert res.summary["gpu_hours"] == (110 * 1 + (end - 110) * 2) / 3600
+    (first_a, rec_a), (first_b, rec_b) = results[10.125], results[20.125]
+    assert first_a == first_b == 107.0
+    assert rec_b - rec_a == 20.125 - 10.125
+
+
+def test_an_autoscaler_that_never_acts_is_the_fixed_cluster_exactly():
+    base = des.load_scenario(
+        None, ["horizon.duration=120", "workload.arrival.rate=18", "cluster.replicas=2", "slo.ttft=2"]
+    ).resolved()
+    fixed = des.simulate(des.load_scenario(base))
+    base["cluster"]["autoscaler"] = {"metric": "running", "target": 5, "min_instances": 2, "max_instances": 2}
+    base["cluster"]["autoscaler"]["interval"] = 7
+    scaled = des.simulate(des.load_scenario(base))
+    pd.testing.assert_frame_equal(fixed.requests, scaled.requests)
+    pd.testing.assert_frame_equal(fixed.steps, scaled.steps)
+    pd.testing.assert_frame_equal(fixed.windows, scaled.windows)
+    assert fixed.summary == scaled.summary
+
+
+def test_a_split_with_autoscaled_pools_that_never_act_is_the_fixed_split_exactly():
+    split = {"kind": "disaggregated", "prefill": {"instances": 1}, "decode": {"instances": 2}}
+    base = des.load_scenario(
+        None, ["horizon.duration=120", "warmup=10", "workload.arrival.rate=6", ("scheduler", split)]
+    )
+    fixed = des.simulate(base)
+    still = {"metric": "kv_use", "target": 0.5, "min_instances": 2, "max_instances": 2, "interval": 5}
+    pinned = {**split, "decode": {"instances": 2, "autoscaler": still}}
+    pinned["prefill"] = {"instances": 1, "autoscaler": {**still, "min_instances": 1, "max_instances": 1}}
+    scaled = des.simulate(
+        des.load_scenario(None, ["horizon.duration=120", "warmup=10", "workload.arrival.rate=6", ("scheduler", pinned)])
+    )
+    pd.testing.assert_frame_equal(fixed.requests, scaled.requests)
+    pd.testing.assert_frame_equal(fixed.steps, scaled.steps)
+    assert fixed.summary == scaled.summary
+
+
+def test_gpu_hours_are_the_integral_of_paying_instances_over_time(tmp_path):
+    """Per window and over the run, GPU-hours are the paying timeline's integral times the
+    GPUs of an instance (tp = 2 doubles them), and the windows add up to the run."""
+    trace = tmp_path / "step.csv"
+    write_step_trace(trace)
+    sc = step_scenario(trace, 5.0, cooldown=20)
+    env, cluster, procs = build(sc)
+    run_until(env, stop_event(sc, env, cluster, procs))
+    from des.metrics.result import build_result
+
+    res = build_result(sc, cluster, end_time=env.now)
+    assert res.windows is not None
+    line = fleet_of(cluster).timeline
+    times = [*line.times, env.now]
+    integral = sum(p * (b - a) for p, a, b in zip(line.paying, times[:-1], times[1:], strict=True))
+    assert res.summary["gpu_hours"] == pytest.approx(integral / 3600, rel=1e-15)
+    assert res.summary["scale_downs"] >= 1  # it scaled in once the backlog was gone: the timeline is not flat
+    assert sum(line.paying[i] != line.paying[i - 1] for i in range(1, len(line.paying))) >= 2
+    assert res.windows["gpu_hours"].sum() == pytest.approx(res.summary["gpu_hours"], rel=1e-12)
+    assert res.windows["arrived"].sum() == res.summary["num_requests"]
+    assert res.windows["completed"].sum() == res.summary["num_completed"]
+    tp2 = des.simulate(des.load_scenario(sc.resolved(), ["cluster.tp=2"]))
+    assert tp2.summary["gpu_hours"] == pytest.approx(2 * res.summary["gpu_hours"], rel=1e-12)
+
+
+def test_scale_from_zero_puts_the_cold_start_in_the_first_ttft():
+    sc = des.load_scenario(
+        {
+            "seed": 1,
+            "horizon": {"duration": 900},
+            "cost_model": {"kind": "constant", "step_time": 0.02},
+            "workload": {
+                "arrival": {"process": "poisson", "rate": 0.01},
+                "prompt_tokens": {"dist": "fixed", "value": 100},
+                "output_tokens": {"dist": "fixed", "value": 10},
+            },
+            "cluster": {
+                "replicas": 0,
+                "autoscaler": {
+                    "metric": "running",
+                    "target": 4,
+                    "min_instances": 0,
+                    "max_instances": 2,
+                    "cold_start": 30,
+                    "cooldown": 60,
+                },
+            },  # fmt: skip
+        }
+    )
+    res = des.simulate(sc)
+    req = res.requests.sort_values("arrival_time")
+    assert res.summary["num_completed"] == res.summary["num_requests"] > 5
+    first = req.iloc[0]
+    assert first["ttft"] == pytest.approx(30 + 0.02, abs=1e-9)  # the cold start, then its prefill step
+    assert first["e2e"] == pytest.approx(30 + 10 * 0.02, abs=1e-9)
+    # idle in between, the instance stops: it is paid for a fraction of the run
+    assert res.summary["scale_ups"] >= 2 and res.summary["scale_downs"] >= 2
+    assert 0 < res.summary["instances_paying_mean"] < 1
+
+
+def test_a_draining_instance_takes_nothing_new_and_finishes_what_it_holds(tmp_path):
+    trace = tmp_path / "step.csv"
+    write_step_trace(trace)
+    sc = step_scenario(trace, 5.0, cooldown=20)
+    env, cluster, procs = build(sc)
+    fleet = fleet_of(cluster)
+    drains: list[tuple[float, int]] = []
+    stop = fleet.stop
+
+    def spy(n: int) -> None:
+        before = [inst.index for inst in fleet.active]
+        stop(n)
+        after = {inst.index for inst in fleet.active}
+        drains.extend((env.now, i) for i in before if i not in after)
+
+    fleet.stop = spy  # type: ignore[method-assign]
+    run_until(env, stop_event(sc, env, cluster, procs))
+    from des.metrics.result import build_result
+
+    req = build_result(sc, cluster, end_time=env.now).requests
+    assert drains, "the backlog clears and an instance drains"
+    assert (req["status"] == "completed").all()
+    for when, inst in drains:
+        later = req[(req["arrival_time"] > when) & (req["instance"] == inst)]
+        revived = [t for t, s in zip(fleet.timeline.times, fleet.timeline.serving, strict=True) if t > when and s == 2]
+        assert later.empty or (revived and later["arrival_time"].min() >= revived[0])
+    assert fleet.state.count(OFF) + fleet.state.count(SERVING) == len(fleet.state)
+
+
+def test_utilization_is_the_exact_busy_share_of_the_last_interval():
+    sc = des.load_scenario(
+        {
+            "seed": 2,
+            "horizon": {"duration": 100},
+            "cost_model": {"kind": "constant", "step_time": 0.05},
+            "workload": {
+                "arrival": {"process": "poisson", "rate": 3},
+                "prompt_tokens": {"dist": "fixed", "value": 10},
+                "output_tokens": {"dist": "geometric", "mean": 5},
+            },
+            "scheduler": {"kind": "continuous", "max_num_seqs": 1},
+            "cluster": {
+                "replicas": 2,
+                "autoscaler": {
+                    "metric": "utilization",
+                    "target": 0.5,
+                    "scale_up_threshold": 1,
+                    "scale_down_threshold": 0,
+                    "min_instances": 2,
+                    "max_instances": 2,
+                    "interval": 10,
+                },
+            },  # fmt: skip
+        }
+    )
+    env, cluster, procs = build(sc)
+    scaler = fleet_of(cluster).autoscaler
+    assert scaler is not None
+    seen: list[tuple[float, float]] = []
+    usage = scaler.usage
+
+    def spy() -> tuple[float, int]:
+        value = usage()
+        seen.append((env.now, value[0]))
+        return value
+
+    scaler.usage = spy  # type: ignore[method-assign]
+    run_until(env, stop_event(sc, env, cluster, procs))
+    from des.metrics.result import build_result
+
+    steps = build_result(sc, cluster, end_time=env.now).steps
+    start, end = steps["start"].to_numpy(), (steps["start"] + steps["duration"]).to_numpy()
+    for now, usage in seen:
+        busy = np.clip(np.minimum(end, now) - np.maximum(start, now - 10), 0, None).sum()
+        assert usage == pytest.approx(busy / 10, abs=1e-9)
+    assert len(seen) >= 9 and max(u for _, u in seen) > 0.3
+
+
+def test_a_restarted_instance_comes_back_with_an_empty_prefix_cache():
+    from des.engine.prefix_cache import PrefixCache
+
+    cache = PrefixCache(64, 16)
+    cache.restart()
+    assert cache.free == 64 and not cache.cached
+    cache.take(3)
+    with pytest.raises(RuntimeError, match="holding KV"):
+        cache.restart()
+
+
+@pytest.mark.parametrize(
+    ("override", "field", "words"),
+    [
+        ("cluster.autoscaler={metric: running, target: 2, min_instances: 3, max_instances: 2}",
+         "cluster.autoscaler", "min_instances: 3 is more than max_instances"),
+        ("cluster.autoscaler={metric: running, target: 2, max_instances: 2, cold_start: -5}",
+         "cluster.autoscaler.cold_start", "must be >= 0 seconds"),
+        ("cluster.autoscaler={metric: kv_use, target: 2, max_instances: 2}", "cluster.autoscaler",
+         "target: 2 is beyond 1"),
+        ("cluster.autoscaler={metric: running, target: 2, min_instances: 2, max_instances: 4}", "cluster",
+         "replicas: 1 instances at the start lie outside"),
+        ("cluster.autoscaler={metric: speed, target: 2, max_instances: 4}", "cluster.autoscaler.metric", "speed"),
+        ("cluster.autoscaler={target: 2, max_instances: 4}", "cluster.autoscaler.metric", "required"),
+        ("cluster.replicas=0", "cluster", "0 instances serve nothing"),
+    ],
+)  # fmt: skip
+def test_bad_autoscaler_input_is_one_clear_line(tmp_path, override, field, words):
+    proc = des_cli("run", "--set", override, "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert lines[0].startswith(f"error: {field}") and words in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()
