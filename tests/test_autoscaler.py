@@ -242,9 +242,9 @@ def test_utilization_is_the_exact_busy_share_of_the_last_interval():
 
     steps = build_result(sc, cluster, end_time=env.now).steps
     start, end = steps["start"].to_numpy(), (steps["start"] + steps["duration"]).to_numpy()
-    for now, usage in seen:
+    for now, share in seen:
         busy = np.clip(np.minimum(end, now) - np.maximum(start, now - 10), 0, None).sum()
-        assert usage == pytest.approx(busy / 10, abs=1e-9)
+        assert share == pytest.approx(busy / 10, abs=1e-9)
     assert len(seen) >= 9 and max(u for _, u in seen) > 0.3
 
 
