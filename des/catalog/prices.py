@@ -66,9 +66,7 @@ def parse_price(text: Any, option: str, gpu: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ScenarioError(
-            (option, f"{gpu}: the price must be a number of USD per GPU-hour (got {text!r})")
-        ) from None
+        raise ScenarioError((option, f"{gpu}: the price must be a number of USD per GPU-hour (got {text!r})")) from None
     if not math.isfinite(value):
         raise ScenarioError((option, f"{gpu}: the price must be finite (got {text!r})"))
     if value < 0:
@@ -97,7 +95,9 @@ def parse_price_option(text: str, known: Iterable[str] | None = None, option: st
     return name, parse_price(value.strip(), option, name)
 
 
-def read_price_file(path: str | Path, known: Iterable[str] | None = None, option: str = PRICE_FILE_OPTION) -> dict[str, float]:
+def read_price_file(
+    path: str | Path, known: Iterable[str] | None = None, option: str = PRICE_FILE_OPTION
+) -> dict[str, float]:
     """Prices from a file: ``.csv`` with a header ``gpu,usd_per_gpu_hour`` (other columns
     ignored), anything else as YAML, a mapping ``NAME: USD_PER_HOUR`` (or ``NAME:
     {usd_per_gpu_hour: X, ...}``). A GPU named twice is an error."""
@@ -115,7 +115,9 @@ def read_price_file(path: str | Path, known: Iterable[str] | None = None, option
         rows = csv.DictReader(text.splitlines())
         missing = {"gpu", "usd_per_gpu_hour"} - set(rows.fieldnames or [])
         if missing:
-            raise ScenarioError((where, f"a CSV price file needs the columns gpu,usd_per_gpu_hour (missing: {_known(missing)})"))
+            raise ScenarioError(
+                (where, f"a CSV price file needs the columns gpu,usd_per_gpu_hour (missing: {_known(missing)})")
+            )
         pairs = [((row["gpu"] or "").strip(), row["usd_per_gpu_hour"]) for row in rows]
     else:
         try:
