@@ -190,3 +190,16 @@ def test_energy_is_board_power_over_the_hours_paid():
     assert energy_kwh(0.0, 450) == 0.0
     with pytest.raises(ValueError):
         energy_kwh(-1.0, 450)
+
+
+def test_the_readme_table_matches_the_catalog():
+    from tests.helpers import ROOT
+
+    rows = re.findall(
+        r"^\| `([a-z0-9.-]+)` \| ([0-9.]+|none) \| [^|]+ \| ([0-9]+) W \|$", (ROOT / "README.md").read_text(), re.M
+    )
+    assert {r[0] for r in rows} == set(GPUS)
+    for name, price, watts in rows:
+        g = catalog.gpu(name)
+        assert float(watts) == g.board_power_w
+        assert (None if price == "none" else float(price)) == (g.price and g.price.usd_per_gpu_hour)
