@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from des import catalog
-from des.catalog.coldstart import ColdStartSpec, cold_start_spec, default_cold_start
+from des.catalog.coldstart import ColdStartSpec, cold_start_seconds, cold_start_spec, default_cold_start
 from des.catalog.memory import Precision, weight_bytes
 from des.errors import ScenarioError
 
@@ -69,3 +69,30 @@ def test_bad_overrides_are_one_line_naming_the_field(given, line):
         cold_start_spec(given, path="cluster.autoscaler.cold_start")
     lines = err.value.lines()
     assert len(lines) == 1 and lines[0].startswith(line), lines
+
+
+def test_a_scenario_value_is_seconds_auto_or_fields():
+    nbytes = weight_bytes(catalog.model("qwen2.5-7b"))
+    assert cold_start_seconds(30, nbytes) == 30.0
+    assert cold_start_seconds(0.0, nbytes, cuda_graphs=False) == 0.0
+    assert cold_start_seconds("auto", nbytes) == default_cold_start().seconds(nbytes)
+    assert cold_start_seconds(None, nbytes, cuda_graphs=False) == default_cold_start().seconds(nbytes, False)
+    fast = {"weights_bandwidth": 5.0e9, "torch_compile": 7.5}
+    assert cold_start_seconds(fast, nbytes) == cold_start_spec(fast).seconds(nbytes)
+    assert cold_start_seconds(fast, nbytes) == nbytes / 5.0e9 + 19.0 + 7.5 + 15.0
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (-1.0, "must be a finite number of seconds >= 0 (got -1.0)"),
+        (float("inf"), "must be a finite number of seconds >= 0"),
+        ("fast", "must be a number of seconds, 'auto' or a mapping"),
+        (True, "must be a number of seconds, 'auto' or a mapping"),
+    ],
+)
+def test_a_bad_scenario_value_is_one_line(value, problem):
+    with pytest.raises(ScenarioError) as err:
+        cold_start_seconds(value, 10**9, path="cluster.autoscaler.cold_start")
+    lines = err.value.lines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cluster.autoscaler.cold_start: {problem}"), lines

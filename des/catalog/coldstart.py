@@ -11,15 +11,17 @@ throughout and serves nothing::
 read their shards at once from storage shared at ``weights_bandwidth``, bytes/s, the node's
 storage or network rate); :func:`des.catalog.memory.weight_bytes` gives it. Whether CUDA graphs
 are on is the cost model's ``enforce_eager`` (``RooflineConfig.enforce_eager``: graphs off),
-and vLLM V1 compiles only when not eager (``vllm/config.py``: ``VllmConfig.__post_init__``
-sets ``CompilationLevel.PIECEWISE`` under ``not enforce_eager``), so an eager instance skips
-both. Defaults, with their sources, are in ``des/catalog/data/coldstart.yaml`` and read on
-first use (:func:`default_cold_start`); a scenario overrides them field by field
-(:func:`cold_start_spec`).
+and vLLM compiles only when not eager (``vllm/config/vllm.py``: ``VllmConfig.__post_init__``
+sets ``CompilationMode.VLLM_COMPILE`` when the mode is unset and not ``enforce_eager``,
+``CompilationMode.NONE`` otherwise), so an eager instance skips both. Defaults, with their
+sources, are in ``des/catalog/data/coldstart.yaml`` and read on first use
+(:func:`default_cold_start`); a scenario overrides them field by field
+(:func:`cold_start_spec`), or gives a number of seconds (:func:`cold_start_seconds`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -82,3 +84,22 @@ def cold_start_spec(overrides: Mapping[str, Any] | None = None, path: str = "col
         ) from None
     except ScenarioError as exc:
         raise exc.prefixed(path) from None
+
+
+def cold_start_seconds(value: Any, weight_bytes: int, cuda_graphs: bool = True, path: str = "cold_start") -> float:
+    """Seconds of cold start a scenario's ``cold_start`` means (issue #21's contract): a
+    number of seconds (≥ 0, taken as given), ``auto`` or None (the catalog's
+    :class:`ColdStartSpec` for ``weight_bytes`` of weights), or a mapping of its fields
+    overriding the catalog's (:func:`cold_start_spec`). Bad values raise ScenarioError
+    naming ``path``."""
+    if value is None or value == "auto":
+        return default_cold_start().seconds(weight_bytes, cuda_graphs)
+    if isinstance(value, Mapping):
+        return cold_start_spec(value, path).seconds(weight_bytes, cuda_graphs)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ScenarioError(
+            (path, f"must be a number of seconds, 'auto' or a mapping of cold-start fields (got {value!r})")
+        )
+    if not math.isfinite(value) or value < 0:
+        raise ScenarioError((path, f"must be a finite number of seconds >= 0 (got {value!r})"))
+    return float(value)
