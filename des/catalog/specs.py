@@ -51,6 +51,20 @@ class KVLinkSpec(Strict):
 Architecture = Literal["ada", "ampere", "hopper", "blackwell", "cdna3", "other"]
 
 
+#: A price's month: ``YYYY-MM``.
+PRICE_DATE = r"^(19|20)[0-9]{2}-(0[1-9]|1[0-2])$"
+
+
+class PriceSpec(Strict):
+    """What renting one GPU costs: ``usd_per_gpu_hour`` (US dollars per GPU-hour, on-demand
+    list price), ``source`` (provider and instance, and how the per-GPU figure was derived,
+    e.g. an 8-GPU instance's price ÷ 8) and ``date`` (``YYYY-MM``: list prices move)."""
+
+    usd_per_gpu_hour: float = Field(ge=0)
+    source: str = Field(min_length=1)
+    date: str = Field(pattern=PRICE_DATE)
+
+
 class ClockSpec(Strict):
     """Clocks of the tensor cores' domain, MHz.
 
@@ -96,6 +110,10 @@ class GPUSpec(Strict):
     AMD), which size vLLM's sampler scratch buffer. ``tensor_cores``: the low-precision
     tensor-core paths it has (``fp8``, ``fp4``), each with its ``flops``; None: those ``flops``
     lists (:attr:`tensor_core_paths`, :mod:`des.catalog.quantization`).
+    ``board_power_w``: the spec sheet's board power (TDP / TBP, watts; ``power_source`` says
+    where it is stated), for energy (:mod:`des.catalog.prices`). ``price``: a cloud on-demand
+    list price per GPU-hour with its source and date (:class:`PriceSpec`; None: no price,
+    e.g. an inline custom GPU, or a part no cloud rents by the hour).
     """
 
     name: str = "custom"
@@ -114,6 +132,9 @@ class GPUSpec(Strict):
     runtime_reserve_bytes: int = Field(1 << 30, ge=0)
     sm_count: PositiveInt | None = None
     kv_link: KVLinkSpec | None = None
+    board_power_w: PositiveFloat | None = None
+    power_source: str = ""
+    price: PriceSpec | None = None
     source: str = ""
     efficiency: Efficiency
     calibration: str | None = None
