@@ -39,6 +39,7 @@ from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml,
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.cost.frontend import FrontendSpec, Serving
 from des.dotted import deep_copy, set_dotted
+from des.catalog.prices import PriceBook
 from des.engine.autoscaler import AutoscalerConfig, scaling_problem
 from des.engine.plan import MAX_INSTANCES, All2AllBackend, Parallelism, Plan, PlanContext, PoolPlan
 from des.engine.router import RouterName
@@ -392,8 +393,21 @@ class Scenario(Strict):
         )
 
     def price_book(self) -> dict[str, float | None]:
-        """USD per GPU-hour of each GPU the run's pools use: ``prices``, else the catalog's (None: unknown)."""
-        return {pool.gpu.name: self.prices.get(pool.gpu.name) for pool in self.plan().pools}
+        """USD per GPU-hour of each GPU the run's pools use: ``prices``, else the catalog's
+        list price (:mod:`des.catalog.prices`; None: none known)."""
+        book = PriceBook.from_catalog().overridden(self.prices, "the scenario's prices")
+        return {pool.gpu.name: book.per_gpu_hour(pool.gpu) for pool in self.plan().pools}
+
+    @model_validator(mode="after")
+    def _prices_name_gpus(self) -> Scenario:
+        """Every GPU ``prices`` names is the catalog's or one of the run's."""
+        known = {*catalog.gpu_names(), *(pool.gpu.name for pool in self.plan().pools)}
+        for name in self.prices:
+            if name not in known:
+                raise ScenarioError(
+                    (f"prices.{name}", f"unknown GPU{did_you_mean(name, known)}; known: {', '.join(sorted(known))}")
+                )
+        return self
 
     def memory_plan(self) -> MemoryPlan:
         """The KV cache of one instance of the pool requests finish in (the only pool of

@@ -6,7 +6,7 @@ Each is in one of four states, kept by the pool's :class:`Fleet`:
 
 - ``off``: not paid for, receives nothing;
 - ``starting``: paid for from the moment it is asked for; serves after its cold start
-  (weights read, engine start, CUDA-graph capture: :func:`cold_start_seconds`);
+  (weights read, engine start, compile and CUDA-graph capture: :func:`cold_start_seconds`);
 - ``serving``: behind the pool's router;
 - ``draining``: takes no new requests, finishes those it holds, and stops (``off``) once
   it holds none, its KV blocks all given back (a prefill instance's transfers sent).
@@ -50,7 +50,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
+from des.catalog.coldstart import ColdStartSpec, cold_start_spec, default_cold_start
 from des.config import Seconds, Strict, parse_seconds
+from des.errors import ScenarioError
 
 #: The most instances an autoscaled pool may have (as :data:`des.engine.plan.MAX_INSTANCES`).
 MAX_INSTANCES = 10_000
@@ -69,31 +71,15 @@ TOLERANCE = 0.1
 OFF, STARTING, SERVING, DRAINING = "off", "starting", "serving", "draining"
 
 
-class ColdStart(Strict):
-    """What a new instance spends before it serves, when not given in seconds: its weights
-    read at ``weights_bandwidth`` (bytes/s), then ``engine_start`` and ``graph_capture``
-    seconds (the latter only when the engine captures CUDA graphs)."""
-
-    weights_bandwidth: float = Field(gt=0)
-    engine_start: Seconds = Field(ge=0)
-    graph_capture: Seconds = Field(ge=0)
-
-    def seconds(self, weight_bytes: float, cuda_graphs: bool = True) -> float:
-        return weight_bytes / self.weights_bandwidth + self.engine_start + (self.graph_capture if cuda_graphs else 0.0)
-
-
-#: Stand-in cold start until the catalog's lands.
-DEFAULT_COLD_START = ColdStart(weights_bandwidth=2e9, engine_start=20.0, graph_capture=10.0)
-
-
-def cold_start_seconds(config: AutoscalerConfig, weight_bytes: float, cuda_graphs: bool) -> float:
+def cold_start_seconds(config: AutoscalerConfig, weight_bytes: int, cuda_graphs: bool) -> float:
     """Seconds from the decision to start an instance to its serving: ``config.cold_start``
-    when given in seconds, else its weights (``weight_bytes`` per GPU, each GPU reading its
-    own shard) read and the engine started."""
+    when given in seconds, else its ``weight_bytes`` of weights read and its engine started
+    (:mod:`des.catalog.coldstart`: the catalog's figures, or the scenario's over them);
+    ``cuda_graphs``: the engine compiles and captures graphs (not ``enforce_eager``)."""
     cold = config.cold_start
     if isinstance(cold, float | int):
         return float(cold)
-    spec = DEFAULT_COLD_START if cold == "auto" else cold
+    spec = default_cold_start() if cold == "auto" else cold
     return spec.seconds(weight_bytes, cuda_graphs)
 
 
@@ -101,8 +87,8 @@ class AutoscalerConfig(Strict):
     """How a pool scales (see the module's docstring). Seconds for times; ``target`` in the
     metric's unit per instance (requests for ``queue_length`` and ``running``, a share in
     (0, 1] for ``kv_use`` and ``utilization``). ``cold_start``: seconds from the decision
-    to serving, ``auto`` (the catalog's weights bandwidth, engine start and graph capture
-    for this model and GPU), or those three figures."""
+    to serving, ``auto`` (the catalog's weights bandwidth, engine start, compile and graph
+    capture for this model: :mod:`des.catalog.coldstart`), or some of those figures replaced."""
 
     metric: Metric
     target: float = Field(gt=0)
@@ -113,14 +99,20 @@ class AutoscalerConfig(Strict):
     interval: Annotated[Seconds, Field(gt=0)] = 15.0
     cooldown: Annotated[Seconds, Field(ge=0)] = 300.0
     cooldown_up: Annotated[Seconds, Field(ge=0)] = 0.0
-    cold_start: float | Literal["auto"] | ColdStart = "auto"
+    cold_start: float | Literal["auto"] | ColdStartSpec = "auto"
 
     @field_validator("cold_start", mode="before")
     @classmethod
     def _cold_start(cls, v: Any) -> Any:
-        """Seconds (a number, or a duration such as ``90s``), ``auto``, or the three figures."""
-        if v == "auto" or isinstance(v, dict | ColdStart):
+        """Seconds (a number, or a duration such as ``90s``), ``auto``, or some of the catalog's
+        figures replaced (a mapping of :class:`~des.catalog.coldstart.ColdStartSpec` fields)."""
+        if v == "auto" or isinstance(v, ColdStartSpec):
             return v
+        if isinstance(v, dict):
+            try:
+                return cold_start_spec(v)
+            except ScenarioError as exc:
+                raise ScenarioError([(p.removeprefix("cold_start."), m) for p, m in exc.problems]) from None
         seconds, _ = parse_seconds(v)
         if not seconds >= 0 or not math.isfinite(seconds):
             raise ValueError(

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from des.catalog.memory import MemoryPlan
+from des.catalog.memory import MemoryPlan, weight_bytes
 from des.cost.base import CostContext, CostModel
 from des.cost.roofline import RooflineConfig
 from des.cost.speculative import build_verification
@@ -264,8 +264,8 @@ def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Gener
                 LockstepGroup(ctx.env, instances[i : i + group], cost_model, ctx.cost.async_scheduling)
         fleet = None
         if scaling is not None:
-            per_gpu = memory.weights / (pool_plan.tp * par.pp)
-            cold = cold_start_seconds(scaling, per_gpu, pool_plan.graphs.max_size > 0)
+            eager = getattr(ctx.cost, "enforce_eager", False)
+            cold = cold_start_seconds(scaling, weight_bytes(model, precision), not eager)
             fleet = Fleet(ctx.env, instances, pool_plan.instances, cold)
             fleet.autoscaler = Autoscaler(ctx.env, fleet, scaling)
         router = ROUTERS.get(pool_plan.router)(rng)
