@@ -33,13 +33,13 @@ from pydantic import (
 
 from des import catalog
 from des.catalog.memory import GraphCapture, MemoryPlan, Precision, with_native
+from des.catalog.prices import PriceBook
 from des.catalog.quantization import unsupported
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml, plausible_latency
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.cost.frontend import FrontendSpec, Serving
 from des.dotted import deep_copy, set_dotted
-from des.catalog.prices import PriceBook
 from des.engine.autoscaler import AutoscalerConfig, scaling_problem
 from des.engine.plan import MAX_INSTANCES, All2AllBackend, Parallelism, Plan, PlanContext, PoolPlan
 from des.engine.router import RouterName
