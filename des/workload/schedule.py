@@ -393,7 +393,7 @@ class _PiecewiseGaps:
     same rate as the one before is one with it (so a constant schedule, however
     written, draws the gaps of ``poisson{rate}``). The gaps are the
     open loop's own: ``now`` is their sum as it adds them, and one that would reach
-    ``horizon`` is inf. Cost per gap: O(1) plus one per segment end crossed.
+    ``horizon`` is inf, as is every one after it. Cost per gap: O(1) plus one per segment end crossed.
     """
 
     __slots__ = ("_t", "_scale", "_ends", "_next", "_i", "_e", "now", "horizon")
@@ -421,25 +421,29 @@ class _PiecewiseGaps:
         while True:
             i = self._next[i]
             if i == len(self._t):
-                self._i = i
-                return math.inf
+                return self._end()
             if self._t[i] > t:
                 t, crossed = self._t[i], True
             if t >= self.horizon:
-                return math.inf
+                return self._end()
             g = self._e() * self._scale[i]
             end = self._ends[i]
             if t + g < end:
                 break
             if end >= self.horizon:
-                return math.inf
+                return self._end()
             t, crossed, i = end, True, i + 1
         self._i = i
         if t + g >= self.horizon:
-            return math.inf
+            return self._end()
         gap = (t + g) - now if crossed else g
         self.now = now + gap
         return gap
+
+    def _end(self) -> float:
+        """No more arrivals: inf now and on every later call."""
+        self.now = math.inf
+        return math.inf
 
 
 class _DiurnalGaps:
@@ -467,6 +471,7 @@ class _DiurnalGaps:
             gap += self._e() * self._scale
             t = self.now + gap
             if t >= self.horizon:
+                self.now = math.inf  # and inf on every later call
                 return math.inf
             shape = 1 + a * math.cos(self._w * (t - self._phi))  # λ(t) / mean; the bound is 1 + a
             if shape >= 1 + a or self._u() * (1 + a) < shape:
@@ -497,9 +502,12 @@ class TimeChanged:
         self._tau, self.now, self.horizon = 0.0, 0.0, horizon
 
     def __call__(self) -> float:
+        if self.now == math.inf:
+            return math.inf
         self._tau += self._gaps()
         t = self._real(self._tau)
         if t >= self.horizon:
+            self.now = math.inf  # and inf on every later call
             return math.inf
         gap = max(t - self.now, 0.0)
         self.now += gap
