@@ -17,6 +17,7 @@ Statistical checks use fixed seeds and tolerances from the standard error, never
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ from des.workload.schedule import Diurnal, Piecewise, TimeChanged
 
 def epochs(gaps, horizon: float = math.inf, n: int | None = None) -> np.ndarray:
     """Arrival times from a gap sampler, summed as the open loop sums them, before ``horizon``."""
-    t, out = 0.0, []
+    t, out = 0.0, list[float]()
     while n is None or len(out) < n:
         t += gaps()
         if t >= horizon:
@@ -139,7 +140,7 @@ def test_a_constant_schedule_draws_the_gaps_of_poisson_byte_for_byte(schedule):
     assert epochs(a, 300.0).tolist() == epochs(b, 300.0).tolist() and a() == math.inf
 
 
-SCENARIO = {
+SCENARIO: dict[str, Any] = {
     "seed": 4,
     "horizon": {"duration": 300},
     "warmup": 0,
@@ -295,7 +296,7 @@ def test_the_scenario_s_expectations_use_the_exact_integral():
     assert warnings(quiet_then_busy, 100) == []
     (line,) = warnings(busy_then_quiet, 60)
     assert "the 50 s its 500 requests take to arrive on the schedule" in line
-    g = Gamma(rate=4, modulate={"kind": "piecewise", "times": [0, 100], "rates": [1, 3]})
+    g = Gamma(rate=4, modulate=Piecewise(times=[0, 100], rates=[1, 3]))
     assert expected_count(g, 100) == pytest.approx(4 * 100 / 2) and expected_time(g, 200) == pytest.approx(100)
     with pytest.raises(des.ScenarioError, match="horizon: the schedule for 20 s is 1.5e\\+08 requests"):
         des.load_scenario(

@@ -17,6 +17,7 @@ from scipy import integrate
 
 import des
 from des.errors import ScenarioError
+from des.workload.arrivals import NHPP
 from des.workload.schedule import Diurnal, Piecewise, operational
 from tests.helpers import des_cli
 
@@ -60,7 +61,7 @@ def test_mean_rate_over_a_horizon_is_the_integral_over_it():
 
 @pytest.mark.parametrize("r", [1.0, 2.0, 10.0, 1e6])
 def test_diurnal_has_the_stated_mean_peak_and_trough(r):
-    d = Diurnal(mean=4, peak_to_trough=r, peak_time="14h")
+    d = Diurnal.model_validate({"mean": 4, "peak_to_trough": r, "peak_time": "14h"})
     t = np.linspace(0, 86400, 864_001)
     rate = d.rate_at(t)
     assert rate.max() == pytest.approx(d.peak) and d.rate_at(14 * 3600) == pytest.approx(d.peak)
@@ -126,8 +127,8 @@ def test_a_schedule_csv_is_relative_to_the_scenario(tmp_path):
     sc = des.load_scenario(None, ["horizon.duration=60", "warmup=0"]).resolved()
     sc["workload"]["arrival"] = {"process": "nhpp", "schedule": {"kind": "piecewise", "path": "day.csv"}}
     (tmp_path / "s.yaml").write_text(__import__("yaml").safe_dump(sc))
-    loaded = des.load_scenario(tmp_path / "s.yaml")
-    assert loaded.workload.arrival.schedule.cumulative(60) == 240
+    nhpp = des.load_scenario(tmp_path / "s.yaml").workload.arrival
+    assert isinstance(nhpp, NHPP) and nhpp.schedule.cumulative(60) == 240
 
 
 BASE = """\
