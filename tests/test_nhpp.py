@@ -312,3 +312,39 @@ def test_the_scenario_s_expectations_use_the_exact_integral():
                 },
             }
         )
+
+
+def test_a_replay_modulated_to_a_stop_drops_the_rows_it_never_reaches(tmp_path):
+    # m = 2 on [0, 50), 0 after (mean 0.5): operational time runs to 100 by t = 50, then stops
+    recorded = poisson_trace(tmp_path / "t.csv", 4.0, 150.0, seed=3)
+    stop = Piecewise(times=[0, 50], rates=[1, 0])
+    trace = Trace(path=tmp_path / "t.csv", absolute_times=True, modulate=stop)
+    times = trace.table["arrival_time"].to_numpy()
+    kept = int(np.sum(recorded <= 100))
+    assert len(times) == kept and times.max() < 50
+    assert np.allclose(times, recorded[:kept] / 2, rtol=1e-15, atol=0)  # t = τ/2 before the stop
+    assert any(f"{len(recorded) - kept:,} rows come after all the requests" in n for n in trace.notes)
+    arrival = {
+        "process": "trace",
+        "path": str(tmp_path / "t.csv"),
+        "absolute_times": True,
+        "modulate": stop.model_dump(),
+    }
+    sc = des.load_scenario({**SCENARIO, "horizon": {"duration": 200}, "workload": {"arrival": arrival}})
+    r = des.simulate(sc)
+    assert r.requests["arrival_time"].tolist() == times.tolist()
+    assert r.summary["num_completed"] == len(times)
+
+
+def test_a_resampled_modulated_replay_resamples_the_recording_and_keeps_the_schedule(tmp_path):
+    from des.study.resample import resampled_scenario
+
+    recorded = poisson_trace(tmp_path / "t.csv", 4.0, 300.0, seed=6)
+    shape = {"kind": "piecewise", "times": [0.0, 100.0], "rates": [1.0, 3.0]}
+    arrival = {"process": "trace", "path": str(tmp_path / "t.csv"), "rate_scale": 2.0, "modulate": shape}
+    base = des.load_scenario({**SCENARIO, "horizon": {"duration": 400}, "workload": {"arrival": arrival}}).resolved()
+    out = resampled_scenario(base, tmp_path, seed=1)["workload"]["arrival"]
+    assert out["modulate"] == {**shape, "path": None} and out["rate_scale"] == 2.0
+    drawn = Trace(path=out["path"], format="jsonl", absolute_times=True).table["arrival_time"]
+    # resampled from the recording's own 300 s, not from its modulated replay's 267 s (rate_scale 1)
+    assert recorded.max() - 5 < drawn.max() < recorded.max() + 5
