@@ -119,7 +119,10 @@ class Strict(BaseModel):
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
-        fields = {name: _numbers_in(f.annotation) for name, f in cls.model_fields.items()}
+        fields = {
+            name: None if any(isinstance(m, _Duration) for m in f.metadata) else _numbers_in(f.annotation)
+            for name, f in cls.model_fields.items()
+        }  # a bare Seconds field keeps its marker in the metadata, not the annotation
         cls._number_fields = {name: kind for name, kind in fields.items() if kind is not None}
         cls._unsettable = frozenset(
             name for name, f in cls.model_fields.items() if not f.is_required() and not _takes_none(f.annotation)

@@ -90,7 +90,7 @@ def workload_line(sc: Scenario) -> str:
 
 
 def _fields(config: Any) -> dict[str, Any]:
-    return {k: v for k, v in config.model_dump().items() if k != "process" and v is not None}
+    return {k: v for k, v in config.model_dump(mode="json", exclude_none=True).items() if k != "process"}
 
 
 def _pct(v: float | None) -> str:

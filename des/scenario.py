@@ -47,9 +47,10 @@ from des.engine.schedulers import SCHEDULERS, ContinuousConfig, DisaggregatedCon
 from des.engine.schedulers.continuous import ContinuousSettings
 from des.errors import ScenarioError, did_you_mean, reword, validation_errors
 from des.registry import kind_of
-from des.workload.arrivals import ARRIVALS, Trace
+from des.workload.arrivals import ARRIVALS, Trace, expected_count, expected_time, scheduled
 from des.workload.build import Workload
 from des.workload.lengths import LENGTHS
+from des.workload.schedule import SCHEDULES
 from des.workload.times import TIMES
 
 #: The most requests a run may be asked to take: a million take about 45 s and 700 MB, so
@@ -245,10 +246,12 @@ class Scenario(Strict):
             raise ValueError("horizon: needs duration (seconds) and/or num_requests")
         if h.duration is not None and self.warmup >= h.duration:
             raise ValueError(f"warmup: {self.warmup} s is not shorter than horizon.duration {h.duration} s")
-        rate = getattr(self.workload.arrival, "rate", None)
-        if h.duration is not None and h.num_requests is None and rate is not None and rate * h.duration > MAX_REQUESTS:
+        arrival = self.workload.arrival
+        count = expected_count(arrival, h.duration) if h.duration is not None else None
+        if h.num_requests is None and count is not None and count > MAX_REQUESTS:
+            pace = "the schedule" if scheduled(arrival) else f"{getattr(arrival, 'rate', 0):g} req/s"
             raise ValueError(
-                f"horizon: {rate:g} req/s for {h.duration:g} s is {rate * h.duration:.3g} requests, beyond the "
+                f"horizon: {pace} for {h.duration:g} s is {count:.3g} requests, beyond the "
                 f"{MAX_REQUESTS:.0e} a run can hold (a million take about 45 s and 700 MB): shorten duration or "
                 "set num_requests"
             )
@@ -428,7 +431,7 @@ class Scenario(Strict):
 
 
 #: The kind names of every tagged union (pydantic puts them in error paths; users never wrote them).
-_TAGS = {*SCHEDULERS, *COST_MODELS, *ARRIVALS, *LENGTHS, *TIMES}
+_TAGS = {*SCHEDULERS, *COST_MODELS, *ARRIVALS, *LENGTHS, *TIMES, *SCHEDULES}
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): (.*)$", re.S)
 
 
@@ -768,12 +771,13 @@ def _warmup_past_arrivals(scenario: Scenario) -> list[str]:
                 f"warmup: {warmup:g} s is not shorter than the replay, whose last request arrives at {last:.4g} s: "
                 "no request is measured (set warmup below it, e.g. 0)"
             ]
-    elif h.num_requests is not None and hasattr(arrival, "rate"):
-        expected = h.num_requests / arrival.rate
-        if warmup >= expected:
+    elif h.num_requests is not None:
+        expected = expected_time(arrival, h.num_requests)
+        if expected is not None and warmup >= expected:
+            pace = "on the schedule" if scheduled(arrival) else f"at {getattr(arrival, 'rate', 0):g} req/s"
             return [
                 f"warmup: {warmup:g} s is not shorter than the {expected:.4g} s its {h.num_requests:,} requests take "
-                f"to arrive at {arrival.rate:g} req/s: few or none are measured (set warmup below it)"
+                f"to arrive {pace}: few or none are measured (set warmup below it)"
             ]
     return []
 

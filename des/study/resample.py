@@ -224,7 +224,10 @@ def resampled_scenario(scenario: dict[str, Any], folder: Path, seed: int) -> dic
     arrival = scenario["workload"]["arrival"]
     from des.workload.arrivals import Trace
 
-    trace = load_scenario(scenario, [("workload.arrival.rate_scale", 1.0)]).workload.arrival
+    # the recorded times, before rate_scale and a modulate: both apply again to the resample
+    trace = load_scenario(
+        scenario, [("workload.arrival.rate_scale", 1.0), ("workload.arrival.modulate", None)]
+    ).workload.arrival
     assert isinstance(trace, Trace)
     recorded = trace.table
     drawn, length = resample(recorded, seed)
@@ -239,5 +242,7 @@ def resampled_scenario(scenario: dict[str, Any], folder: Path, seed: int) -> dic
         "absolute_times": True,
         "hash_block_tokens": arrival["hash_block_tokens"],
     }
+    if arrival.get("modulate") is not None:
+        out["workload"]["arrival"]["modulate"] = arrival["modulate"]
     out["name"] = f"{scenario['name']} ({KIND} of {Path(arrival['path']).name}, blocks of {length:.4g} s)"
     return load_scenario(out).resolved()

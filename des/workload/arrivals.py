@@ -13,6 +13,16 @@ Open processes produce inter-arrival gaps (seconds) from their own generator:
   its stationary state distribution, so it is stationary from t = 0.
 - ``onoff{on_rate, off_rate, mean_on, mean_off}``: the two-state MMPP of bursts
   (``on_rate``) and lulls (``off_rate``, default 0).
+- ``nhpp{schedule}``: the non-homogeneous Poisson process of the rate schedule λ(t)
+  (:mod:`des.workload.schedule`: ``piecewise`` or ``diurnal``), drawn exactly by
+  thinning from the ``"arrivals"`` stream; its gaps end at the horizon.
+
+``modulate: SCHEDULE`` on ``poisson``, ``gamma``, ``mmpp``, ``onoff`` and ``trace``
+multiplies the process's rate by ``λ(t)/mean`` of the schedule, exactly, by a change of
+time: the process runs in operational time τ, and an event at τ arrives at
+``Λ_m⁻¹(τ)``, ``Λ_m(t) = ∫₀ᵗ λ(s)/mean ds`` (:func:`~des.workload.schedule.modulated`;
+a replay's recorded times are moved the same way). A constant schedule changes nothing.
+A closed loop has no rate to modulate.
 
 Every rate is at most :data:`MAX_RATE` requests per second, what a run can simulate for
 even a second; a gamma's ``cv`` lies in ``[MIN_CV, MAX_CV]``; a closed loop has at most
@@ -22,12 +32,16 @@ change is a draw, like an arrival), and its gaps stop at the horizon (:class:`_M
 a process that almost never brings an arrival (``mean_on: 1e-9, mean_off: 1e9``) ends a
 run on time. One of three or more states must bring an arrival every
 :data:`MAX_VISITS` state changes or more often (two states skip such stretches in bulk).
+A modulated process stays within ``MAX_RATE`` at its schedule's peak.
 
 Closed users and trace replays are arrival processes too. Every arrival process
 makes its own SimPy processes from the run's :class:`~des.workload.source.Sources`
 (``processes``; their bodies live in :mod:`des.workload.source`), so that whoever builds
 a run never asks which kind it has. Every open process states its exact long-run
-``rate``.
+``rate`` (of a schedule's process: the schedule's mean, see
+:attr:`~des.workload.schedule.Piecewise.mean`); :func:`expected_count` and
+:func:`expected_time` give the requests expected by a time and the time by which a
+count is expected, exactly under a schedule.
 """
 
 from __future__ import annotations
@@ -52,6 +66,7 @@ from des.registry import Registry, check_union, kind_of
 from des.workload._buffer import Buffered
 from des.workload.formats import TRACE_FORMATS, infer_format, read_trace
 from des.workload.formats.base import HASH_BLOCK_TOKENS, OptionError, ReadOptions, TraceFormat
+from des.workload.schedule import Diurnal, Piecewise, Schedule, modulated, operational
 from des.workload.source import Session, Sources, closed_user, open_loop, open_sessions, trace_replay
 from des.workload.trace import TraceStats, trace_stats
 from des.workload.trace_content import trace_requests
@@ -90,6 +105,22 @@ def _simulable(rate: float) -> float:
 #: An arrival rate a run can simulate (requests per second).
 Rate = Annotated[PositiveFloat, AfterValidator(_simulable)]
 
+#: A rate schedule that multiplies a process's rate by ``λ(t)/mean`` (left out of dumps when unset).
+Modulate = Annotated[Schedule | None, Field(exclude_if=lambda v: v is None)]
+
+
+def _modulation_simulable(rate: float, schedule: Piecewise | Diurnal | None) -> None:
+    """ValueError when a process of long-run ``rate`` modulated by ``schedule`` goes beyond
+    :data:`MAX_RATE` at the schedule's peak."""
+    if schedule is None:
+        return
+    peak = rate * schedule.peak / schedule.mean
+    if peak > MAX_RATE:
+        raise ValueError(
+            f"modulate: the schedule's peak is {schedule.peak / schedule.mean:.3g} times its mean, so "
+            f"{rate:g} requests per second become {peak:.3g} there, beyond {MAX_RATE:g}"
+        )
+
 
 class Open(Strict):
     """An open arrival process: requests (or conversations) at the epochs of a point
@@ -100,9 +131,16 @@ class Open(Strict):
         ``horizon`` may be returned as inf (the open loop stops there anyway)."""
         raise NotImplementedError
 
+    def arrival_gaps(self, rng: np.random.Generator, horizon: float = math.inf) -> Callable[[], float]:
+        """The gaps of the arrivals: :meth:`gaps`, moved by ``modulate`` when the process has one."""
+        schedule = getattr(self, "modulate", None)
+        if schedule is None:
+            return self.gaps(rng, horizon)
+        return modulated(lambda h: self.gaps(rng, h), schedule, horizon)
+
     def processes(self, src: Sources) -> list[Session]:
         """One process: new requests at the epochs, or conversations begun at them."""
-        gaps = self.gaps(src.streams["arrivals"], src.duration)
+        gaps = self.arrival_gaps(src.streams["arrivals"], src.duration)
         if src.start is not None:
             return [open_sessions(src.env, gaps, src.new(), src.start, src.duration, src.budget)]
         return [open_loop(src.env, gaps, src.new(), src.submit, src.duration, src.budget)]
@@ -111,6 +149,12 @@ class Open(Strict):
 class Poisson(Open):
     process: Literal["poisson"] = "poisson"
     rate: Rate
+    modulate: Modulate = None
+
+    @model_validator(mode="after")
+    def _modulation(self) -> Poisson:
+        _modulation_simulable(self.rate, self.modulate)
+        return self
 
     def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
         scale = 1.0 / self.rate
@@ -121,6 +165,7 @@ class Gamma(Open):
     process: Literal["gamma"] = "gamma"
     rate: Rate
     cv: PositiveFloat = 1.0
+    modulate: Modulate = None
 
     @model_validator(mode="after")
     def _check_cv(self) -> Gamma:
@@ -132,6 +177,7 @@ class Gamma(Open):
             )
         if self.cv < MIN_CV:
             raise ValueError(f"cv: {self.cv:g} is below {MIN_CV:g}, where the gamma's shape 1/cv² overflows a float")
+        _modulation_simulable(self.rate, self.modulate)
         return self
 
     def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
@@ -145,6 +191,7 @@ class MMPP(Open):
     rates: list[Annotated[NonNegativeFloat, AfterValidator(_simulable)]] = Field(min_length=2)
     mean_sojourn: list[PositiveFloat] = Field(min_length=2)
     transitions: list[list[NonNegativeFloat]] | None = None
+    modulate: Modulate = None
 
     @model_validator(mode="after")
     def _check(self) -> MMPP:
@@ -175,6 +222,7 @@ class MMPP(Open):
                 f"beyond {MAX_VISITS:,}: the states of a chain of more than two are drawn one by one "
                 "(raise rates or mean_sojourn of the states with arrivals)"
             )
+        _modulation_simulable(self.rate, self.modulate)
         return self
 
     @property
@@ -220,6 +268,7 @@ class OnOff(Open):
     off_rate: Annotated[NonNegativeFloat, AfterValidator(_simulable)] = 0.0
     mean_on: PositiveFloat
     mean_off: PositiveFloat
+    modulate: Modulate = None
 
     @model_validator(mode="after")
     def _changes_simulable(self) -> OnOff:
@@ -230,6 +279,7 @@ class OnOff(Open):
                 f"{name}: {getattr(self, name):g} s: the states change {changes:.3g} times a second on average, "
                 f"beyond {MAX_RATE:g} (each change is a draw, like an arrival)"
             )
+        _modulation_simulable(self.rate, self.modulate)
         return self
 
     def as_mmpp(self) -> MMPP:
@@ -241,6 +291,27 @@ class OnOff(Open):
 
     def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
         return self.as_mmpp().gaps(rng, horizon)
+
+
+class NHPP(Open):
+    """The non-homogeneous Poisson process of rate ``schedule`` λ(t), requests per second.
+
+    Drawn by thinning (:meth:`~des.workload.schedule.Piecewise.thinned_gaps`): exactly
+    the law of the schedule, a constant schedule the gaps of ``poisson{rate}`` from the
+    same seed, byte for byte. ``rate`` is the schedule's mean; :func:`expected_count` is
+    its integral Λ(t).
+    """
+
+    process: Literal["nhpp"] = "nhpp"
+    schedule: Schedule
+
+    @property
+    def rate(self) -> float:
+        """The schedule's mean rate, requests per second (:attr:`~des.workload.schedule.Piecewise.mean`)."""
+        return self.schedule.mean
+
+    def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
+        return self.schedule.thinned_gaps(rng, horizon)
 
 
 class _MMPPGaps:
@@ -330,9 +401,15 @@ class Closed(Strict):
     think_time: NonNegativeFloat = 0.0
     think_dist: Literal["fixed", "exponential"] = "exponential"
     retry_delay: PositiveFloat = 1.0
+    modulate: Annotated[object, Field(exclude_if=lambda v: v is None)] = None
 
     @model_validator(mode="after")
     def _retries_simulable(self) -> Closed:
+        if self.modulate is not None:
+            raise ValueError(
+                "modulate: a closed loop has no arrival rate to modulate: each user sends when its last answer "
+                "is back (use an open process, e.g. poisson, with modulate, or an nhpp)"
+            )
         # users whose requests are all rejected send one every retry_delay (+ think) seconds
         if self.concurrency / self.retry_delay > MAX_RATE:
             raise ValueError(
@@ -386,6 +463,10 @@ class Trace(Strict):
       one due while they are waits for one to leave and arrives when sent (a benchmark
       client's semaphore, as ``vllm bench serve --max-concurrency``; rows all at 0 make a
       closed loop of that many users).
+    - ``modulate``: a rate schedule whose shape the replay takes on: a request due at
+      ``τ`` (after the scales above) arrives at ``Λ_m⁻¹(τ)``, so its rate is multiplied
+      by ``λ(t)/mean`` (:mod:`des.workload.schedule`); rows past what a schedule ending
+      in rate 0 brings never arrive (:attr:`notes` counts them).
 
     :attr:`table` is the replay: the trace table of :mod:`des.workload.formats.base`
     with ``arrival_time`` in simulated seconds; :attr:`notes` says what the reader
@@ -402,6 +483,7 @@ class Trace(Strict):
     log_type: str | None = None
     hash_block_tokens: PositiveInt = HASH_BLOCK_TOKENS
     max_concurrency: PositiveInt | None = Field(default=None, le=MAX_USERS)
+    modulate: Modulate = None
     _table: pd.DataFrame = PrivateAttr()
 
     @model_validator(mode="after")
@@ -451,6 +533,11 @@ class Trace(Strict):
             t["arrival_time"] = since / (ticks * self.rate_scale)
         else:
             t["arrival_time"] = since * (self.unit_seconds / self.rate_scale)
+        schedule = self.modulate
+        if schedule is not None and not schedule.constant:
+            real = schedule.inverse(t["arrival_time"].to_numpy() * schedule.mean)
+            t["arrival_time"] = real
+            t = t[np.isfinite(real)]
         return t
 
     @property
@@ -469,7 +556,14 @@ class Trace(Strict):
     @property
     def notes(self) -> list[str]:
         """What the reader skipped on purpose, one sentence each (empty when nothing)."""
-        return list(self._table.attrs.get("notes", []))
+        notes = list(self._table.attrs.get("notes", []))
+        lost = len(self._table) - len(self.table)
+        if lost:
+            notes.append(
+                f"{lost:,} rows come after all the requests the modulating schedule brings (its last rate is 0) "
+                "and never arrive"
+            )
+        return notes
 
     def stats(self) -> TraceStats:
         """Requests, span, mean rate and burstiness (cv of the gaps) of the replayed arrivals."""
@@ -483,9 +577,38 @@ class Trace(Strict):
         return [trace_replay(src.env, times, specs, src.submit, src.duration, src.budget, self.max_concurrency)]
 
 
+def expected_count(arrival: object, t: float) -> float | None:
+    """The requests an open process is expected to bring by ``t`` seconds (None: not an open
+    process): ``Λ(t)`` for an nhpp, ``rate · Λ_m(t)`` for a modulated process, else ``rate · t``."""
+    if isinstance(arrival, NHPP):
+        return float(arrival.schedule.cumulative(t))
+    if isinstance(arrival, Poisson | Gamma | MMPP | OnOff):
+        schedule = arrival.modulate
+        return arrival.rate * (operational(schedule, t) if schedule is not None else t)
+    return None
+
+
+def expected_time(arrival: object, n: float) -> float | None:
+    """The time (seconds) by which an open process is expected to have brought ``n`` requests,
+    the inverse of :func:`expected_count` (inf when a schedule never brings that many; None:
+    not an open process)."""
+    if isinstance(arrival, NHPP):
+        return float(arrival.schedule.inverse(n))
+    if isinstance(arrival, Poisson | Gamma | MMPP | OnOff):
+        schedule = arrival.modulate
+        tau = n / arrival.rate
+        return float(schedule.inverse(tau * schedule.mean)) if schedule is not None else tau
+    return None
+
+
+def scheduled(arrival: object) -> bool:
+    """Whether an arrival process's rate follows a schedule (an nhpp, or a ``modulate``)."""
+    return isinstance(arrival, NHPP) or getattr(arrival, "modulate", None) is not None
+
+
 ARRIVALS: Registry[type[Strict]] = Registry("arrival process")
-for _cls in (Poisson, Gamma, MMPP, OnOff, Closed, Trace):
+for _cls in (Poisson, Gamma, MMPP, OnOff, NHPP, Closed, Trace):
     ARRIVALS.register(kind_of(_cls), _cls)
 
-ArrivalConfig = Annotated[Poisson | Gamma | MMPP | OnOff | Closed | Trace, Field(discriminator="process")]
+ArrivalConfig = Annotated[Poisson | Gamma | MMPP | OnOff | NHPP | Closed | Trace, Field(discriminator="process")]
 check_union(ArrivalConfig, ARRIVALS)

@@ -62,7 +62,7 @@ class Workload(Strict):
                 )
         if self.conversations is not None and isinstance(self.arrival, Closed | Trace):
             raise ValueError(
-                "conversations: need an open arrival process (poisson, gamma, onoff, mmpp) to start them; "
+                "conversations: need an open arrival process (poisson, gamma, onoff, mmpp, nhpp) to start them; "
                 "a trace states its own conversations (conversation_id)"
             )
         return self
