@@ -282,3 +282,45 @@ def test_bad_autoscaler_input_is_one_clear_line(tmp_path, override, field, words
     assert len(lines) == 1 and "Traceback" not in proc.stderr
     assert lines[0].startswith(f"error: {field}") and words in lines[0], lines[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_each_long_segment_queues_as_erlang_c_for_its_instance_count():
+    """Piecewise-constant load (nhpp), instant cold starts, random routing: each instance of
+    ``c`` slots is an M/M/c queue fed by its Poisson share (Poisson splitting is exact), so the
+    queueing of a long segment is Erlang C for the instance count the autoscaler settles on:
+    one instance at 1.5 req/s, then two at 5 req/s (one alone would be overloaded, ρ = 1.25).
+    The thresholds keep it from scaling back: up when more than 22 wait per instance, never
+    down. The first 300 s of each segment (the switch's backlog) are left out."""
+    from tests.test_queueing_theory import check_mean, erlang_c
+
+    c, s, mean_tokens = 4, 0.01, 100.0  # service geometric x 10 ms: mean 1 s, close to exponential
+    switch, end = 6000.0, 9000.0
+    sc = des.load_scenario(
+        {
+            "seed": 5,
+            "horizon": {"duration": end},
+            "workload": {
+                "arrival": {"process": "nhpp", "schedule": {"kind": "piecewise", "times": [0, switch], "rates": [1.5, 5]}},
+                "prompt_tokens": {"dist": "fixed", "value": 1},
+                "output_tokens": {"dist": "geometric", "mean": mean_tokens},
+            },
+            "cost_model": {"kind": "constant", "step_time": s},
+            "scheduler": {"kind": "continuous", "max_num_seqs": c},
+            "cluster": {"replicas": 1, "router": "random", "autoscaler": {
+                "metric": "queue_length", "target": 20, "scale_up_threshold": 22, "scale_down_threshold": 0,
+                "min_instances": 1, "max_instances": 2, "interval": 5, "cold_start": 0}},
+        }
+    )  # fmt: skip
+    res = des.simulate(sc)
+    assert res.summary["scale_ups"] == 1 and res.summary["scale_downs"] == 0
+    mu = 1 / (mean_tokens * s)
+    req = res.requests[res.requests["status"] == "completed"]
+    for lo, hi, rate, n in ((300.0, switch, 1.5, 1), (switch + 300, end, 5.0, 2)):
+        seg = req[(req["arrival_time"] >= lo) & (req["arrival_time"] < hi)]
+        per = rate / n
+        wq = erlang_c(c, per / mu) / (c * mu - per)
+        check_mean(seg["queue_delay"].to_numpy(), wq, extra=s)
+        if n == 2:
+            share = (seg["instance"] == 0).mean()
+            assert abs(share - 0.5) <= 4 * math.sqrt(0.25 / len(seg))

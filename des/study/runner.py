@@ -3,8 +3,8 @@ resumable, on a local process pool or on dask.
 
 Each run writes into its folder under a root (``DIR/runs/<run_id>/`` for a sweep,
 ``DIR/capacity/<value>/r<k>/`` for a capacity search): ``scenario.yaml``,
-``summary.json``, ``latencies.parquet`` (the measured requests' latencies, for pooled
-percentiles and intervals), ``trace-resample.jsonl`` for a run replaying a resample of a
+``summary.json``, ``windows.parquet`` (the run over time), ``latencies.parquet`` (the
+measured requests' latencies, for pooled percentiles and intervals), ``trace-resample.jsonl`` for a run replaying a resample of a
 trace (the scenario then replays it), and, with ``keep_tables``, ``requests.parquet``
 and ``steps.parquet``; then
 ``run.json`` (its seed, wall time and scenario digest) last, as the mark of a finished
@@ -47,6 +47,7 @@ RUN_FILES = (
     "scenario.yaml",
     "summary.json",
     "latencies.parquet",
+    "windows.parquet",
     "requests.parquet",
     "steps.parquet",
     "trace-resample.jsonl",
@@ -115,6 +116,8 @@ def execute(spec: RunSpec, root: str, keep_tables: bool) -> dict[str, Any]:
         staged.write("scenario.yaml", lambda p: p.write_text(yaml.safe_dump(scenario, sort_keys=False)))
         staged.write("summary.json", lambda p: p.write_text(json_text(result.summary)))
         staged.write("latencies.parquet", parquet_writer(measured[LATENCY_COLUMNS].reset_index(drop=True)))
+        if result.windows is not None:
+            staged.write("windows.parquet", parquet_writer(result.windows))
         if keep_tables:
             staged.write("requests.parquet", parquet_writer(req))
             staged.write("steps.parquet", parquet_writer(result.steps))
