@@ -301,7 +301,10 @@ def test_each_long_segment_queues_as_erlang_c_for_its_instance_count():
             "seed": 5,
             "horizon": {"duration": end},
             "workload": {
-                "arrival": {"process": "nhpp", "schedule": {"kind": "piecewise", "times": [0, switch], "rates": [1.5, 5]}},
+                "arrival": {
+                    "process": "nhpp",
+                    "schedule": {"kind": "piecewise", "times": [0, switch], "rates": [1.5, 5]},
+                },
                 "prompt_tokens": {"dist": "fixed", "value": 1},
                 "output_tokens": {"dist": "geometric", "mean": mean_tokens},
             },

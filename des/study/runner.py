@@ -4,8 +4,9 @@ resumable, on a local process pool or on dask.
 Each run writes into its folder under a root (``DIR/runs/<run_id>/`` for a sweep,
 ``DIR/capacity/<value>/r<k>/`` for a capacity search): ``scenario.yaml``,
 ``summary.json``, ``windows.parquet`` (the run over time), ``latencies.parquet`` (the
-measured requests' latencies, for pooled percentiles and intervals), ``trace-resample.jsonl`` for a run replaying a resample of a
-trace (the scenario then replays it), and, with ``keep_tables``, ``requests.parquet``
+measured requests' latencies, for pooled percentiles and intervals),
+``trace-resample.jsonl`` for a run replaying a resample of a trace (the scenario then
+replays it), and, with ``keep_tables``, ``requests.parquet``
 and ``steps.parquet``; then
 ``run.json`` (its seed, wall time and scenario digest) last, as the mark of a finished
 run. :func:`run_specs` skips every run whose ``run.json`` matches its scenario, so an
