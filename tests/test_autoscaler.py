@@ -327,3 +327,28 @@ def test_each_long_segment_queues_as_erlang_c_for_its_instance_count():
         if n == 2:
             share = (seg["instance"] == 0).mean()
             assert abs(share - 0.5) <= 4 * math.sqrt(0.25 / len(seg))
+
+
+def test_both_pools_of_a_split_scale_with_the_load():
+    """A burst of 30 req/s between 120 s and 360 s: the prefill pool scales on its queue, the
+    decode pool on its KV use, and both come back down once the burst is over; every request
+    is served, the decode instances started serve their share."""
+    scaling = {"min_instances": 1, "max_instances": 3, "cold_start": 20, "cooldown": 60}
+    split = {
+        "kind": "disaggregated",
+        "prefill": {"instances": 1, "autoscaler": {"metric": "queue_length", "target": 4, **scaling}},
+        "decode": {"instances": 1, "autoscaler": {"metric": "kv_use", "target": 0.5, **scaling}},
+    }
+    burst = {"process": "nhpp", "schedule": {"kind": "piecewise", "times": [0, 120, 360], "rates": [2, 30, 2]}}
+    sets = [("scheduler", split), ("workload.arrival", burst), "horizon.duration=600", "warmup=0", "metrics.window=60"]
+    res = des.simulate(des.load_scenario(None, sets))
+    w = res.windows
+    assert w is not None
+    assert res.summary["num_completed"] == res.summary["num_requests"]
+    before, during, after = w[w["end"] <= 120], w[(w["start"] >= 180) & (w["end"] <= 360)], w[w["start"] >= 480]
+    for role in ("prefill", "decode"):
+        assert (before[f"{role}_paying"] == 1).all() and (after[f"{role}_paying"] == 1).all()
+        assert during[f"{role}_paying"].max() > 1.5
+    decoded = res.requests.groupby("decode_instance").size()
+    assert len(decoded.drop(-1, errors="ignore")) >= 2  # a started decode instance served
+    assert res.summary["scale_ups"] >= 2 and res.summary["scale_downs"] >= 2
