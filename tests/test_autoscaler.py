@@ -4,6 +4,7 @@ and stop; the GPU-hours they are paid for; and the run reported per window."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -340,7 +341,8 @@ def test_both_pools_of_a_split_scale_with_the_load():
         "decode": {"instances": 1, "autoscaler": {"metric": "kv_use", "target": 0.5, **scaling}},
     }
     burst = {"process": "nhpp", "schedule": {"kind": "piecewise", "times": [0, 120, 360], "rates": [2, 30, 2]}}
-    sets = [("scheduler", split), ("workload.arrival", burst), "horizon.duration=600", "warmup=0", "metrics.window=60"]
+    sets: list[str | tuple[str, Any]] = [("scheduler", split), ("workload.arrival", burst)]
+    sets += ["horizon.duration=600", "warmup=0", "metrics.window=60"]
     res = des.simulate(des.load_scenario(None, sets))
     w = res.windows
     assert w is not None
