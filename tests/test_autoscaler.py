@@ -354,3 +354,47 @@ def test_both_pools_of_a_split_scale_with_the_load():
     decoded = res.requests.groupby("decode_instance").size()
     assert len(decoded.drop(-1, errors="ignore")) >= 2  # a started decode instance served
     assert res.summary["scale_ups"] >= 2 and res.summary["scale_downs"] >= 2
+
+
+def test_arrival_rate_scales_to_the_load_over_what_one_instance_carries():
+    """``arrival_rate`` counts the requests routed in the last interval: with a target of what
+    one instance carries (3 req/s), 10 req/s settle on ceil(10 / 3) = 4 instances."""
+    sc = des.load_scenario(
+        {
+            "seed": 4,
+            "horizon": {"duration": 1200},
+            "cost_model": {"kind": "constant", "step_time": 0.02},
+            "workload": {
+                "arrival": {"process": "poisson", "rate": 10},
+                "prompt_tokens": {"dist": "fixed", "value": 10},
+                "output_tokens": {"dist": "fixed", "value": 5},
+            },
+            "cluster": {"replicas": 1, "autoscaler": {
+                "metric": "arrival_rate", "target": 3, "min_instances": 1, "max_instances": 8, "interval": 30,
+                "cold_start": 10}},
+            "metrics": {"window": 60},
+        }
+    )  # fmt: skip
+    env, cluster, procs = build(sc)
+    scaler = fleet_of(cluster).autoscaler
+    assert scaler is not None
+    seen: list[tuple[float, float]] = []
+    usage = scaler.usage
+
+    def spy() -> tuple[float, int]:
+        value = usage()
+        seen.append((env.now, value[0]))
+        return value
+
+    scaler.usage = spy  # type: ignore[method-assign]
+    run_until(env, stop_event(sc, env, cluster, procs))
+    from des.metrics.result import build_result
+
+    res = build_result(sc, cluster, end_time=env.now)
+    arrivals = res.requests["arrival_time"].to_numpy()
+    for now, rate in seen:
+        assert rate == ((arrivals > now - 30) & (arrivals <= now)).sum() / 30
+    w = res.windows
+    assert w is not None
+    settled = w[(w["start"] >= 120) & (w["end"] <= 1200)]
+    assert (settled["instances_serving"].round() == 4).mean() >= 0.8

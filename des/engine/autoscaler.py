@@ -35,7 +35,11 @@ if none is): scale from zero, its cold start in the request's TTFT.
 
 Gauges are read at the evaluation instant (a scrape of vLLM's ``num_requests_waiting``,
 ``num_requests_running``, ``kv_cache_usage_perc``); ``utilization`` is the exact share of
-the last interval each serving instance spent in steps (:attr:`Instance.busy`).
+the last interval each serving instance spent in steps (:attr:`Instance.busy`);
+``arrival_rate`` the requests per second routed to the pool over the last interval (a
+load balancer's request rate, as Knative's ``rps`` target). With ``target`` set to what one
+instance carries within the SLO (``des capacity``'s answer, with a margin), it scales on
+the SLO breach the load predicts, before a queue builds.
 The fleet's :class:`Timeline` records every change of the serving and paying counts;
 GPU-hours are its integral (:mod:`des.metrics.windows`).
 """
@@ -62,7 +66,7 @@ if TYPE_CHECKING:
 
     from des.engine.instance import Instance
 
-Metric = Literal["queue_length", "kv_use", "running", "utilization"]
+Metric = Literal["queue_length", "kv_use", "running", "utilization", "arrival_rate"]
 #: Metrics that are shares of an instance's capacity: their target lies in (0, 1].
 SHARES = ("kv_use", "utilization")
 #: Kubernetes HPA's default tolerance (``--horizontal-pod-autoscaler-tolerance``).
@@ -86,7 +90,7 @@ def cold_start_seconds(config: AutoscalerConfig, weight_bytes: int, cuda_graphs:
 class AutoscalerConfig(Strict):
     """How a pool scales (see the module's docstring). Seconds for times; ``target`` in the
     metric's unit per instance (requests for ``queue_length`` and ``running``, a share in
-    (0, 1] for ``kv_use`` and ``utilization``). ``cold_start``: seconds from the decision
+    (0, 1] for ``kv_use`` and ``utilization``, requests per second for ``arrival_rate``). ``cold_start``: seconds from the decision
     to serving, ``auto`` (the catalog's weights bandwidth, engine start, compile and graph
     capture for this model: :mod:`des.catalog.coldstart`), or some of those figures replaced."""
 
@@ -204,6 +208,7 @@ class Fleet:
         self.generation = [0] * len(instances)  # bumped when a start is cancelled
         self.timeline = Timeline(initial, initial)
         self.scale_ups = self.scale_downs = 0
+        self.routed = 0  # requests routed to the pool so far
         self.autoscaler: Autoscaler | None = None  # the process that scales it
         for inst in instances:
             inst.on_empty = self._emptied
@@ -309,6 +314,7 @@ class Autoscaler:
         self.history: deque[tuple[float, int]] = deque()  # (time, recommendation), the last ``keep`` seconds
         self.keep = keep
         self.busy_seen = [inst.busy_at(0.0) for inst in fleet.instances]
+        self.routed_seen = 0
         self.process = env.process(self._run())
 
     def usage(self) -> tuple[float, int]:
@@ -324,6 +330,9 @@ class Autoscaler:
                     total += (busy - self.busy_seen[k]) / cfg.interval
                 self.busy_seen[k] = busy
             return total, len(serving)
+        if metric == "arrival_rate":  # requests per second routed to the pool over the last interval
+            routed, self.routed_seen = fleet.routed - self.routed_seen, fleet.routed
+            return routed / cfg.interval, len(serving)
         if metric == "queue_length":  # waiting, including those held for a starting instance
             waiting = sum(
                 inst.waiting for inst, s in zip(fleet.instances, fleet.state, strict=True) if s in (SERVING, STARTING)

@@ -111,6 +111,8 @@ class Pool:
     def pick(self) -> Instance:
         """The instance the router sends the next request to (through vLLM's balancing over
         the ranks of the server it picks, with data parallelism)."""
+        if self.fleet is not None:
+            self.fleet.routed += 1
         if not self.servers:
             return self.active[self.router.pick(self.active)]
         servers = self.servers
@@ -123,6 +125,7 @@ class Pool:
         if not self.active and self.fleet is not None:
             entrance = self.fleet.entrance()
             if entrance is not None:
+                self.fleet.routed += 1
                 inst, wait = entrance
                 inst.submit(req, delay=wait + delay)
                 return
