@@ -91,8 +91,9 @@ class AutoscalerConfig(Strict):
     """How a pool scales (see the module's docstring). Seconds for times; ``target`` in the
     metric's unit per instance (requests for ``queue_length`` and ``running``, a share in
     (0, 1] for ``kv_use`` and ``utilization``, requests per second for ``arrival_rate``).
-    ``cold_start``: seconds from the decision to serving, ``auto`` (the catalog's weights bandwidth, engine start, compile and graph
-    capture for this model: :mod:`des.catalog.coldstart`), or some of those figures replaced."""
+    ``cold_start``: seconds from the decision to serving, ``auto`` (the catalog's weights
+    bandwidth, engine start, compile and graph capture for this model:
+    :mod:`des.catalog.coldstart`), or some of those figures replaced."""
 
     metric: Metric
     target: float = Field(gt=0)
