@@ -328,8 +328,8 @@ SMALL: dict[str, Any] = {
     "grid": {"workload.arrival.rate": [2]},
     "replications": 2,
 }
-#: The files a sweep of SMALL writes, in order: study.yaml, 4 per run, runs and points tables.
-SMALL_WRITES = 1 + 4 * 2 + 2
+#: The files a sweep of SMALL writes, in order: study.yaml, 5 per run, runs and points tables.
+SMALL_WRITES = 1 + 5 * 2 + 2
 
 
 @contextmanager
@@ -368,14 +368,15 @@ def test_a_full_disk_during_a_sweep_leaves_no_staging_files(tmp_path, monkeypatc
 
 
 def test_a_file_size_limit_in_a_sweeps_workers_is_a_clean_error_and_leaves_nothing_behind(tmp_path):
-    """A whole ``des sweep --workers 2`` on a "disk" that takes no file above 6 kB
-    (RLIMIT_FSIZE, no root needed): latencies.parquet cannot be written."""
+    """A whole ``des sweep --workers 2`` on a "disk" that takes no file above 7.4 kB
+    (RLIMIT_FSIZE, no root needed): scenario.yaml (6.8 kB) and summary.json fit,
+    latencies.parquet (7.9 kB) cannot be written."""
     study_file = tmp_path / "study.yaml"
     study_file.write_text(yaml.safe_dump({**SMALL, "grid": {"workload.arrival.rate": [2, 4]}}))
     out = tmp_path / "out"
 
     def small_disk() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (7400, 7400))
 
     args = ["sweep", str(study_file), "--out", str(out), "--workers", "2", "--quiet"]
     with des_process(args, tmp_path / "sweep", preexec_fn=small_disk) as proc:
