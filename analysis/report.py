@@ -2,12 +2,12 @@
 
 Reads the sweeps written by ``make run`` (``results/headline``, ``results/burstiness``,
 ``results/detail``, ``results/lesson-grid``, the prefill/decode studies ``results/pd-*``
-the prefix-caching studies ``results/caching-*``, ``results/models-4090`` and
-``results/speculative``), draws every figure into
+the prefix-caching studies ``results/caching-*``, ``results/models-4090``,
+``results/speculative`` and ``results/day-4090``), draws every figure into
 ``reports/`` with the other analysis scripts, reads each scheduler's capacity under the
 default SLO off the headline sweep (analysis/capacity.py), adds the prefill/decode
-(analysis/pd_report.py), prefix-caching (analysis/caching.py) and what-a-4090-serves
-(analysis/models.py) sections and writes the report around them:
+(analysis/pd_report.py), prefix-caching (analysis/caching.py), what-a-4090-serves
+(analysis/models.py) and day-of-traffic (analysis/day.py) sections and writes the report around them:
 analysis/templates/report.md filled with :func:`facts` and the sections' Markdown.
 
     python -m analysis.report --results results --out reports
@@ -29,6 +29,7 @@ from analysis import (
     calibration,
     capacity,
     cdf,
+    day,
     latency_vs_load,
     models,
     pd_report,
@@ -151,8 +152,14 @@ def main(argv=None) -> Path:
     pd_section, pd_figures = pd_report.section(res, out)
     caching_section, caching_figures = caching.section(res, out)
     models_section, models_figures = models.section(res, out)
-    figures |= {f"pd_{k}": v for k, v in pd_figures.items()} | caching_figures | models_figures
-    sections = {"pd_section": pd_section, "caching_section": caching_section, "models_section": models_section}
+    day_section, day_figures = day.section(res, out)
+    figures |= {f"pd_{k}": v for k, v in pd_figures.items()} | caching_figures | models_figures | day_figures
+    sections = {
+        "pd_section": pd_section,
+        "caching_section": caching_section,
+        "models_section": models_section,
+        "day_section": day_section,
+    }
     text = render("report", facts(res) | sections)
     path = out / "README.md"
     path.write_text(text)

@@ -199,6 +199,44 @@ def windows_line(s: dict[str, Any]) -> str:
     return f"SLO missed in {breached} of {n} windows{since} (windows.parquet)"
 
 
+def _clock(seconds: float) -> str:
+    """``h:mm`` from t = 0 (``d+h:mm`` past a day), or seconds under an hour's run."""
+    minutes = int(round(seconds / 60))
+    days, rest = divmod(minutes, 24 * 60)
+    text = f"{rest // 60}:{rest % 60:02d}"
+    return f"{days}d+{text}" if days else text
+
+
+def breach_spans(windows: pd.DataFrame, limit: int = 6) -> str:
+    """The stretches of consecutive windows missing the SLO, with their worst p99 TTFT and
+    the instances serving: when the SLO broke and for how long ("" when it never did)."""
+    missed = (windows["slo_met"] == False).to_numpy()  # noqa: E712 (True, False and None)
+    if not missed.any():
+        return ""
+    spans, i = [], 0
+    while i < len(windows):
+        if not missed[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(windows) and missed[j + 1]:
+            j += 1
+        part = windows.iloc[i : j + 1]
+        hourly = windows["end"].iloc[-1] >= 3600
+        at = (
+            f"{_clock(part['start'].iloc[0])}-{_clock(part['end'].iloc[-1])}"
+            if hourly
+            else f"{part['start'].iloc[0]:g}-{part['end'].iloc[-1]:g} s"
+        )
+        spans.append(
+            f"{at} (p99 TTFT up to {fmt(part['ttft_p99'].max())} s, "
+            f"{fmt(part['instances_serving'].min())}-{fmt(part['instances_serving'].max())} serving)"
+        )
+        i = j + 1
+    more = f"; and {len(spans) - limit} more" if len(spans) > limit else ""
+    return "; ".join(spans[:limit]) + more
+
+
 def fleet_line(s: dict[str, Any]) -> str:
     """What the run paid for: GPU-hours, cost, and the autoscalers' moves."""
     cost = s.get("cost")
@@ -340,6 +378,8 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
     head.add_row("stable", stability_line(s, sc.slo.limits() if sc.slo is not None else None))
     if s.get("stationary") is not False and s.get("windows_breached"):
         head.add_row("windows", windows_line(s))
+    if result.windows is not None and s.get("windows_breached"):
+        head.add_row("SLO missed", breach_spans(result.windows))
     for i, line in enumerate(factor_lines(sc)):
         head.add_row("step times" if i == 0 else "", line)
     if result.draws is not None:
