@@ -35,6 +35,12 @@ draw; a candidate past the segment's end is dropped and a new one drawn from the
 (memorylessness), and segments of rate 0 are jumped. ``diurnal`` takes its peak
 ``mean·(1 + a)`` as the bound. A candidate at which ``λ(t) == λ̄`` is accepted without
 a draw, so that a constant schedule gives the gaps of ``poisson{rate}`` byte for byte.
+Draws, all from the generator given (a run's ``"arrivals"`` stream): the candidates'
+standard exponentials and the acceptance uniforms, each kind ``CHUNK`` at a time
+(:class:`~des.workload._buffer.Buffered`), a block of one kind drawn when the last of
+that kind is used up; a piecewise schedule draws exponentials only. The cost of a gap
+is O(1) amortised: a pointer walks the segments as time advances (no search), and
+the time change searches the precomputed integrals by bisection.
 
 **Time change** (:class:`TimeChanged`, ``modulate``): a process is run in operational
 time ``τ`` and an event at ``τ`` happens at ``t = Λ_m⁻¹(τ)`` with ``m = λ/mean``; its
