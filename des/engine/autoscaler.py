@@ -17,7 +17,8 @@ Horizontal Pod Autoscaler does (``pkg/controller/podautoscaler/horizontal.go``):
 
 - ``desired = ceil(usage / target)``, where ``usage`` is the sum over serving instances
   of the per-instance metric (requests waiting, requests running, share of KV blocks in
-  use, share of the last interval spent stepping), left as it is while the mean per
+  use, share of the last interval spent stepping; or the pool's requests per second),
+  left as it is while the mean per
   instance stays within ``[scale_down_threshold, scale_up_threshold]`` (by default
   ``target`` ± HPA's 10 % tolerance);
 - stabilisation: it scales up to the *lowest* recommendation of the last
@@ -58,13 +59,13 @@ from des.catalog.coldstart import ColdStartSpec, cold_start_spec, default_cold_s
 from des.config import Seconds, Strict, parse_seconds
 from des.errors import ScenarioError
 
-#: The most instances an autoscaled pool may have (as :data:`des.engine.plan.MAX_INSTANCES`).
-MAX_INSTANCES = 10_000
-
 if TYPE_CHECKING:
     import simpy
 
     from des.engine.instance import Instance
+
+#: The most instances an autoscaled pool may have (as :data:`des.engine.plan.MAX_INSTANCES`).
+MAX_INSTANCES = 10_000
 
 Metric = Literal["queue_length", "kv_use", "running", "utilization", "arrival_rate"]
 #: Metrics that are shares of an instance's capacity: their target lies in (0, 1].
