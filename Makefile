@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 # (RTX 4090 + Qwen2.5-7B, static vs continuous batching, Poisson and bursty traffic),
 # the prefill/decode studies (2 and 4 GPUs, colocated vs disaggregated), the prefix-caching
 # studies (system prompts, multi-turn chat), what one 4090 can serve and what speculative decoding adds
-# against load, a day of diurnal traffic (fixed against autoscaling), and the report with its figures in reports/
+# against load, a day of diurnal traffic and a burst (fixed against autoscaling), and the report with its
+# figures in reports/
 run: $(STAMP)
 	$(BIN)/des run --out results/default
 	$(BIN)/des sweep scenarios/headline.yaml --out results/headline
@@ -34,6 +35,7 @@ run: $(STAMP)
 	$(BIN)/des sweep scenarios/models-4090.yaml --out results/models-4090 --brief
 	$(BIN)/des sweep scenarios/speculative.yaml --out results/speculative --brief
 	$(BIN)/des sweep scenarios/day-4090.yaml --out results/day-4090 --brief
+	$(BIN)/des sweep scenarios/burst-4090.yaml --out results/burst-4090 --brief
 	$(BIN)/python -m analysis.report --results results --out reports
 
 # A quick look: the default scenario's summary and the headline study's table (about a minute).

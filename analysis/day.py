@@ -32,6 +32,7 @@ from analysis.markdown import render
 from des.workload.schedule import Diurnal
 
 STUDY = "day-4090"
+BURST = "burst-4090"
 HOUR = 3600.0
 #: The variants drawn over the day, and their colours.
 DRAWN = {
@@ -86,7 +87,8 @@ def draw(sweep: Sweep, slo_ttft: float) -> plt.Figure:
             for _, row in w[missed].iterrows():
                 ax_ttft.axvspan(row["start"] / HOUR, row["end"] / HOUR, color=colour, alpha=0.12, lw=0)
     ax_inst.set_ylabel("instances paid for")
-    ax_inst.legend(loc="upper left", frameon=False, ncols=2)
+    ax_inst.set_ylim(0.5, 2.9)
+    ax_inst.legend(loc="upper left", frameon=False, ncols=4)
     ax_ttft.axhline(slo_ttft, color="0.2", ls="--", lw=1)
     ax_ttft.text(0.2, slo_ttft * 1.08, f"SLO: TTFT {slo_ttft:g} s", fontsize=8, color="0.2")
     ax_ttft.set_yscale("log")
@@ -145,12 +147,79 @@ def facts(sweep: Sweep) -> dict[str, Any]:
     }
 
 
+#: The burst study's variants drawn, and their colours.
+BURST_DRAWN = {
+    "fixed-peak": "#1f77b4",
+    "autoscaled-cold-20s": "#9467bd",
+    "autoscaled": "#2ca02c",
+    "autoscaled-cold-600s": "#ff7f0e",
+    "autoscaled-queue": "#8c564b",
+}
+
+
+def draw_burst(sweep: Sweep, slo_ttft: float) -> plt.Figure:
+    """Instances paid for and p99 TTFT per minute around a burst, per variant (first replication)."""
+    style()
+    fig, (ax_inst, ax_ttft) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
+    present = set(sweep.runs["variant"])
+    for k, (variant, colour) in enumerate(BURST_DRAWN.items()):
+        if variant not in present:
+            continue
+        w = windows(sweep, variant)
+        minutes = (w["start"] + w["end"]) / 2 / 60
+        width = 4.0 - 0.7 * k  # the later lines thinner: where they coincide, every one shows
+        ax_inst.step(w["start"] / 60, w["instances_paying"], where="post", color=colour, lw=width, label=variant)
+        ax_ttft.plot(minutes, w["ttft_p99"], color=colour, lw=1.2)
+        missed = w["slo_met"] == False  # noqa: E712 (True, False and None)
+        ax_ttft.plot(minutes[missed], w.loc[missed, "ttft_p99"], "o", ms=3, color=colour)
+    for ax in (ax_inst, ax_ttft):
+        ax.axvspan(30, 60, color="0.85", alpha=0.5, lw=0)
+    ax_inst.set_ylabel("instances paid for")
+    ax_inst.set_ylim(0.5, 3.6)
+    ax_inst.legend(loc="upper right", frameon=False, ncols=2, fontsize=8)
+    ax_inst.set_title("A burst (4 -> 20 -> 4 req/s, shaded) on RTX 4090s: what the cold start costs")
+    ax_ttft.axhline(slo_ttft, color="0.2", ls="--", lw=1)
+    ax_ttft.set_yscale("log")
+    ax_ttft.set_ylabel("p99 TTFT of the minute (s)")
+    ax_ttft.set_xlabel("minute (dots: SLO missed)")
+    ax_ttft.set_xlim(0, 120)
+    fig.tight_layout()
+    return fig
+
+
+def burst_facts(sweep: Sweep) -> dict[str, Any]:
+    """The burst study's table and figures for the sentences."""
+    points = sweep.points.set_index("variant").reindex(list(sweep.study.get("variants") or {}))
+    lines = [
+        "| variant | minutes missing the SLO | requests meeting it | p99 TTFT | GPU-hours | instances started |",
+        "|---|---|---|---|---|---|",
+    ]
+    for variant, p in points.iterrows():
+        lines.append(
+            f"| {variant} | {_ci(p, 'windows_breached', '.1f')} | {_ci(p, 'slo_attainment', '.3f')} "
+            f"| {p['ttft_p99']:.2f} s | {_ci(p, 'gpu_hours', '.2f')} | {p['scale_ups']:.1f} |"
+        )
+    minutes = points["windows_breached"]
+    return {
+        "burst_table": "\n".join(lines),
+        "burst_replications": int(sweep.study.get("replications", 1)),
+        "burst_auto_minutes": f"{minutes['autoscaled']:.1f}",
+        "burst_fast_minutes": f"{minutes['autoscaled-cold-20s']:.1f}",
+        "burst_slow_minutes": f"{minutes['autoscaled-cold-600s']:.1f}",
+        "burst_queue_minutes": f"{minutes['autoscaled-queue']:.1f}",
+        "burst_queue_starts": f"{points.loc['autoscaled-queue', 'scale_ups']:.1f}",
+        "burst_saving": f"{1 - points.loc['autoscaled', 'gpu_hours'] / points.loc['fixed-peak', 'gpu_hours']:.0%}",
+    }
+
+
 def section(res: Path, out: Path) -> tuple[str, dict[str, Path]]:
-    """The report's section on a day of traffic (Markdown) and its figure."""
+    """The report's section on a day of traffic and a burst (Markdown), and their figures."""
     sweep = Sweep(res / STUDY)
     slo = float(sweep.study["set"]["slo"]["ttft"])
     figure = save(draw(sweep, slo), out / "day.png")
-    return render("day", facts(sweep)), {"day": figure}
+    burst = Sweep(res / BURST)
+    burst_figure = save(draw_burst(burst, float(burst.study["set"]["slo"]["ttft"])), out / "burst.png")
+    return render("day", facts(sweep) | burst_facts(burst)), {"day": figure, "burst": burst_figure}
 
 
 def main(argv=None) -> Path:
