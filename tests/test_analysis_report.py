@@ -114,9 +114,13 @@ def test_the_report_template_puts_the_sections_between_burstiness_and_the_detail
     facts |= report.burstiness_facts(pd.DataFrame({"variant": ["1-gpu"], CV: [1.0], "ttft_p99": [0.5]}))
     facts |= {"factor_sources": "rtx4090: fitted to a profile", "factor_provenance": "fitted"}
     sections = {"pd_section": "## P/D\n", "caching_section": "## Caching\n", "models_section": "## Models\n"}
+    sections["day_section"] = "## Day\n"
     text = render("report", facts | sections)
     assert text.startswith("# des report: RTX 4090s serving Qwen2.5-7B\n\n")
-    assert "(burstiness.png)\n\n## P/D\n\n## Caching\n\n## Models\n\n## Latency distributions at 1 req/s\n" in text
+    assert (
+        "(burstiness.png)\n\n## P/D\n\n## Caching\n\n## Models\n\n## Day\n\n## Latency distributions at 1 req/s\n"
+        in text
+    )
     assert "Continuous batching carries **7.0 req/s** of Poisson traffic" in text
     assert "continuous batching (5.0x). Bursty arrivals (cv 3) cost\ncontinuous batching 57% of its SLO" in text
     assert "`mmpp{rates, mean_sojourn}`" in text  # a literal brace of the template
