@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 
 # The main job: the default scenario's summary, then the headline study
 # (RTX 4090 + Qwen2.5-7B, static vs continuous batching, Poisson and bursty traffic),
-# the prefill/decode studies (2 and 4 GPUs, colocated vs disaggregated), the prefix-caching
+# the prefill/decode studies (2 and 4 GPUs, colocated vs disaggregated, unlike GPUs priced), the prefix-caching
 # studies (system prompts, multi-turn chat), what one 4090 can serve and what speculative decoding adds
 # against load, a day of diurnal traffic and a burst (fixed against autoscaling), and the report with its
 # figures in reports/
@@ -30,6 +30,7 @@ run: $(STAMP)
 	$(BIN)/des sweep scenarios/pd-breakeven.yaml --out results/pd-breakeven --brief
 	$(BIN)/des sweep scenarios/pd-split.yaml --out results/pd-split --brief
 	$(BIN)/des sweep scenarios/pd-interference.yaml --out results/pd-interference --brief --workers 1
+	$(BIN)/des sweep scenarios/pd-hetero.yaml --out results/pd-hetero --brief
 	$(BIN)/des sweep scenarios/caching-system-prompt.yaml --out results/caching-system-prompt --brief
 	$(BIN)/des sweep scenarios/caching-chat.yaml --out results/caching-chat --brief
 	$(BIN)/des sweep scenarios/models-4090.yaml --out results/models-4090 --brief

@@ -1,7 +1,8 @@
 """The report's section on disaggregated prefill/decode serving (issue #9).
 
 Reads the sweeps ``make run`` writes (``results/pd-compare``, ``pd-breakeven``,
-``pd-split``, ``pd-interference``) with :func:`read`, draws their figures into the
+``pd-split``, ``pd-interference``) with :func:`read` (and ``pd-hetero``, unlike GPUs
+priced, through :mod:`analysis.pd_hetero`, whose part ends the section), draws their figures into the
 report's folder with the pd_* scripts, and returns the section's Markdown:
 analysis/templates/pd.md (the words) filled with :func:`facts` (the numbers, verdicts and
 data-shaped tables and sentences, one small function per subsection). Every number in
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 import des
-from analysis import capacity, pd_breakeven, pd_capacity, pd_interference, pd_latency
+from analysis import capacity, pd_breakeven, pd_capacity, pd_hetero, pd_interference, pd_latency
 from analysis.common import CONFIG, RATE, SPLIT, Sweep, config_style, save
 from analysis.markdown import join_and, render, rows
 from analysis.pd_capacity import SLOS, capacity_table, curve_keys, fmt_capacity, verdict, with_gpus
@@ -434,7 +435,8 @@ def section(res: Path, out: Path) -> tuple[str, dict[str, Path]]:
     """The section (Markdown) and the figures drawn for it."""
     results = read(res)
     figures = _figures(res, out, results)
-    return render("pd", facts(results)), figures
+    hetero, hetero_figures = pd_hetero.section(res, out)
+    return render("pd", facts(results)) + hetero, figures | hetero_figures
 
 
 def main(argv=None) -> None:
