@@ -492,6 +492,108 @@ def capacity(
 
 
 @main.command()
+@SCENARIO
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), required=True, help="The target load (req/s).")
+@click.option(
+    "--slo",
+    "slos",
+    multiple=True,
+    required=True,
+    metavar="'METRIC<=VALUE'",
+    help="An objective on a summary metric, e.g. --slo 'ttft_p99<=1' (quoted; repeatable; all must hold).",
+)
+@click.option(
+    "--gpus", default=None, help="GPU types to consider, comma-separated (default: every catalog GPU priced)."
+)
+@click.option("--max-gpus", type=click.IntRange(min=1, max=64), default=8, show_default=True, help="Most GPUs.")
+@click.option("--no-splits", is_flag=True, help="Colocated serving only (no prefill/decode splits).")
+@click.option("--price", "prices", multiple=True, metavar="NAME=USD_PER_HOUR", help="A GPU's price (repeatable).")
+@click.option("--price-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Prices: a YAML mapping or a CSV gpu,usd_per_gpu_hour.")  # fmt: skip
+@click.option("--replications", type=click.IntRange(min=2), default=3, show_default=True, help="Per candidate.")
+@click.option("--scheduler", "address", default=None, help="tcp://host:port of a dask scheduler to run on.")
+@OUT
+@WORKERS
+@SET
+@click.option("--json", "as_json", is_flag=True, help="Print plan.json (for scripts); the log goes to stderr.")
+@user_errors()
+def plan(
+    scenario: Path | None,
+    rate: float,
+    slos: tuple[str, ...],
+    gpus: str | None,
+    max_gpus: int,
+    no_splits: bool,
+    prices: tuple[str, ...],
+    price_file: Path | None,
+    replications: int,
+    address: str | None,
+    out_dir: Path | None,
+    workers: int | None,
+    overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """The cheapest configuration (GPU type and count, tensor parallelism, colocated or a
+    prefill/decode split) that meets every SLO at RATE req/s, with its cost and the vLLM
+    commands that launch it.
+
+    Candidates that do not fit or cannot carry the rate at their GPUs' peaks are pruned;
+    the rest are simulated cheapest first (common random numbers, the study's 95 %
+    intervals). Writes OUT/plan.json, OUT/candidates.parquet, OUT/winner.yaml and
+    OUT/pareto.png; the runs are kept in OUT/runs/, so a plan started again reuses them.
+    """
+    from des import catalog
+    from des.catalog.prices import PriceBook
+    from des.errors import ScenarioError
+    from des.plan import output
+    from des.plan.planner import plan as make_plan
+    from des.study.capacity import metric_names, parse_slo
+    from des.study.runner import open_backend, sweep_lock
+    from des.study.sweep import default_workers
+
+    sc = _scenario(scenario, overrides)
+    terms = [parse_slo(text, metric_names()) for text in slos]
+    book = PriceBook.build(prices, price_file)
+    known = catalog.gpu_names()
+    if gpus is None:
+        names = [g for g in known if book.per_gpu_hour(g) is not None]
+    else:
+        names = [g.strip() for g in gpus.split(",") if g.strip()]
+        for g in names:
+            if g not in known:
+                from des.errors import did_you_mean
+
+                raise ScenarioError(("--gpus", f"unknown GPU {g!r}{did_you_mean(g, known)}; known: {', '.join(known)}"))
+    out_dir = _writable(out_dir or _default_folder(f"plan-{sc.name}"))
+
+    def log(o) -> None:
+        click.echo(f"{o.candidate.name:<28} ${o.usd_per_hour:>6.2f}/h  {o.verdict:<8} {o.reason}", err=as_json)
+
+    backend = open_backend("dask" if address else "local", workers or default_workers(), address)
+    with sweep_lock(out_dir, "plan"), backend:
+        result = make_plan(sc, rate, terms, names, max_gpus, book, replications, backend, out_dir / "runs",
+                           splits=not no_splits, progress=log)  # fmt: skip
+    launch = None
+    if result.winner is not None and result.winner.scenario is not None:
+        try:
+            from des.plan.launch import launch_commands  # type: ignore[import-not-found,unused-ignore]
+
+            launch = [{"role": c.role, "instances": c.instances, "gpu": c.gpu, "text": c.text}
+                      for c in launch_commands(result.winner.scenario)]  # fmt: skip
+        except ImportError:
+            launch = None
+    used = {g: {"usd_per_gpu_hour": book.per_gpu_hour(g), "source": book.source(g)} for g in names}
+    body = output.write(result, out_dir, launch, used)
+    if as_json:
+        click.echo(output.dumps(body))
+    else:
+        click.echo(output.answer_text(body))
+        click.echo(f"wrote {out_dir}/ (plan.json, candidates.parquet, winner.yaml, pareto.png)")
+    if result.winner is None:
+        raise SystemExit(1)
+
+
+@main.command()
 @click.argument("profile_dir", metavar="PROFILE_DIR", required=False, type=click.Path(path_type=Path))
 @click.option("--gpu", "gpu_name", help="Catalog GPU the profile was measured on (its spec sheet).")
 @click.option(

@@ -1,0 +1,1 @@
+"""``des plan``: the cheapest configuration that meets an SLO (:mod:`des.plan.planner`)."""

@@ -1,0 +1,242 @@
+"""``des plan``: the cheapest configuration that meets the SLOs at a target load.
+
+1. **Candidates** (:mod:`des.plan.space`): every GPU type asked for, tensor-parallel degree,
+   colocated replica count and P:D split up to ``max_gpus`` GPUs.
+2. **Prices** (:mod:`des.catalog.prices`): the catalog's list prices, overridden by
+   ``--price``/``--price-file``; a candidate is priced at the sum of its GPUs' prices per
+   hour. A GPU without a price cannot be ranked: its candidates are pruned, saying so.
+3. **Bounds**: candidates that do not fit or cannot carry the rate at their GPUs' peaks are
+   pruned without simulating (the bounds cannot be wrong).
+4. **Simulation**, cheapest first: each survivor runs ``replications`` times at the target
+   rate with common random numbers (the seeds of ``des capacity``), and its verdict comes
+   from the study's intervals (:func:`des.study.capacity.judge`): ``pass`` when every SLO
+   holds at its interval's far end and the runs are stable, ``fail`` when one fails even at
+   its near end (or the runs are unstable), ``marginal`` in between: its mean holds but its
+   interval crosses the limit (more replications decide it). Runs too short to judge are
+   lengthened, as in a capacity search. The runs are kept under ``OUT/runs/``, so a plan
+   started again reuses them. Once the cheapest passing configuration and ``runners_up``
+   more are known, the costlier candidates are not simulated (pruned: "costlier than ...").
+5. **Answer**: the winner (the cheapest ``pass``; ties: fewer GPUs, then the larger
+   margin), the runners-up, and for every cheaper candidate why it failed: which SLO, at
+   what value against its limit.
+
+Every candidate's row (its configuration, price, verdict, reason, and each SLO metric's
+mean and interval) goes to ``candidates.parquet``; ``plan.json`` holds the winner with
+its scenario and launch commands.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from des.catalog.prices import PriceBook
+from des.plan.space import Candidate, candidates, prune
+from des.scenario import Scenario
+from des.study.capacity import Evaluation, Search, SLOTerm
+from des.study.runner import Backend, run_specs
+from des.study.spec import RATE
+
+#: How many passing configurations beyond the winner a plan simulates.
+RUNNERS_UP = 3
+
+
+@dataclass
+class Outcome:
+    """A candidate's fate: its scenario (None when refused), price per hour, verdict
+    (``pass``, ``fail``, ``marginal``, ``pruned``), why, and its evaluation if simulated."""
+
+    candidate: Candidate
+    scenario: Scenario | None
+    usd_per_hour: float | None
+    verdict: str
+    reason: str
+    evaluation: Evaluation | None = None
+
+    def margin(self, slos: Sequence[SLOTerm]) -> float:
+        """The smallest relative headroom of the SLO metrics' means against their limits (> 0: holds)."""
+        ev = self.evaluation
+        if ev is None:
+            return -math.inf
+        out = math.inf
+        for term in slos:
+            mean = ev.metrics.get(term.metric, (math.nan,))[0]
+            if not math.isfinite(mean) or term.limit == 0:
+                return -math.inf
+            head = (term.limit - mean) / term.limit if term.op == "<=" else (mean - term.limit) / term.limit
+            out = min(out, head)
+        return out
+
+    def row(self, slos: Sequence[SLOTerm], rate: float, mean_output: float | None) -> dict[str, Any]:
+        c = self.candidate
+        row: dict[str, Any] = c.row()
+        row |= {
+            "pp": 1,
+            "dp": 1,
+            "max_num_seqs": None,
+            "max_num_batched_tokens": None,
+            "usd_per_hour": self.usd_per_hour,
+            "cost_per_hour": self.usd_per_hour,
+            "cost_per_million_tokens": (
+                self.usd_per_hour / (rate * mean_output * 3600) * 1e6
+                if self.usd_per_hour is not None and mean_output
+                else None
+            ),
+            "verdict": self.verdict,
+            "reason": self.reason,
+        }
+        if self.scenario is not None:
+            policy = self.scenario.plan().pools[-1].policy
+            row["max_num_seqs"] = getattr(policy, "max_num_seqs", None)
+            row["max_num_batched_tokens"] = getattr(policy, "max_num_batched_tokens", None)
+        ev = self.evaluation
+        for term in slos:
+            mean, lo, hi = ev.metrics.get(term.metric, (math.nan,) * 3) if ev is not None else (math.nan,) * 3
+            row |= {term.metric: mean, f"{term.metric}_lo": lo, f"{term.metric}_hi": hi}
+        row["replications_unstable"] = ev.unstable if ev is not None else None
+        return row
+
+
+@dataclass
+class Plan:
+    """A plan's question and its answer: every outcome, cheapest first."""
+
+    rate: float
+    slos: list[SLOTerm]
+    replications: int
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def passing(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.verdict == "pass"]
+
+    @property
+    def winner(self) -> Outcome | None:
+        return self.passing[0] if self.passing else None
+
+    def closest(self) -> Outcome | None:
+        """The simulated candidate nearest to meeting the SLOs (largest margin), when none passes."""
+        tried = [o for o in self.outcomes if o.evaluation is not None]
+        return max(tried, key=lambda o: o.margin(self.slos)) if tried else None
+
+
+def _verdict(ev: Evaluation, slos: Sequence[SLOTerm]) -> tuple[str, str]:
+    """pass / fail / marginal from an evaluation, and the reason in words (which SLO, at what value)."""
+    parts = []
+    for term in slos:
+        mean, lo, hi = ev.metrics.get(term.metric, (math.nan,) * 3)
+        parts.append(f"{term.metric} {mean:.4g} [{lo:.4g}, {hi:.4g}] against {term.op}{term.limit:g}")
+    detail = "; ".join(parts)
+    if ev.surely_holds:
+        return "pass", detail
+    if ev.holds:
+        return "marginal", f"{detail}: the mean holds, its interval crosses the limit (more replications decide)"
+    why = "; ".join(ev.why) if ev.why else "an SLO fails"
+    return "fail", f"{why} ({detail})"
+
+
+def rank_key(o: Outcome) -> tuple[float, int, str]:
+    """Cheapest first, then fewest GPUs, then by name (deterministic)."""
+    price = o.usd_per_hour if o.usd_per_hour is not None else math.inf
+    return (price, o.candidate.num_gpus, o.candidate.name)
+
+
+def plan(
+    base: Scenario,
+    rate: float,
+    slos: Sequence[SLOTerm],
+    gpus: Sequence[str],
+    max_gpus: int,
+    book: PriceBook,
+    replications: int,
+    runner: Backend,
+    root: Path,
+    splits: bool = True,
+    runners_up: int = RUNNERS_UP,
+    progress: Callable[[Outcome], None] | None = None,
+) -> Plan:
+    """Plan ``base``'s model and workload at ``rate`` req/s under ``slos`` (see the module's docstring).
+
+    ``runner`` must be entered (a backend's ``with`` block); runs go under ``root``."""
+    data = base.resolved()
+    data["workload"]["arrival"] = _at_rate(data["workload"]["arrival"], rate)
+    result = Plan(rate, list(slos), replications)
+    pending: list[Outcome] = []
+    for cand in candidates(base, list(gpus), max_gpus, splits):
+        price = book.per_gpu_hour(cand.gpu)
+        if price is None:
+            result.outcomes.append(
+                Outcome(cand, None, None, "pruned", f"no price for {cand.gpu} (give --price {cand.gpu}=USD_PER_HOUR)")
+            )
+            continue
+        sc, why = prune(cand, data, rate)
+        outcome = Outcome(cand, sc, price * cand.num_gpus, "pruned" if why else "", why or "")
+        (result.outcomes if why else pending).append(outcome)
+    pending.sort(key=rank_key)
+    passed = 0
+    i = 0
+    while i < len(pending):
+        if passed > runners_up:
+            for o in pending[i:]:
+                o.verdict, o.reason = "pruned", f"costlier than {passed} passing configurations"
+            break
+        # the next batch at one price level runs at once: its replications in parallel
+        batch = [o for o in pending[i : i + max(1, runner_width(runner))]]
+        _simulate(batch, data, slos, replications, runner, root)
+        for o in batch:
+            assert o.evaluation is not None
+            o.verdict, o.reason = _verdict(o.evaluation, slos)
+            passed += o.verdict == "pass"
+            if progress is not None:
+                progress(o)
+        i += len(batch)
+    result.outcomes += pending
+    order = {"pass": 0, "marginal": 1, "fail": 2, "pruned": 3}
+
+    def key(o: Outcome) -> tuple[Any, ...]:
+        price, gpus, name = rank_key(o)
+        return (order[o.verdict], price, gpus, -o.margin(slos), name)  # equal price and GPUs: the larger margin
+
+    result.outcomes.sort(key=key)
+    return result
+
+
+def runner_width(runner: Backend) -> int:
+    """How many candidates to run at once: enough to keep the backend's workers busy."""
+    workers = getattr(runner, "workers", 1) or 1
+    return max(1, int(workers))
+
+
+def _at_rate(arrival: dict[str, Any], rate: float) -> dict[str, Any]:
+    """The arrival process at ``rate`` req/s (an open process's ``rate``)."""
+    if "rate" not in arrival:
+        from des.errors import ScenarioError
+
+        raise ScenarioError(
+            ("--rate", f"the scenario's {arrival.get('process')} arrivals have no rate to set (plan poisson or gamma)")
+        )
+    return {**arrival, "rate": rate}
+
+
+def _simulate(
+    batch: Sequence[Outcome], data: dict[str, Any], slos: Sequence[SLOTerm], replications: int, runner: Backend,
+    root: Path,
+) -> None:  # fmt: skip
+    """Each outcome's evaluation at the target rate: the batch's runs submitted at once (each
+    in its candidate's folder under ``root``), then judged, lengthened where too short."""
+    from dataclasses import replace
+
+    rate = float(data["workload"]["arrival"]["rate"])
+    searches, specs = [], []
+    for o in batch:
+        assert o.scenario is not None
+        scenario = o.scenario.resolved() | {"name": f"plan/{o.candidate.name}", "seed": data.get("seed", 0)}
+        search = Search(scenario, RATE, list(slos), replications, runner, root / o.candidate.name)
+        searches.append(search)
+        specs += [replace(spec, run_id=f"{o.candidate.name}/{spec.run_id}") for spec in search.specs(rate)]
+    run_specs(runner, specs, root)
+    for o, search in zip(batch, searches, strict=True):
+        o.evaluation = search.evaluate(rate)  # reuses the runs just made

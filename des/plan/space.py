@@ -1,0 +1,184 @@
+"""The configurations a plan considers, and the bounds that discard some before simulating.
+
+A :class:`Candidate` is one way to serve the scenario's model: a GPU type, a tensor-parallel
+degree, colocated replicas or a prefill/decode split of that many instances. The space
+(:func:`candidates`) is every catalog GPU asked for, every tensor-parallel degree that
+divides the model's attention heads (1, 2, 4, 8), and for up to ``max_gpus`` GPUs every
+replica count and every P:D split; the engine settings (``max_num_seqs``,
+``max_num_batched_tokens``, ...) are the scenario's.
+
+Two bounds discard a candidate without simulating it, and neither can be wrong
+(:func:`prune`):
+
+- **it does not fit**: vLLM's memory plan leaves no KV block (or the scenario is
+  otherwise refused), exactly as ``des run`` would refuse it;
+- **it cannot carry the rate**: the target rate exceeds the most requests per second its
+  GPUs could complete at their spec-sheet peaks. Every token a request computes costs at
+  least ``2 × active parameters`` FLOPs in the linear layers (a prompt's tokens only
+  without prefix caching, whose hits compute nothing), so the GPUs complete at most
+  ``Σ peak FLOP/s / (2 · N_active · tokens per request)`` requests a second; and an
+  engine's decode step reads at least its weights (but an untied embedding table, only
+  looked up) for at most ``max_num_seqs`` tokens, and each token's attention reads its
+  sequence's KV so far, so its engines finish decoding at most ``1 / (E[output] · W /
+  (max_num_seqs · bandwidth) + E[KV read] / bandwidth)`` requests a second per engine (not
+  bounded for speculative decoding, which emits several tokens per sequence, nor for a
+  mixture of experts, whose steps read only some experts). The roofline's step time is
+  at least these terms (its efficiency factors are at most 1), so
+  a simulation could never pass a candidate these bounds discard: a test runs them to check.
+  (Only the roofline's: a constant or linear cost model's step times are not bounded by
+  the GPU.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from des.catalog.memory import weight_bytes
+from des.catalog.quantization import compute_dtype
+from des.errors import ScenarioError
+from des.scenario import Scenario, load_scenario
+
+#: The tensor-parallel degrees a plan tries.
+TP_DEGREES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration: ``num_gpus`` GPUs of type ``gpu``, engines of ``tp`` GPUs, serving
+    colocated (``scheduler`` continuous or static: ``replicas`` engines) or disaggregated
+    (``prefill_instances`` + ``decode_instances`` engines)."""
+
+    gpu: str
+    tp: int
+    scheduler: str  # the scenario's colocated kind, or "disaggregated"
+    replicas: int = 0
+    prefill_instances: int = 0
+    decode_instances: int = 0
+
+    @property
+    def engines(self) -> int:
+        return self.replicas + self.prefill_instances + self.decode_instances
+
+    @property
+    def num_gpus(self) -> int:
+        return self.engines * self.tp
+
+    @property
+    def name(self) -> str:
+        """A short name, also its folder: ``h100-80gb/tp2/x3`` or ``l40s/tp1/1P+2D``."""
+        shape = f"x{self.replicas}" if self.replicas else f"{self.prefill_instances}P+{self.decode_instances}D"
+        return f"{self.gpu}/tp{self.tp}/{shape}"
+
+    def overrides(self, base: dict[str, Any]) -> dict[str, Any]:
+        """The base scenario (resolved, plain data) set to this configuration."""
+        data = dict(base)
+        data["gpu"] = self.gpu
+        cluster = {k: v for k, v in dict(base.get("cluster") or {}).items() if k not in ("replicas", "autoscaler")}
+        cluster["tp"] = self.tp
+        scheduler = dict(base["scheduler"])
+        if self.replicas:
+            cluster["replicas"] = self.replicas
+            if scheduler.get("kind") == "disaggregated":  # a split base planned as colocated replicas
+                scheduler = {k: v for k, v in scheduler.items() if k not in _SPLIT_ONLY}
+                scheduler["kind"] = "continuous"
+        else:
+            cluster["replicas"] = 1
+            cluster["router"] = "round_robin"
+            scheduler = {k: v for k, v in scheduler.items() if k not in _COLOCATED_ONLY}
+            scheduler["kind"] = "disaggregated"
+            pools = {"prefill": self.prefill_instances, "decode": self.decode_instances}
+            for role, n in pools.items():
+                scheduler[role] = {**{k: v for k, v in dict(scheduler.get(role) or {}).items() if v is not None},
+                                   "instances": n, "gpu": None, "tp": None}  # fmt: skip
+        data["cluster"] = cluster
+        data["scheduler"] = scheduler
+        data.pop("serving", None) if data.get("cost_model", {}).get("kind") != "roofline" else None
+        return data
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self) | {"name": self.name, "num_gpus": self.num_gpus}
+
+
+#: Scheduler keys only a split has, and only a colocated kind has.
+_SPLIT_ONLY = ("prefill", "decode", "kv_transfer", "first_token_from", "router")
+_COLOCATED_ONLY = ("speculative",)
+
+
+def candidates(base: Scenario, gpus: list[str], max_gpus: int, splits: bool = True) -> list[Candidate]:
+    """Every configuration of up to ``max_gpus`` GPUs of each type in ``gpus``: colocated
+    replicas of each tensor-parallel degree, and (``splits``) every P:D split."""
+    colocated = base.scheduler.kind if base.scheduler.kind != "disaggregated" else "continuous"
+    out: list[Candidate] = []
+    for gpu in gpus:
+        for tp in TP_DEGREES:
+            if tp > max_gpus:
+                break
+            engines = max_gpus // tp
+            out += [Candidate(gpu, tp, colocated, replicas=n) for n in range(1, engines + 1)]
+            if splits:
+                out += [
+                    Candidate(gpu, tp, "disaggregated", prefill_instances=p, decode_instances=n - p)
+                    for n in range(2, engines + 1)
+                    for p in range(1, n)
+                ]
+    return out
+
+
+def build(candidate: Candidate, base: dict[str, Any]) -> Scenario:
+    """The candidate's scenario; ScenarioError when des (as vLLM) refuses it."""
+    return load_scenario(candidate.overrides(base))
+
+
+def throughput_bound(sc: Scenario) -> float:
+    """The most requests per second the scenario's GPUs could complete (see the module's
+    docstring): the tighter of the compute and the decode-memory bounds."""
+    model, precision, workload = sc.model, sc.precision, sc.workload
+    if workload.prompt_tokens is None or workload.output_tokens is None:
+        return math.inf  # a replay's lengths: no bound from a law
+    if sc.cost_model.kind != "roofline":
+        return math.inf  # a constant or linear step time owes nothing to the GPU's peaks
+    prompt, output = workload.prompt_tokens.moments()[0], workload.output_tokens.moments()
+    out_mean, out_var = output
+    pools = sc.plan().pools
+    # a prompt computes nothing only where the prefix cache can hit: a shared prefix, a chat
+    # history, a replay's hashed blocks (des's other prompts hold content of their own)
+    caching = any(getattr(p.policy, "prefix_caching", False) for p in pools)
+    shared = workload.shared_prefix is not None or workload.conversations is not None or workload.prompt_tokens is None
+    tokens = out_mean + (0.0 if caching and shared else prompt)
+    active = model.active_params if model.is_moe else model.num_params
+    flops = 0.0
+    for p in pools:
+        dtype: Any = compute_dtype(p.gpu, precision)
+        flops += p.num_gpus * p.gpu.flops[dtype]
+    bound = flops / (2.0 * active * tokens)
+    decoding = [p for p in pools if p.role in ("colocated", "decode")]
+    speculating = any(getattr(getattr(p.policy, "speculative", None), "active", False) for p in decoding)
+    if model.is_moe or speculating:
+        return bound
+    # every decode step reads the weights (but an untied embedding table, only looked up) for
+    # at most max_num_seqs tokens, and each token's attention reads its sequence's KV so far
+    embedding = 0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size * 2
+    weights = weight_bytes(model, precision) - embedding
+    kv = 0.0
+    if model.window is None and model.kv_lora_rank is None:  # full attention: every past token read
+        per_token = model.kv_bytes_per_token(precision.kv_bytes)
+        kv = per_token * (out_mean * prompt + (out_var + out_mean**2 + out_mean) / 2)  # Σ_j (prompt + j)
+    for p in decoding:
+        per_engine = p.gpu.memory_bandwidth * p.tp * p.parallel.pp
+        seconds = out_mean * weights / (p.policy.max_batch * per_engine) + kv / per_engine
+        bound = min(bound, p.engines / seconds)  # requests per second its engines could finish decoding
+    return bound
+
+
+def prune(candidate: Candidate, base: dict[str, Any], rate: float) -> tuple[Scenario | None, str | None]:
+    """The candidate's scenario, or None and why it cannot serve ``rate`` req/s."""
+    try:
+        sc = build(candidate, base)
+    except ScenarioError as exc:
+        return None, f"refused: {exc.problems[0][0]}: {exc.problems[0][1]}"
+    bound = throughput_bound(sc)
+    if bound < rate:
+        return sc, f"cannot carry {rate:g} req/s: its GPUs complete at most {bound:.3g} req/s at their peaks"
+    return sc, None
