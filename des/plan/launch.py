@@ -154,11 +154,12 @@ def launch_commands(scenario: Scenario) -> list[LaunchCommand]:
     vLLM server is it: static batching, the in-process ``LLM`` front-end, a model with no
     Hugging Face repository, a weight format with no checkpoint, a KV transfer NIXL does not do.
     """
-    if scenario.scheduler.kind == "static":
+    plan = scenario.plan()
+    if not all(isinstance(pool.policy, ContinuousSettings) for pool in plan.pools):
         raise ScenarioError((
             "scheduler.kind",
-            "static batching is not a vLLM engine (vLLM batches continuously): no vllm serve command runs it "
-            "(use kind: continuous)",
+            f"{scenario.scheduler.kind} batching is not a vLLM engine (vLLM batches continuously): no vllm serve "
+            "command runs it (use kind: continuous)",
         ))  # fmt: skip
     if scenario.serving is not None and scenario.serving.frontend != "api_server":
         raise ScenarioError((
@@ -166,7 +167,6 @@ def launch_commands(scenario: Scenario) -> list[LaunchCommand]:
             f"{scenario.serving.frontend!r} simulates vLLM's in-process LLM class, which no vllm serve command runs "
             "(use api_server)",
         ))  # fmt: skip
-    plan = scenario.plan()
     repo, checkpoint_flags = checkpoint(scenario.model, scenario.precision)
     _check_link(plan)
     return [_command(scenario, plan, pool, repo, checkpoint_flags) for pool in plan.pools]
@@ -218,8 +218,8 @@ def _original(model: ModelSpec, where: str) -> str:
     if repo is None:
         raise ScenarioError((
             f"{where}.source",
-            f"{model.name} names no Hugging Face repository (source: https://huggingface.co/ORG/NAME), so no vllm "
-            "serve command can load it",
+            f"model {model.name!r} names no Hugging Face repository (source: https://huggingface.co/ORG/NAME), so "
+            "no vllm serve command can load it",
         ))  # fmt: skip
     if model.name in catalog.model_names():
         entry = catalog.model(model.name)
@@ -231,7 +231,8 @@ def _original(model: ModelSpec, where: str) -> str:
             if changed:
                 raise ScenarioError((
                     where,
-                    f"{', '.join(changed)} differ from {model.name}'s, whose checkpoint {repo} vLLM would load "
+                    f"{', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'} from {model.name}'s, "
+                    f"whose checkpoint {repo} vLLM would load "
                     "(give a model of another architecture the source of its own checkpoint)",
                 ))  # fmt: skip
     return repo
@@ -253,7 +254,7 @@ def _check_link(plan: Plan) -> None:
 def _command(scenario: Scenario, plan: Plan, pool: PoolPlan, repo: str, checkpoint_flags: list[str]) -> LaunchCommand:
     """The command of one pool."""
     policy = pool.policy
-    assert isinstance(policy, ContinuousSettings)  # static batching was refused
+    assert isinstance(policy, ContinuousSettings)  # other batching was refused
     model, par = scenario.model, pool.parallel
     argv = ["vllm", "serve", repo, *checkpoint_flags]
     argv += ["--tensor-parallel-size", str(pool.tp), "--pipeline-parallel-size", str(par.pp)]
@@ -277,17 +278,16 @@ def _command(scenario: Scenario, plan: Plan, pool: PoolPlan, repo: str, checkpoi
         argv += ["--num-gpu-blocks-override", str(policy.num_gpu_blocks_override)]
     if scenario.precision.kv_cache_dtype == "fp8":
         argv += ["--kv-cache-dtype", "fp8"]
-    env: dict[str, str] = {}
+    graphs, env = pool.graphs, {}
+    if graphs.max_size == 0:
+        argv.append("--enforce-eager")
+    else:
+        argv += ["--max-cudagraph-capture-size", str(graphs.max_size)]
+    if graphs.charged:
+        env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"] = "1"
     cost = scenario.cost_model
-    if isinstance(cost, RooflineConfig):
-        if cost.enforce_eager:
-            argv.append("--enforce-eager")
-        else:
-            argv += ["--max-cudagraph-capture-size", str(cost.max_cudagraph_capture_size)]
-        if not cost.async_scheduling:
-            argv.append("--no-async-scheduling")
-        if cost.estimate_cudagraph_memory:
-            env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"] = "1"
+    if isinstance(cost, RooflineConfig) and not cost.async_scheduling:
+        argv.append("--no-async-scheduling")
     if policy.speculative is not None and policy.speculative.active:
         argv += ["--speculative-config", _speculative(policy.speculative)]
     serving = scenario.serving
