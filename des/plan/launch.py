@@ -31,12 +31,13 @@ vLLM's defaults (which move between releases and with the hardware: ``max_num_se
 ``--gpu-memory-utilization``, ``--block-size``, ``--max-model-len`` (the pool's limit, else
 the catalog model's: vLLM would take ``max_position_embeddings`` from the config, which can
 differ, e.g. Llama-4-Scout's 10M), ``--[no-]enable-chunked-prefill``,
-``--[no-]enable-prefix-caching``, and with CUDA graphs on (roofline cost model, no
-``enforce_eager``) ``--max-cudagraph-capture-size`` (des's 512 against vLLM's
-``min(2 × max_num_seqs × (1 + k), 512)``, ``vllm/config/vllm.py``). The rest appear when the
-scenario leaves vLLM's default: ``--enforce-eager``, ``--no-async-scheduling`` (async
-scheduling on is vLLM's own choice when not told: it turns it off by itself for n-gram
-speculation, ``VllmConfig.__post_init__``), ``--kv-cache-dtype fp8``,
+``--[no-]enable-prefix-caching``, and unless the engine runs eager
+``--max-cudagraph-capture-size`` (the largest step the pool's memory plan captures: des's 512
+by default, against vLLM's ``min(2 × max_num_seqs × (1 + k), 512)``, ``vllm/config/vllm.py``).
+The rest appear when the scenario leaves vLLM's default: ``--enforce-eager``,
+``--no-async-scheduling`` (left out, async scheduling is vLLM's own choice: on, but off for
+n-gram speculation, ``VllmConfig.__post_init__``, where des still overlaps the CPU's work
+unless told not to), ``--kv-cache-dtype fp8``,
 ``--num-gpu-blocks-override``, ``--enable-expert-parallel`` with ``--all2all-backend`` (the
 MoE exchange is vLLM's all-to-all only with expert parallelism over data-parallel ranks,
 ``FusedMoEParallelConfig.use_all2all_kernels``; des's ``all_to_all`` is DeepEP's dispatch
