@@ -125,6 +125,7 @@ def test_disaggregated_commands() -> None:
     assert decode.argv == ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", *more_seqs, *NIXL]
     for cmd in (prefill, decode):
         assert "toy_proxy_server.py" in cmd.note and "first_token_from" in cmd.note
+    assert "round-robin, des routes least_kv" in decode.note and "round-robin" not in prefill.note  # 1 prefill
     assert "'" + NIXL[1] + "'" in prefill.text  # the JSON is one shell word
 
 
@@ -261,6 +262,16 @@ def test_api_servers_per_data_parallel_engine() -> None:
             "NixlConnector",
         ),
         ([*MOE_H100, "cluster.dp=2", "cluster.all2all_backend=all_to_all"], "cluster.all2all_backend", "expert"),
+        (
+            ["scheduler.max_num_seqs=256", "scheduler.max_num_batched_tokens=128"],
+            "scheduler.max_num_batched_tokens",
+            "fewer than max_num_seqs",
+        ),
+        (
+            [*DISAGGREGATED, "scheduler.decode.max_num_batched_tokens=200"],
+            "scheduler.decode.max_num_batched_tokens",
+            "fewer than max_num_seqs (256)",
+        ),
     ],
 )
 def test_unlaunchable_scenarios(overrides: list[str], field: str, words: str) -> None:

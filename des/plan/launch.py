@@ -58,7 +58,9 @@ is the environment variable ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` (:att
 not tell roles apart, the proxy does), with a proxy in front that sends each request to a
 prefill server and then to a decode server: vLLM's
 ``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`` (``--prefiller-hosts``,
-``--decoder-hosts``) or llm-d. NIXL pulls the KV when the prompt is done, which is des's
+``--decoder-hosts``; it asks a prefill server for one token, unstreamed, then streams the
+decode server's answer, which is des's ``first_token_from: decode``, and it picks servers
+round-robin) or llm-d. NIXL pulls the KV when the prompt is done, which is des's
 ``kv_transfer.mode: pull``; ``push`` and ``layerwise`` overlap are other engines' (SGLang,
 Dynamo, Mooncake) and an error here. Each pool's ``instances`` are its servers
 (``cluster.replicas`` for colocated serving); under an autoscaler, those serving at t = 0.
@@ -153,7 +155,9 @@ def launch_commands(scenario: Scenario) -> list[LaunchCommand]:
 
     Raises :class:`ScenarioError` naming the field when des can simulate the scenario but no
     vLLM server is it: static batching, the in-process ``LLM`` front-end, a model with no
-    Hugging Face repository, a weight format with no checkpoint, a KV transfer NIXL does not do.
+    Hugging Face repository, a weight format with no checkpoint, a KV transfer NIXL does not
+    do, an all-to-all exchange without expert parallelism, a token budget below
+    ``max_num_seqs`` (``vllm/config/scheduler.py`` refuses it).
     """
     plan = scenario.plan()
     if not all(isinstance(pool.policy, ContinuousSettings) for pool in plan.pools):
@@ -257,6 +261,14 @@ def _command(scenario: Scenario, plan: Plan, pool: PoolPlan, repo: str, checkpoi
     policy = pool.policy
     assert isinstance(policy, ContinuousSettings)  # other batching was refused
     model, par = scenario.model, pool.parallel
+    if policy.max_num_batched_tokens < policy.max_num_seqs:
+        where = scenario.scheduler.setting_path(pool.role, "max_num_batched_tokens")
+        raise ScenarioError((
+            f"scheduler.{where}",
+            f"{policy.max_num_batched_tokens} tokens is fewer than max_num_seqs ({policy.max_num_seqs}), which vLLM "
+            "refuses at start-up (SchedulerConfig: 'max_num_batched_tokens must be greater than or equal to "
+            "max_num_seqs')",
+        ))  # fmt: skip
     argv = ["vllm", "serve", repo, *checkpoint_flags]
     argv += ["--tensor-parallel-size", str(pool.tp), "--pipeline-parallel-size", str(par.pp)]
     argv += ["--data-parallel-size", str(par.dp)]
@@ -332,6 +344,8 @@ def _note(scenario: Scenario, plan: Plan, pool: PoolPlan) -> str:
         notes.append("instances: those serving at t = 0; an autoscaler starts and stops more")
     if plan.link is not None:
         notes.append(f"{pool.role} pool of disaggregated serving; {PD_PROXY}")
+        if pool.instances > 1 and pool.router != "round_robin":
+            notes.append(f"the toy proxy picks {pool.role} servers round-robin, des routes {pool.router}")
         if plan.first_token_from == "prefill":
             notes.append(
                 "des dates the first token at the prefill's end (first_token_from: prefill); vLLM's toy proxy "
