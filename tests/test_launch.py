@@ -255,6 +255,7 @@ def test_api_servers_per_data_parallel_engine() -> None:
             "no Hugging Face repository",
         ),
         (["model={base: qwen2.5-7b, num_layers: 20}"], "model", "num_layers differs"),
+        (["model={base: qwen2.5-7b, num_layers: 20}", "precision.weights=int4-awq"], "model", "its variants"),
         (["model=llama-3.1-8b", "precision.weights=int4-awq"], "precision.weights", "only to fp8"),
         (
             ["scheduler.kind=disaggregated", "scheduler.kv_transfer={mode: push}"],

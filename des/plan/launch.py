@@ -187,6 +187,7 @@ def checkpoint(model: ModelSpec, precision: Precision, where: str = "model") -> 
     """The repository vLLM loads to serve ``model`` at ``precision``, and the options that
     make it that precision (``--quantization fp8``, ``--dtype float16``, or none): a matching
     variant, else the original (see the module's docstring). ``where``: the field an error names."""
+    _catalog_architecture(model, where)
     for variant in model.variants:
         quant = Precision.model_validate({k: v for k, v in variant.precision.items() if k != "kv_cache_dtype"})
         if (quant.weights, quant.quantized_layers) == (precision.weights, precision.quantized_layers):
@@ -217,8 +218,7 @@ def checkpoint(model: ModelSpec, precision: Precision, where: str = "model") -> 
 
 def _original(model: ModelSpec, where: str) -> str:
     """The repository of the model's own checkpoint (its ``source``); raises ScenarioError
-    when there is none, or when an inline model changes the architecture of the catalog
-    entry whose checkpoint that is."""
+    when there is none."""
     repo = hf_repo(model)
     if repo is None:
         raise ScenarioError((
@@ -226,21 +226,28 @@ def _original(model: ModelSpec, where: str) -> str:
             f"model {model.name!r} names no Hugging Face repository (source: https://huggingface.co/ORG/NAME), so "
             "no vllm serve command can load it",
         ))  # fmt: skip
-    if model.name in catalog.model_names():
-        entry = catalog.model(model.name)
-        if model.source == entry.source:
-            changed = sorted(
-                name for name in type(model).model_fields
-                if name not in _DESCRIPTIVE and getattr(model, name) != getattr(entry, name)
-            )  # fmt: skip
-            if changed:
-                raise ScenarioError((
-                    where,
-                    f"{', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'} from {model.name}'s, "
-                    f"whose checkpoint {repo} vLLM would load "
-                    "(give a model of another architecture the source of its own checkpoint)",
-                ))  # fmt: skip
     return repo
+
+
+def _catalog_architecture(model: ModelSpec, where: str) -> None:
+    """Raises ScenarioError when an inline model keeps a catalog entry's name and source (a
+    ``base:`` override) but changes its architecture: the entry's checkpoints are not it."""
+    if model.name not in catalog.model_names():
+        return
+    entry = catalog.model(model.name)
+    if model.source != entry.source:
+        return
+    changed = sorted(
+        name for name in type(model).model_fields
+        if name not in _DESCRIPTIVE and getattr(model, name) != getattr(entry, name)
+    )  # fmt: skip
+    if changed:
+        raise ScenarioError((
+            where,
+            f"{', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'} from {model.name}'s, whose "
+            f"checkpoints ({hf_repo(entry)} and its variants) vLLM would load (give a model of another architecture "
+            "the source of its own checkpoint)",
+        ))  # fmt: skip
 
 
 def _check_link(plan: Plan) -> None:
