@@ -19,9 +19,12 @@ from des.plan.vllm_args import (
     ALL2ALL_BACKENDS,
     ENGINE_FLAGS,
     KV_CACHE_DTYPES,
+    KV_CONNECTORS,
     KV_ROLES,
+    KV_TRANSFER_KEYS,
     MODEL_DTYPES,
     QUANTIZATION_METHODS,
+    SPECULATIVE_CONFIG_KEYS,
     SPECULATIVE_METHODS,
     VLLM_SERVE_FLAGS,
 )
@@ -143,9 +146,9 @@ def test_every_option_is_vllms(grid: dict[str, list[LaunchCommand]], name: str) 
         assert used.get("--dtype", "auto") in MODEL_DTYPES
         assert used.get("--all2all-backend", "naive") in ALL2ALL_BACKENDS
         spec = json.loads(used.get("--speculative-config") or '{"method": "ngram"}')
-        assert spec["method"] in SPECULATIVE_METHODS
-        kv = json.loads(used.get("--kv-transfer-config") or '{"kv_role": "kv_both"}')
-        assert kv["kv_role"] in KV_ROLES
+        assert spec["method"] in SPECULATIVE_METHODS and set(spec) <= SPECULATIVE_CONFIG_KEYS
+        kv = json.loads(used.get("--kv-transfer-config") or '{"kv_role": "kv_both", "kv_connector": "NixlConnector"}')
+        assert kv["kv_role"] in KV_ROLES and kv["kv_connector"] in KV_CONNECTORS and set(kv) <= KV_TRANSFER_KEYS
         assert shlex.split(cmd.text) == cmd.argv
         assert json.loads(json.dumps(cmd.as_dict()))["argv"] == cmd.argv
 

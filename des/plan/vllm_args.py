@@ -10,7 +10,10 @@ passed to ``add_argument`` in ``vllm/engine/arg_utils.py`` (``EngineArgs.add_cli
 ``AsyncEngineArgs.add_cli_args``, 181 names), and the three ``vllm serve`` adds itself in
 ``vllm/entrypoints/openai/cli_args.py`` (``make_arg_parser``). Not listed: the short aliases
 (``-tp``, ``-dp``, ``-q`` ...), the OpenAI front-end's server options (``--host``, ``--port``
-... from ``FrontendArgs``), which des never emits.
+... from ``FrontendArgs``), which des never emits. Below them: the values the options des
+fills from a fixed set accept (``Literal`` types of vLLM's config classes) and the keys its
+JSON options take (the fields of ``SpeculativeConfig`` and ``KVTransferConfig``, and the
+connectors vLLM registers), from the same files of the same release.
 """
 
 from __future__ import annotations
@@ -116,3 +119,27 @@ SPECULATIVE_METHODS = frozenset({
 })  # fmt: skip
 #: ``--kv-transfer-config``'s ``kv_role`` (``KVRole``, ``vllm/config/kv_transfer.py``).
 KV_ROLES = frozenset({"kv_producer", "kv_consumer", "kv_both"})
+
+# The keys of the JSON options des writes, from the same release.
+
+#: Fields of ``SpeculativeConfig`` (``vllm/config/speculative.py``) a ``--speculative-config`` may set.
+SPECULATIVE_CONFIG_KEYS = frozenset({
+    "enforce_eager", "num_speculative_tokens", "model", "method", "draft_tensor_parallel_size", "quantization",
+    "moe_backend", "max_model_len", "revision", "code_revision", "disable_padded_drafter_batch",
+    "use_local_argmax_reduction", "prompt_lookup_max", "prompt_lookup_min", "speculative_token_tree",
+    "parallel_drafting", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "rejection_sample_method",
+    "synthetic_acceptance_rate",
+})  # fmt: skip
+#: Fields of ``KVTransferConfig`` (``vllm/config/kv_transfer.py``) a ``--kv-transfer-config`` may set.
+KV_TRANSFER_KEYS = frozenset({
+    "kv_connector", "engine_id", "kv_buffer_device", "kv_buffer_size", "kv_role", "kv_rank", "kv_parallel_size",
+    "kv_ip", "kv_port", "kv_connector_extra_config", "kv_connector_module_path", "enable_permute_local_kv",
+    "kv_load_failure_policy",
+})  # fmt: skip
+#: KV connectors vLLM registers (``vllm/distributed/kv_transfer/kv_connector/factory.py``).
+KV_CONNECTORS = frozenset({
+    "ExampleConnector", "ExampleHiddenStatesConnector", "P2pNcclConnector", "LMCacheMPConnector", "NixlConnector",
+    "MultiConnector", "MoRIIOConnector", "OffloadingConnector", "DecodeBenchConnector", "MooncakeConnector",
+    "SimpleCPUOffloadConnector",
+})  # fmt: skip
