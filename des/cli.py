@@ -575,13 +575,12 @@ def plan(
                            splits=not no_splits, progress=log)  # fmt: skip
     launch = None
     if result.winner is not None and result.winner.scenario is not None:
-        try:
-            from des.plan.launch import launch_commands  # type: ignore[import-not-found,unused-ignore]
+        from des.plan.launch import launch_commands
 
-            launch = [{"role": c.role, "instances": c.instances, "gpu": c.gpu, "text": c.text}
-                      for c in launch_commands(result.winner.scenario)]  # fmt: skip
-        except ImportError:
-            launch = None
+        try:
+            launch = [c.as_dict() for c in launch_commands(result.winner.scenario)]
+        except ScenarioError as exc:  # des simulates it, vLLM cannot launch it as such: say why
+            launch = [{"error": "; ".join(f"{p}: {m}" for p, m in exc.problems)}]
     used = {g: {"usd_per_gpu_hour": book.per_gpu_hour(g), "source": book.source(g)} for g in names}
     body = output.write(result, out_dir, launch, used)
     if as_json:

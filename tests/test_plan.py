@@ -138,6 +138,9 @@ def test_the_cli_writes_the_plan_and_says_why_cheaper_ones_failed(tmp_path):
     one = rows[rows["name"] == "rtx4090/tp1/x1"].iloc[0]
     assert one["verdict"] == "pruned" and "at most" in one["reason"]
     assert any(c["name"] == "l40s/tp1/x1" and c["verdict"] in ("fail", "marginal") for c in body["cheaper"])
+    [launch] = win["launch"]
+    assert launch["instances"] == 2 and launch["argv"][:3] == ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct"]
+    assert "--max-num-seqs" in launch["argv"] and "--gpu-memory-utilization" in launch["argv"]
     # the winner's scenario file runs as it is
     rerun = des.load_scenario(Path(out / win["scenario"]))
     assert rerun.cluster.replicas == 2 and rerun.gpu.name == "rtx4090"

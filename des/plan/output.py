@@ -163,7 +163,11 @@ def answer_text(body: dict[str, Any]) -> str:
             lines.append(f"  {t}: {m['mean']:.4g} [{m['low']:.4g}, {m['high']:.4g}]")
         lines.append(f"  ${win['cost_per_million_tokens']:.4f} per million output tokens at the target rate")
         for cmd in win.get("launch") or []:
-            lines.append(f"  launch: {cmd['text'] if isinstance(cmd, dict) else cmd}")
+            if "error" in cmd:
+                lines.append(f"  launch: none: {cmd['error']}")
+                continue
+            role = f"{cmd['instances']} x " + ("" if cmd["role"] == "colocated" else f"{cmd['role']}: ")
+            lines.append(f"  launch {role}{cmd['text']}")
         for o in body.get("runners_up", []):
             lines.append(f"runner-up: {o['name']} at ${o['cost_per_hour']:.2f} per hour")
         for o in body.get("cheaper", [])[:8]:
