@@ -23,6 +23,15 @@ import yaml
 from des.plan.planner import Outcome, Plan
 
 
+#: Why candidates were pruned, by the start of their reason.
+PRUNED = {
+    "refused": "refused",
+    "cannot carry the rate": "cannot carry",
+    "costlier than the answer": "costlier than",
+    "no price": "no price",
+}
+
+
 def _clean(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
@@ -74,6 +83,10 @@ def plan_json(p: Plan, folder: Path, launch: list[Any] | None, prices: dict[str,
         "candidates": len(p.outcomes),
         "simulated": sum(o.evaluation is not None for o in p.outcomes),
         "verdicts": {v: sum(o.verdict == v for o in p.outcomes) for v in ("pass", "marginal", "fail", "pruned")},
+        "pruned": {
+            why: sum(o.verdict == "pruned" and o.reason.startswith(start) for o in p.outcomes)
+            for why, start in PRUNED.items()
+        },
     }
     if win is None:
         body["winner"] = None
@@ -173,9 +186,10 @@ def answer_text(body: dict[str, Any]) -> str:
         for o in body.get("cheaper", [])[:8]:
             lines.append(f"cheaper, {o['verdict']}: {o['name']} at ${o['cost_per_hour']:.2f}: {o['reason']}")
     v = body["verdicts"]
+    why = ", ".join(f"{n} {k}" for k, n in body["pruned"].items() if n)
     lines.append(
         f"{body['candidates']} candidates: {v['pass']} pass, {v['marginal']} marginal, {v['fail']} fail, "
-        f"{v['pruned']} pruned ({body['simulated']} simulated)"
+        f"{v['pruned']} pruned ({why}); {body['simulated']} simulated"
     )
     return "\n".join(lines)
 

@@ -14,6 +14,11 @@ batching; ``static`` (batches of 32) at 1.8 req/s; ``bursty`` (gamma, cv 3) at 6
 ``prefix-cached`` (a 1024-token system prompt of 4 groups before 256 tokens of one's
 own, prefix caching on) at 8 req/s; ``disaggregated`` (1 prefill + 1 decode 4090) at
 8 req/s; 10,000 requests each; ``smoke``, 200 requests, to check that the bench runs.
+``plan``: ``des plan`` of the default scenario (Qwen2.5-7B, 600 s runs) at 30 req/s under
+p99 TTFT ≤ 1 s and median TPOT ≤ 50 ms over 4 GPU types (RTX 4090, L40S, A100-80GB,
+H100) × 1–8 GPUs × tensor parallelism × colocated and every P:D split, 3 replications, on
+every core (target: under 5 minutes on 2 cores; its requests and steps columns count the
+requests simulated and the runs; the engine is always the fast one).
 
     des bench --cases 10k,50k --repeats 3
 """
@@ -61,6 +66,7 @@ CASES: dict[str, dict[str, Any]] = {
     ),
     "disaggregated": {**_poisson(10_000, 8.0), "scheduler": {"kind": "disaggregated"}},
     "smoke": _poisson(200),
+    "plan": {},  # des plan (:func:`run_plan`), not one scenario
 }
 ENGINES = ("fast", "reference")
 
@@ -99,10 +105,32 @@ def run_one(case: str, engine: str, out_dir: Path) -> dict[str, Any]:
     from des.scenario import load_scenario
     from des.simulation import simulate
 
+    if case == "plan":
+        return run_plan(out_dir)
     result = simulate(load_scenario(CASES[case]), fast_forward=engine == "fast")
     write_result(result, out_dir)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
     return {"requests": result.summary["num_requests"], "steps": result.summary["num_steps"], "peak": peak}
+
+
+def run_plan(out_dir: Path) -> dict[str, Any]:
+    """The ``plan`` case: a whole plan, as ``des plan`` runs it; requests simulated and runs."""
+    from des.catalog.prices import PriceBook
+    from des.plan.planner import plan
+    from des.scenario import load_scenario
+    from des.study.capacity import metric_names, parse_slo
+    from des.study.runner import open_backend
+    from des.study.sweep import default_workers
+
+    slos = [parse_slo(t, metric_names()) for t in ("ttft_p99<=1", "tpot_p50<=0.05")]
+    gpus = ["rtx4090", "l40s", "a100-80gb", "h100-80gb"]
+    with open_backend("local", default_workers()) as runner:
+        result = plan(load_scenario(None), 30.0, slos, gpus, 8, PriceBook.from_catalog(), 3, runner, out_dir / "runs")
+    runs = list((out_dir / "runs").rglob("summary.json"))
+    requests = sum(json.loads(p.read_text())["num_requests"] for p in runs)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert result.winner is not None
+    return {"requests": requests, "steps": len(runs), "peak": peak}
 
 
 def measure(case: str, engine: str, repeats: int) -> Measure:
