@@ -22,7 +22,6 @@ import yaml
 
 from des.plan.planner import Outcome, Plan
 
-
 #: Why candidates were pruned, by the start of their reason.
 PRUNED = {
     "refused": "refused",
