@@ -245,6 +245,19 @@ def bench(cases: str, engines: str, repeats: int, as_json: Path | None) -> None:
         as_json.write_text(json.dumps([m.row() for m in measures], indent=2) + "\n")
 
 
+def _ints(flag: str, text: str | None) -> list[int] | None:
+    """Comma-separated positive integers (None when not given); anything else names the flag."""
+    if text is None:
+        return None
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ScenarioError((flag, f"expected positive integers separated by commas, got {text!r}")) from None
+    if not values or min(values) < 1:
+        raise ScenarioError((flag, f"expected positive integers separated by commas, got {text!r}"))
+    return values
+
+
 def _choices(flag: str, text: str, valid: list[str]) -> list[str]:
     """The comma-separated names of ``text``, each one of ``valid``; an unknown one names the flag."""
     names = [t.strip() for t in text.split(",") if t.strip()]
@@ -507,6 +520,9 @@ def capacity(
 )
 @click.option("--max-gpus", type=click.IntRange(min=1, max=64), default=8, show_default=True, help="Most GPUs.")
 @click.option("--no-splits", is_flag=True, help="Colocated serving only (no prefill/decode splits).")
+@click.option("--mixed", is_flag=True, help="Also splits with the decode pool on another of the GPU types.")
+@click.option("--max-num-seqs", "seqs", default=None, metavar="N,N", help="Values of max_num_seqs to try.")
+@click.option("--max-num-batched-tokens", "budgets", default=None, metavar="N,N", help="Token budgets to try.")
 @click.option("--price", "prices", multiple=True, metavar="NAME=USD_PER_HOUR", help="A GPU's price (repeatable).")
 @click.option("--price-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Prices: a YAML mapping or a CSV gpu,usd_per_gpu_hour.")  # fmt: skip
@@ -524,6 +540,9 @@ def plan(
     gpus: str | None,
     max_gpus: int,
     no_splits: bool,
+    mixed: bool,
+    seqs: str | None,
+    budgets: str | None,
     prices: tuple[str, ...],
     price_file: Path | None,
     replications: int,
@@ -572,7 +591,8 @@ def plan(
     backend = open_backend("dask" if address else "local", workers or default_workers(), address)
     with sweep_lock(out_dir, "plan"), backend:
         result = make_plan(sc, rate, terms, names, max_gpus, book, replications, backend, out_dir / "runs",
-                           splits=not no_splits, progress=log)  # fmt: skip
+                           splits=not no_splits, progress=log, mixed=mixed, max_num_seqs=_ints("--max-num-seqs", seqs),
+                           max_num_batched_tokens=_ints("--max-num-batched-tokens", budgets))  # fmt: skip
     launch = None
     if result.winner is not None and result.winner.scenario is not None:
         from des.plan.launch import launch_commands

@@ -170,3 +170,25 @@ def test_bad_plan_input_is_one_line(tmp_path, args, start):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(start), proc.stderr
+
+
+def test_the_space_counts_shapes_mixed_splits_and_engine_settings():
+    base = des.load_scenario(None)
+    plain = candidates(base, ["rtx4090"], 4)
+    # tp 1: 4 colocated + splits of 2..4 engines (1 + 2 + 3); tp 2: 2 colocated + 1 split; tp 4: 1
+    assert len(plain) == 4 + 6 + 2 + 1 + 1
+    mixed = candidates(base, ["rtx4090", "l40s"], 2, mixed=True)
+    split = [c for c in mixed if c.decode_gpu is not None]
+    assert {(c.gpu, c.decode_gpu) for c in split} == {("rtx4090", "l40s"), ("l40s", "rtx4090")}
+    assert split[0].gpu_counts() == {split[0].gpu: 1, split[0].decode_gpu: 1}
+    knobs = candidates(base, ["rtx4090"], 1, max_num_seqs=[64, 256], max_num_batched_tokens=[2048, 8192])
+    assert {(c.max_num_seqs, c.max_num_batched_tokens) for c in knobs} == {
+        (64, 2048),
+        (64, 8192),
+        (256, 2048),
+        (256, 8192),
+    }
+    sc = des.load_scenario(knobs[-1].overrides(base.resolved()))
+    assert sc.scheduler.max_num_seqs == 256 and sc.scheduler.max_num_batched_tokens == 8192
+    hetero = des.load_scenario(split[0].overrides(base.resolved()))
+    assert [p.gpu.name for p in hetero.plan().pools] == [split[0].gpu, split[0].decode_gpu]

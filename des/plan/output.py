@@ -56,8 +56,8 @@ def _entry(o: Outcome, p: Plan, launch: list[Any] | None = None, scenario: str |
         k: row[k]
         for k in (
             "name", "gpu", "num_gpus", "tp", "pp", "dp", "scheduler", "replicas", "prefill_instances",
-            "decode_instances", "max_num_seqs", "max_num_batched_tokens", "cost_per_hour", "cost_per_million_tokens",
-            "verdict", "reason",
+            "decode_instances", "decode_gpu", "max_num_seqs", "max_num_batched_tokens", "cost_per_hour",
+            "cost_per_million_tokens", "kwh_per_million_tokens", "verdict", "reason",
         )
     }  # fmt: skip
     entry["slo_metrics"] = {
@@ -173,7 +173,10 @@ def answer_text(body: dict[str, Any]) -> str:
     if win is not None:
         for t, m in win["slo_metrics"].items():
             lines.append(f"  {t}: {m['mean']:.4g} [{m['low']:.4g}, {m['high']:.4g}]")
-        lines.append(f"  ${win['cost_per_million_tokens']:.4f} per million output tokens at the target rate")
+        lines.append(
+            f"  ${win['cost_per_million_tokens']:.4f} and at most {win['kwh_per_million_tokens']:.3g} kWh "
+            "(board power) per million output tokens at the target rate"
+        )
         for cmd in win.get("launch") or []:
             if "error" in cmd:
                 lines.append(f"  launch: none: {cmd['error']}")

@@ -70,6 +70,11 @@ class Outcome:
             out = min(out, head)
         return out
 
+    def watts(self) -> float:
+        """Board power of the candidate's GPUs (W; :mod:`des.catalog.prices`: an upper bound on their draw)."""
+        assert self.scenario is not None
+        return sum((p.gpu.board_power_w or 0.0) * p.num_gpus for p in self.scenario.plan().pools)
+
     def row(self, slos: Sequence[SLOTerm], rate: float, mean_output: float | None) -> dict[str, Any]:
         c = self.candidate
         row: dict[str, Any] = c.row()
@@ -83,6 +88,11 @@ class Outcome:
             "cost_per_million_tokens": (
                 self.usd_per_hour / (rate * mean_output * 3600) * 1e6
                 if self.usd_per_hour is not None and mean_output
+                else None
+            ),
+            "kwh_per_million_tokens": (
+                self.watts() / 1000 / (rate * mean_output * 3600) * 1e6
+                if self.scenario is not None and mean_output
                 else None
             ),
             "verdict": self.verdict,
@@ -157,6 +167,9 @@ def plan(
     splits: bool = True,
     runners_up: int = RUNNERS_UP,
     progress: Callable[[Outcome], None] | None = None,
+    mixed: bool = False,
+    max_num_seqs: list[int] | None = None,
+    max_num_batched_tokens: list[int] | None = None,
 ) -> Plan:
     """Plan ``base``'s model and workload at ``rate`` req/s under ``slos`` (see the module's docstring).
 
@@ -165,15 +178,18 @@ def plan(
     data["workload"]["arrival"] = _at_rate(data["workload"]["arrival"], rate)
     result = Plan(rate, list(slos), replications)
     pending: list[Outcome] = []
-    for cand in candidates(base, list(gpus), max_gpus, splits):
-        price = book.per_gpu_hour(cand.gpu)
-        if price is None:
+    for cand in candidates(base, list(gpus), max_gpus, splits, mixed, max_num_seqs, max_num_batched_tokens):
+        counts = cand.gpu_counts()
+        unpriced = [g for g in counts if book.per_gpu_hour(g) is None]
+        if unpriced:
+            g = unpriced[0]
             result.outcomes.append(
-                Outcome(cand, None, None, "pruned", f"no price for {cand.gpu} (give --price {cand.gpu}=USD_PER_HOUR)")
+                Outcome(cand, None, None, "pruned", f"no price for {g} (give --price {g}=USD_PER_HOUR)")
             )
             continue
+        price = sum(n * (book.per_gpu_hour(g) or 0.0) for g, n in counts.items())
         sc, why = prune(cand, data, rate)
-        outcome = Outcome(cand, sc, price * cand.num_gpus, "pruned" if why else "", why or "")
+        outcome = Outcome(cand, sc, price, "pruned" if why else "", why or "")
         (result.outcomes if why else pending).append(outcome)
     pending.sort(key=rank_key)
     passed = 0

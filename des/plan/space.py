@@ -32,7 +32,7 @@ Two bounds discard a candidate without simulating it, and neither can be wrong
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from des.catalog.memory import weight_bytes
@@ -56,6 +56,9 @@ class Candidate:
     replicas: int = 0
     prefill_instances: int = 0
     decode_instances: int = 0
+    decode_gpu: str | None = None  # a split's decode pool on another GPU type (None: ``gpu``)
+    max_num_seqs: int | None = None  # engine settings searched (None: the scenario's)
+    max_num_batched_tokens: int | None = None
 
     @property
     def engines(self) -> int:
@@ -67,9 +70,22 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        """A short name, also its folder: ``h100-80gb/tp2/x3`` or ``l40s/tp1/1P+2D``."""
+        """A short name, also its folder: ``h100-80gb/tp2/x3``, ``l40s/tp1/1P+2D``,
+        ``h100-80gb/tp1/1P+2D-l40s`` (decode on L40S), ``…/x2/s256-b8192`` (engine settings)."""
         shape = f"x{self.replicas}" if self.replicas else f"{self.prefill_instances}P+{self.decode_instances}D"
-        return f"{self.gpu}/tp{self.tp}/{shape}"
+        if self.decode_gpu is not None:
+            shape += f"-{self.decode_gpu}"
+        knobs = [f"s{self.max_num_seqs}"] if self.max_num_seqs else []
+        knobs += [f"b{self.max_num_batched_tokens}"] if self.max_num_batched_tokens else []
+        return f"{self.gpu}/tp{self.tp}/{shape}" + (f"/{'-'.join(knobs)}" if knobs else "")
+
+    def gpu_counts(self) -> dict[str, int]:
+        """GPUs of each type."""
+        if self.decode_gpu is None:
+            return {self.gpu: self.num_gpus}
+        counts = {self.gpu: self.prefill_instances * self.tp}
+        counts[self.decode_gpu] = counts.get(self.decode_gpu, 0) + self.decode_instances * self.tp
+        return counts
 
     def overrides(self, base: dict[str, Any]) -> dict[str, Any]:
         """The base scenario (resolved, plain data) set to this configuration."""
@@ -88,10 +104,13 @@ class Candidate:
             cluster["router"] = "round_robin"
             scheduler = {k: v for k, v in scheduler.items() if k not in _COLOCATED_ONLY}
             scheduler["kind"] = "disaggregated"
-            pools = {"prefill": self.prefill_instances, "decode": self.decode_instances}
-            for role, n in pools.items():
+            pools = {"prefill": (self.prefill_instances, None), "decode": (self.decode_instances, self.decode_gpu)}
+            for role, (n, gpu) in pools.items():
                 scheduler[role] = {**{k: v for k, v in dict(scheduler.get(role) or {}).items() if v is not None},
-                                   "instances": n, "gpu": None, "tp": None}  # fmt: skip
+                                   "instances": n, "gpu": gpu, "tp": None}  # fmt: skip
+        for key in ("max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, key) is not None:
+                scheduler[key] = getattr(self, key)
         data["cluster"] = cluster
         data["scheduler"] = scheduler
         data.pop("serving", None) if data.get("cost_model", {}).get("kind") != "roofline" else None
@@ -106,24 +125,40 @@ _SPLIT_ONLY = ("prefill", "decode", "kv_transfer", "first_token_from", "router")
 _COLOCATED_ONLY = ("speculative",)
 
 
-def candidates(base: Scenario, gpus: list[str], max_gpus: int, splits: bool = True) -> list[Candidate]:
+def candidates(
+    base: Scenario,
+    gpus: list[str],
+    max_gpus: int,
+    splits: bool = True,
+    mixed: bool = False,
+    max_num_seqs: list[int] | None = None,
+    max_num_batched_tokens: list[int] | None = None,
+) -> list[Candidate]:
     """Every configuration of up to ``max_gpus`` GPUs of each type in ``gpus``: colocated
-    replicas of each tensor-parallel degree, and (``splits``) every P:D split."""
+    replicas of each tensor-parallel degree, (``splits``) every P:D split, (``mixed``) every
+    split with its decode pool on another of the types, each at every combination of the
+    engine settings given (None: the scenario's)."""
     colocated = base.scheduler.kind if base.scheduler.kind != "disaggregated" else "continuous"
-    out: list[Candidate] = []
+    shapes: list[Candidate] = []
     for gpu in gpus:
         for tp in TP_DEGREES:
             if tp > max_gpus:
                 break
             engines = max_gpus // tp
-            out += [Candidate(gpu, tp, colocated, replicas=n) for n in range(1, engines + 1)]
-            if splits:
-                out += [
-                    Candidate(gpu, tp, "disaggregated", prefill_instances=p, decode_instances=n - p)
+            shapes += [Candidate(gpu, tp, colocated, replicas=n) for n in range(1, engines + 1)]
+            if not splits:
+                continue
+            for other in [None, *(g for g in gpus if g != gpu)] if mixed else [None]:
+                shapes += [
+                    Candidate(gpu, tp, "disaggregated", prefill_instances=p, decode_instances=n - p, decode_gpu=other)
                     for n in range(2, engines + 1)
                     for p in range(1, n)
                 ]
-    return out
+    seqs: list[int | None] = list(max_num_seqs or [None])
+    budgets: list[int | None] = list(max_num_batched_tokens or [None])
+    if colocated == "static":  # static batches have no such settings
+        seqs, budgets = [None], [None]
+    return [replace(c, max_num_seqs=s, max_num_batched_tokens=b) for c in shapes for s in seqs for b in budgets]
 
 
 def build(candidate: Candidate, base: dict[str, Any]) -> Scenario:
