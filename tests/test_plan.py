@@ -188,7 +188,7 @@ def test_the_space_counts_shapes_mixed_splits_and_engine_settings():
         (256, 2048),
         (256, 8192),
     }
-    sc = des.load_scenario(knobs[-1].overrides(base.resolved()))
-    assert sc.scheduler.max_num_seqs == 256 and sc.scheduler.max_num_batched_tokens == 8192
+    policy = des.load_scenario(knobs[-1].overrides(base.resolved())).plan().pools[0].policy
+    assert policy.max_batch == 256 and policy.token_budget == 8192
     hetero = des.load_scenario(split[0].overrides(base.resolved()))
     assert [p.gpu.name for p in hetero.plan().pools] == [split[0].gpu, split[0].decode_gpu]

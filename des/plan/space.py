@@ -154,10 +154,11 @@ def candidates(
                     for n in range(2, engines + 1)
                     for p in range(1, n)
                 ]
-    seqs: list[int | None] = list(max_num_seqs or [None])
-    budgets: list[int | None] = list(max_num_batched_tokens or [None])
+    unset: list[int | None] = [None]
+    seqs: list[int | None] = [*max_num_seqs] if max_num_seqs else unset
+    budgets: list[int | None] = [*max_num_batched_tokens] if max_num_batched_tokens else unset
     if colocated == "static":  # static batches have no such settings
-        seqs, budgets = [None], [None]
+        seqs, budgets = unset, unset
     return [replace(c, max_num_seqs=s, max_num_batched_tokens=b) for c in shapes for s in seqs for b in budgets]
 
 
