@@ -521,6 +521,7 @@ def capacity(
 @click.option("--max-gpus", type=click.IntRange(min=1, max=64), default=8, show_default=True, help="Most GPUs.")
 @click.option("--no-splits", is_flag=True, help="Colocated serving only (no prefill/decode splits).")
 @click.option("--mixed", is_flag=True, help="Also splits with the decode pool on another of the GPU types.")
+@click.option("--variants", is_flag=True, help="Also the model's quantised checkpoints in the catalog (AWQ, FP8, ...).")
 @click.option("--max-num-seqs", "seqs", default=None, metavar="N,N", help="Values of max_num_seqs to try.")
 @click.option("--max-num-batched-tokens", "budgets", default=None, metavar="N,N", help="Token budgets to try.")
 @click.option("--price", "prices", multiple=True, metavar="NAME=USD_PER_HOUR", help="A GPU's price (repeatable).")
@@ -541,6 +542,7 @@ def plan(
     max_gpus: int,
     no_splits: bool,
     mixed: bool,
+    variants: bool,
     seqs: str | None,
     budgets: str | None,
     prices: tuple[str, ...],
@@ -592,7 +594,8 @@ def plan(
     with sweep_lock(out_dir, "plan"), backend:
         result = make_plan(sc, rate, terms, names, max_gpus, book, replications, backend, out_dir / "runs",
                            splits=not no_splits, progress=log, mixed=mixed, max_num_seqs=_ints("--max-num-seqs", seqs),
-                           max_num_batched_tokens=_ints("--max-num-batched-tokens", budgets))  # fmt: skip
+                           max_num_batched_tokens=_ints("--max-num-batched-tokens", budgets),
+                           variants=variants)  # fmt: skip
     launch = None
     if result.winner is not None and result.winner.scenario is not None:
         from des.plan.launch import launch_commands

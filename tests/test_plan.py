@@ -190,5 +190,8 @@ def test_the_space_counts_shapes_mixed_splits_and_engine_settings():
     }
     policy = des.load_scenario(knobs[-1].overrides(base.resolved())).plan().pools[0].policy
     assert policy.max_batch == 256 and policy.token_budget == 8192
+    awq = [c for c in candidates(base, ["rtx4090"], 1, variants=True) if c.variant is not None]
+    assert [c.variant for c in awq] == ["Qwen/Qwen2.5-7B-Instruct-AWQ"]
+    assert des.load_scenario(awq[0].overrides(base.resolved())).precision.weights == "int4-awq"
     hetero = des.load_scenario(split[0].overrides(base.resolved()))
     assert [p.gpu.name for p in hetero.plan().pools] == [split[0].gpu, split[0].decode_gpu]

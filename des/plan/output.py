@@ -56,7 +56,7 @@ def _entry(o: Outcome, p: Plan, launch: list[Any] | None = None, scenario: str |
         k: row[k]
         for k in (
             "name", "gpu", "num_gpus", "tp", "pp", "dp", "scheduler", "replicas", "prefill_instances",
-            "decode_instances", "decode_gpu", "max_num_seqs", "max_num_batched_tokens", "cost_per_hour",
+            "decode_instances", "decode_gpu", "variant", "max_num_seqs", "max_num_batched_tokens", "cost_per_hour",
             "cost_per_million_tokens", "kwh_per_million_tokens", "verdict", "reason",
         )
     }  # fmt: skip
@@ -155,8 +155,9 @@ def figure(p: Plan, path: Path) -> Path:
             )
         ax.axhline(term.limit, color="0.3", ls="--", lw=1)
         ax.set_xlabel("USD per hour (list prices)")
-        ax.set_ylabel(term.metric)
-        if term.metric.split("_")[0] in ("ttft", "tpot", "e2e", "itl", "queue"):
+        latency = term.metric.split("_")[0] in ("ttft", "tpot", "e2e", "itl", "queue", "second")
+        ax.set_ylabel(f"{term.metric} (s)" if latency else term.metric)
+        if latency:
             ax.set_yscale("log")
         ax.legend(fontsize=7, frameon=False)
     fig.suptitle(f"des plan: {p.rate:g} req/s; every simulated configuration, mean and 95 % interval")
@@ -191,7 +192,7 @@ def answer_text(body: dict[str, Any]) -> str:
     why = ", ".join(f"{n} {k}" for k, n in body["pruned"].items() if n)
     lines.append(
         f"{body['candidates']} candidates: {v['pass']} pass, {v['marginal']} marginal, {v['fail']} fail, "
-        f"{v['pruned']} pruned ({why}); {body['simulated']} simulated"
+        f"{v['pruned']} pruned{f' ({why})' if why else ''}; {body['simulated']} simulated"
     )
     return "\n".join(lines)
 

@@ -170,6 +170,7 @@ def plan(
     mixed: bool = False,
     max_num_seqs: list[int] | None = None,
     max_num_batched_tokens: list[int] | None = None,
+    variants: bool = False,
 ) -> Plan:
     """Plan ``base``'s model and workload at ``rate`` req/s under ``slos`` (see the module's docstring).
 
@@ -178,7 +179,8 @@ def plan(
     data["workload"]["arrival"] = _at_rate(data["workload"]["arrival"], rate)
     result = Plan(rate, list(slos), replications)
     pending: list[Outcome] = []
-    for cand in candidates(base, list(gpus), max_gpus, splits, mixed, max_num_seqs, max_num_batched_tokens):
+    space = candidates(base, list(gpus), max_gpus, splits, mixed, max_num_seqs, max_num_batched_tokens, variants)
+    for cand in space:
         counts = cand.gpu_counts()
         unpriced = [g for g in counts if book.per_gpu_hour(g) is None]
         if unpriced:

@@ -59,6 +59,7 @@ class Candidate:
     decode_gpu: str | None = None  # a split's decode pool on another GPU type (None: ``gpu``)
     max_num_seqs: int | None = None  # engine settings searched (None: the scenario's)
     max_num_batched_tokens: int | None = None
+    variant: str | None = None  # a quantised checkpoint of the model (its Hugging Face repo; None: the scenario's)
 
     @property
     def engines(self) -> int:
@@ -77,6 +78,8 @@ class Candidate:
             shape += f"-{self.decode_gpu}"
         knobs = [f"s{self.max_num_seqs}"] if self.max_num_seqs else []
         knobs += [f"b{self.max_num_batched_tokens}"] if self.max_num_batched_tokens else []
+        if self.variant is not None:
+            knobs.append(self.variant.split("/")[-1])
         return f"{self.gpu}/tp{self.tp}/{shape}" + (f"/{'-'.join(knobs)}" if knobs else "")
 
     def gpu_counts(self) -> dict[str, int]:
@@ -113,6 +116,11 @@ class Candidate:
                 scheduler[key] = getattr(self, key)
         data["cluster"] = cluster
         data["scheduler"] = scheduler
+        if self.variant is not None:
+            from des.catalog import find_variant
+
+            _, variant = find_variant(self.variant)
+            data["precision"] = {**dict(base.get("precision") or {}), **variant.precision}
         data.pop("serving", None) if data.get("cost_model", {}).get("kind") != "roofline" else None
         return data
 
@@ -133,11 +141,13 @@ def candidates(
     mixed: bool = False,
     max_num_seqs: list[int] | None = None,
     max_num_batched_tokens: list[int] | None = None,
+    variants: bool = False,
 ) -> list[Candidate]:
     """Every configuration of up to ``max_gpus`` GPUs of each type in ``gpus``: colocated
     replicas of each tensor-parallel degree, (``splits``) every P:D split, (``mixed``) every
     split with its decode pool on another of the types, each at every combination of the
-    engine settings given (None: the scenario's)."""
+    engine settings given (None: the scenario's) and (``variants``) in the scenario's weights
+    and in each quantised checkpoint the catalog lists for the model."""
     colocated = base.scheduler.kind if base.scheduler.kind != "disaggregated" else "continuous"
     shapes: list[Candidate] = []
     for gpu in gpus:
@@ -159,7 +169,16 @@ def candidates(
     budgets: list[int | None] = [*max_num_batched_tokens] if max_num_batched_tokens else unset
     if colocated == "static":  # static batches have no such settings
         seqs, budgets = unset, unset
-    return [replace(c, max_num_seqs=s, max_num_batched_tokens=b) for c in shapes for s in seqs for b in budgets]
+    checkpoints: list[str | None] = [None]
+    if variants:
+        checkpoints += [v.repo for v in base.model.variants]
+    return [
+        replace(c, max_num_seqs=s, max_num_batched_tokens=b, variant=v)
+        for c in shapes
+        for s in seqs
+        for b in budgets
+        for v in checkpoints
+    ]
 
 
 def build(candidate: Candidate, base: dict[str, Any]) -> Scenario:
