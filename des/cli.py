@@ -168,6 +168,15 @@ MODEL_UNCERTAINTY = click.option(
     is_flag=True,
     help="Draw the step-time model's error from the GPUs' stated uncertainty (model_uncertainty: true).",
 )
+SLOS = click.option(
+    "--slo",
+    "slos",
+    multiple=True,
+    required=True,
+    metavar="'METRIC<=VALUE'",
+    help="An objective on a summary metric, e.g. --slo 'ttft_p99<=2' (quoted: the shell reads < and >; "
+    "repeatable; all must hold).",
+)
 SCENARIO = click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 
 
@@ -393,15 +402,7 @@ def sweep(
 
 @main.command()
 @SCENARIO
-@click.option(
-    "--slo",
-    "slos",
-    multiple=True,
-    required=True,
-    metavar="'METRIC<=VALUE'",
-    help="An objective on a summary metric, e.g. --slo 'ttft_p99<=2' (quoted: the shell reads < and >; "
-    "repeatable; all must hold).",
-)
+@SLOS
 @click.option(
     "--param",
     default=None,
@@ -507,14 +508,7 @@ def capacity(
 @main.command()
 @SCENARIO
 @click.option("--rate", type=click.FloatRange(min=0, min_open=True), required=True, help="The target load (req/s).")
-@click.option(
-    "--slo",
-    "slos",
-    multiple=True,
-    required=True,
-    metavar="'METRIC<=VALUE'",
-    help="An objective on a summary metric, e.g. --slo 'ttft_p99<=1' (quoted; repeatable; all must hold).",
-)
+@SLOS
 @click.option(
     "--gpus", default=None, help="GPU types to consider, comma-separated (default: every catalog GPU priced)."
 )

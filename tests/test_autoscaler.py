@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import des
-from des.engine.autoscaler import OFF, SERVING, Fleet
+from des.engine.autoscaler import OFF, SERVING, Autoscaler, Fleet
 from des.simulation import build, run_until, stop_event
 from tests.helpers import des_cli
 
@@ -23,6 +23,20 @@ def fleet_of(cluster) -> Fleet:
     fleet = cluster.topology.pools[0].fleet
     assert fleet is not None
     return fleet
+
+
+def record_usage(scaler: Autoscaler, env) -> list[tuple[float, float]]:
+    """Every reading of ``scaler``'s metric, as (time, usage), as the run makes them."""
+    seen: list[tuple[float, float]] = []
+    usage = scaler.usage
+
+    def spy() -> tuple[float, int]:
+        value = usage()
+        seen.append((env.now, value[0]))
+        return value
+
+    scaler.usage = spy  # type: ignore[method-assign]
+    return seen
 
 
 def write_step_trace(path) -> None:
@@ -229,15 +243,7 @@ def test_utilization_is_the_exact_busy_share_of_the_last_interval():
     env, cluster, procs = build(sc)
     scaler = fleet_of(cluster).autoscaler
     assert scaler is not None
-    seen: list[tuple[float, float]] = []
-    usage = scaler.usage
-
-    def spy() -> tuple[float, int]:
-        value = usage()
-        seen.append((env.now, value[0]))
-        return value
-
-    scaler.usage = spy  # type: ignore[method-assign]
+    seen = record_usage(scaler, env)
     run_until(env, stop_event(sc, env, cluster, procs))
     from des.metrics.result import build_result
 
@@ -378,15 +384,7 @@ def test_arrival_rate_scales_to_the_load_over_what_one_instance_carries():
     env, cluster, procs = build(sc)
     scaler = fleet_of(cluster).autoscaler
     assert scaler is not None
-    seen: list[tuple[float, float]] = []
-    usage = scaler.usage
-
-    def spy() -> tuple[float, int]:
-        value = usage()
-        seen.append((env.now, value[0]))
-        return value
-
-    scaler.usage = spy  # type: ignore[method-assign]
+    seen = record_usage(scaler, env)
     run_until(env, stop_event(sc, env, cluster, procs))
     from des.metrics.result import build_result
 
