@@ -507,7 +507,13 @@ def capacity(
 
 @main.command()
 @SCENARIO
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), required=True, help="The target load (req/s).")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None, help="The target load (req/s).")
+@click.option(
+    "--rate-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="For a trace replay: the target load as its recorded rate times this (1: as recorded).",
+)
 @SLOS
 @click.option(
     "--gpus", default=None, help="GPU types to consider, comma-separated (default: every catalog GPU priced)."
@@ -516,6 +522,7 @@ def capacity(
 @click.option("--no-splits", is_flag=True, help="Colocated serving only (no prefill/decode splits).")
 @click.option("--mixed", is_flag=True, help="Also splits with the decode pool on another of the GPU types.")
 @click.option("--variants", is_flag=True, help="Also the model's quantised checkpoints in the catalog (AWQ, FP8, ...).")
+@click.option("--pp", "pipeline", default="1", show_default=True, metavar="N,N", help="Pipeline depths to try.")
 @click.option("--max-num-seqs", "seqs", default=None, metavar="N,N", help="Values of max_num_seqs to try.")
 @click.option("--max-num-batched-tokens", "budgets", default=None, metavar="N,N", help="Token budgets to try.")
 @click.option("--price", "prices", multiple=True, metavar="NAME=USD_PER_HOUR", help="A GPU's price (repeatable).")
@@ -530,13 +537,15 @@ def capacity(
 @user_errors()
 def plan(
     scenario: Path | None,
-    rate: float,
+    rate: float | None,
+    rate_scale: float | None,
     slos: tuple[str, ...],
     gpus: str | None,
     max_gpus: int,
     no_splits: bool,
     mixed: bool,
     variants: bool,
+    pipeline: str,
     seqs: str | None,
     budgets: str | None,
     prices: tuple[str, ...],
@@ -567,6 +576,13 @@ def plan(
     from des.study.sweep import default_workers
 
     sc = _scenario(scenario, overrides)
+    replay = getattr(sc.workload.arrival, "process", None) == "trace"
+    if replay and (rate is not None or rate_scale is None):
+        raise ScenarioError(("--rate-scale", "a trace replay's load is its recorded rate scaled: give --rate-scale"))
+    if not replay and (rate is None or rate_scale is not None):
+        raise ScenarioError(("--rate", "give the target load in requests per second (--rate-scale is for traces)"))
+    load = rate_scale if replay else rate
+    assert load is not None
     terms = [parse_slo(text, metric_names()) for text in slos]
     book = PriceBook.build(prices, price_file)
     known = catalog.gpu_names()
@@ -586,10 +602,10 @@ def plan(
 
     backend = open_backend("dask" if address else "local", workers or default_workers(), address)
     with sweep_lock(out_dir, "plan"), backend:
-        result = make_plan(sc, rate, terms, names, max_gpus, book, replications, backend, out_dir / "runs",
+        result = make_plan(sc, load, terms, names, max_gpus, book, replications, backend, out_dir / "runs",
                            splits=not no_splits, progress=log, mixed=mixed, max_num_seqs=_ints("--max-num-seqs", seqs),
                            max_num_batched_tokens=_ints("--max-num-batched-tokens", budgets),
-                           variants=variants)  # fmt: skip
+                           variants=variants, pipeline=_ints("--pp", pipeline) or [1])  # fmt: skip
     launch = None
     if result.winner is not None and result.winner.scenario is not None:
         from des.plan.launch import launch_commands

@@ -193,5 +193,54 @@ def test_the_space_counts_shapes_mixed_splits_and_engine_settings():
     awq = [c for c in candidates(base, ["rtx4090"], 1, variants=True) if c.variant is not None]
     assert [c.variant for c in awq] == ["Qwen/Qwen2.5-7B-Instruct-AWQ"]
     assert des.load_scenario(awq[0].overrides(base.resolved())).precision.weights == "int4-awq"
+    moe = des.load_scenario(None, ["model=qwen3-30b-a3b", "precision.weights=int4-awq"])
+    deep = candidates(moe, ["rtx4090"], 4, splits=False, pipeline=(1, 2))
+    assert {(c.dp, c.pp) for c in deep} == {(1, 1), (2, 1), (4, 1), (1, 2), (2, 2)}
+    ranked = [c for c in deep if c.dp == 2 and c.pp == 1 and c.replicas == 1][0]
+    assert ranked.num_gpus == 2 and des.load_scenario(ranked.overrides(moe.resolved())).cluster.expert_parallel
     hetero = des.load_scenario(split[0].overrides(base.resolved()))
     assert [p.gpu.name for p in hetero.plan().pools] == [split[0].gpu, split[0].decode_gpu]
+
+
+def test_a_trace_is_planned_at_its_recorded_rate_scaled(tmp_path):
+    out = tmp_path / "trace"
+    trace = "{process: trace, path: scenarios/traces/azure-sample.csv, format: azure}"
+    proc = des_cli(
+        "plan", "--rate-scale", "1", "--slo", "ttft_p99<=2", "--gpus", "rtx4090", "--max-gpus", "1",
+        "--set", f"workload.arrival={trace}", "--set", "horizon.duration=null", "--set", "warmup=0",
+        "--out", str(out), "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    body = json.loads(proc.stdout)
+    assert body["load"] == {"param": "workload.arrival.rate_scale", "value": 1.0}
+    stats = des.load_scenario(Path(out / body["winner"]["scenario"])).workload.arrival.stats()  # type: ignore[union-attr]
+    assert body["rate"] == pytest.approx(stats.rate)
+    wrong = des_cli("plan", "--rate", "3", "--slo", "ttft_p99<=2", "--set", f"workload.arrival={trace}")
+    assert wrong.returncode == 2 and wrong.stderr.startswith("error: --rate-scale:")
+
+
+def test_dask_and_local_processes_give_the_same_plan(tmp_path):
+    base = des.load_scenario(None, ["horizon.duration=60", "warmup=10"])
+    slo = parse_slo("ttft_p99<=2", metric_names())
+    plans = []
+    for kind in ("local", "dask"):
+        with open_backend(kind, 2) as runner:
+            plans.append(
+                plan(
+                    base,
+                    10.0,
+                    [slo],
+                    ["rtx4090"],
+                    2,
+                    PriceBook.from_catalog(),
+                    2,
+                    runner,
+                    tmp_path / kind,
+                    splits=False,
+                    runners_up=0,
+                )  # fmt: skip
+            )
+    local, dask = plans
+    assert [(o.candidate, o.verdict, o.reason) for o in local.outcomes] == [
+        (o.candidate, o.verdict, o.reason) for o in dask.outcomes
+    ]

@@ -38,9 +38,11 @@ def _clean(x: Any) -> Any:
 
 
 def _mean_output(p: Plan) -> float | None:
+    from des.plan.planner import mean_output
+
     for o in p.outcomes:
-        if o.scenario is not None and o.scenario.workload.output_tokens is not None:
-            return o.scenario.workload.output_tokens.moments()[0]
+        if o.scenario is not None:
+            return mean_output(o.scenario)
     return None
 
 
@@ -76,6 +78,7 @@ def plan_json(p: Plan, folder: Path, launch: list[Any] | None, prices: dict[str,
     win = p.winner
     body: dict[str, Any] = {
         "rate": p.rate,
+        "load": {"param": p.param, "value": p.load},
         "slos": [str(t) for t in p.slos],
         "replications": p.replications,
         "prices": prices,

@@ -35,10 +35,11 @@ from typing import Any
 
 from des.catalog.prices import PriceBook
 from des.plan.space import Candidate, candidates, prune
-from des.scenario import Scenario
+from des.scenario import Scenario, load_scenario
 from des.study.capacity import Evaluation, Search, SLOTerm
 from des.study.runner import Backend, run_specs
-from des.study.spec import RATE
+from des.study.spec import RATE, is_replay
+from des.workload.arrivals import Trace
 
 #: How many passing configurations beyond the winner a plan simulates.
 RUNNERS_UP = 3
@@ -79,8 +80,6 @@ class Outcome:
         c = self.candidate
         row: dict[str, Any] = c.row()
         row |= {
-            "pp": 1,
-            "dp": 1,
             "max_num_seqs": None,
             "max_num_batched_tokens": None,
             "usd_per_hour": self.usd_per_hour,
@@ -114,9 +113,11 @@ class Outcome:
 class Plan:
     """A plan's question and its answer: every outcome, cheapest first."""
 
-    rate: float
+    rate: float  # requests per second offered
     slos: list[SLOTerm]
     replications: int
+    param: str = "workload.arrival.rate"  # what the load sets
+    load: float = math.nan  # its value
     outcomes: list[Outcome] = field(default_factory=list)
 
     @property
@@ -156,7 +157,7 @@ def rank_key(o: Outcome) -> tuple[float, int, str]:
 
 def plan(
     base: Scenario,
-    rate: float,
+    load: float,
     slos: Sequence[SLOTerm],
     gpus: Sequence[str],
     max_gpus: int,
@@ -171,15 +172,21 @@ def plan(
     max_num_seqs: list[int] | None = None,
     max_num_batched_tokens: list[int] | None = None,
     variants: bool = False,
+    pipeline: Sequence[int] = (1,),
 ) -> Plan:
-    """Plan ``base``'s model and workload at ``rate`` req/s under ``slos`` (see the module's docstring).
+    """Plan ``base``'s model and workload at ``load`` under ``slos`` (see the module's docstring):
+    ``load`` req/s for an open process, or a trace's ``rate_scale`` (its recorded rate scaled).
 
     ``runner`` must be entered (a backend's ``with`` block); runs go under ``root``."""
     data = base.resolved()
-    data["workload"]["arrival"] = _at_rate(data["workload"]["arrival"], rate)
-    result = Plan(rate, list(slos), replications)
+    param = RATE_SCALE if is_replay(data) else RATE
+    data["workload"]["arrival"] = _at_load(data["workload"]["arrival"], param, load)
+    rate = offered_rate(load_scenario(data))
+    result = Plan(rate, list(slos), replications, param, load)
     pending: list[Outcome] = []
-    space = candidates(base, list(gpus), max_gpus, splits, mixed, max_num_seqs, max_num_batched_tokens, variants)
+    space = candidates(
+        base, list(gpus), max_gpus, splits, mixed, max_num_seqs, max_num_batched_tokens, variants, pipeline
+    )
     for cand in space:
         counts = cand.gpu_counts()
         unpriced = [g for g in counts if book.per_gpu_hour(g) is None]
@@ -228,15 +235,38 @@ def runner_width(runner: Backend) -> int:
     return max(1, int(workers))
 
 
-def _at_rate(arrival: dict[str, Any], rate: float) -> dict[str, Any]:
-    """The arrival process at ``rate`` req/s (an open process's ``rate``)."""
-    if "rate" not in arrival:
+#: The parameter a replay's load is: its recorded rate scaled.
+RATE_SCALE = "workload.arrival.rate_scale"
+
+
+def _at_load(arrival: dict[str, Any], param: str, load: float) -> dict[str, Any]:
+    """The arrival process at ``load``: an open process's ``rate``, or a replay's ``rate_scale``."""
+    key = param.rsplit(".", 1)[-1]
+    if key not in arrival:
         from des.errors import ScenarioError
 
         raise ScenarioError(
-            ("--rate", f"the scenario's {arrival.get('process')} arrivals have no rate to set (plan poisson or gamma)")
-        )
-    return {**arrival, "rate": rate}
+            ("--rate", f"the scenario's {arrival.get('process')} arrivals have no rate to set (plan poisson, gamma, "
+             "mmpp or a trace)")
+        )  # fmt: skip
+    return {**arrival, key: load}
+
+
+def offered_rate(sc: Scenario) -> float:
+    """Requests per second the scenario's arrivals offer (a replay's: its mean rate as scaled)."""
+    arrival = sc.workload.arrival
+    if isinstance(arrival, Trace):
+        return float(arrival.stats().rate or math.nan)
+    return float(getattr(arrival, "rate", math.nan))
+
+
+def mean_output(sc: Scenario) -> float | None:
+    """Mean output tokens per request: the law's, or a replay's recorded mean."""
+    law = sc.workload.output_tokens
+    if law is not None:
+        return law.moments()[0]
+    arrival = sc.workload.arrival
+    return float(arrival.table["output_tokens"].mean()) if isinstance(arrival, Trace) else None
 
 
 def _simulate(
@@ -247,14 +277,15 @@ def _simulate(
     in its candidate's folder under ``root``), then judged, lengthened where too short."""
     from dataclasses import replace
 
-    rate = float(data["workload"]["arrival"]["rate"])
+    param = RATE_SCALE if is_replay(data) else RATE
+    load = float(data["workload"]["arrival"][param.rsplit(".", 1)[-1]])
     searches, specs = [], []
     for o in batch:
         assert o.scenario is not None
         scenario = o.scenario.resolved() | {"name": f"plan/{o.candidate.name}", "seed": data.get("seed", 0)}
-        search = Search(scenario, RATE, list(slos), replications, runner, root / o.candidate.name)
+        search = Search(scenario, param, list(slos), replications, runner, root / o.candidate.name)
         searches.append(search)
-        specs += [replace(spec, run_id=f"{o.candidate.name}/{spec.run_id}") for spec in search.specs(rate)]
+        specs += [replace(spec, run_id=f"{o.candidate.name}/{spec.run_id}") for spec in search.specs(load)]
     run_specs(runner, specs, root)
     for o, search in zip(batch, searches, strict=True):
-        o.evaluation = search.evaluate(rate)  # reuses the runs just made
+        o.evaluation = search.evaluate(load)  # reuses the runs just made

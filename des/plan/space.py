@@ -32,6 +32,7 @@ Two bounds discard a candidate without simulating it, and neither can be wrong
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -60,20 +61,27 @@ class Candidate:
     max_num_seqs: int | None = None  # engine settings searched (None: the scenario's)
     max_num_batched_tokens: int | None = None
     variant: str | None = None  # a quantised checkpoint of the model (its Hugging Face repo; None: the scenario's)
+    pp: int = 1  # pipeline stages per engine (colocated)
+    dp: int = 1  # data-parallel ranks per server (colocated; a mixture of experts' with expert parallelism)
 
     @property
     def engines(self) -> int:
-        return self.replicas + self.prefill_instances + self.decode_instances
+        """Engines of ``tp × pp`` GPUs: servers × data-parallel ranks, or the pools' instances."""
+        return self.replicas * self.dp + self.prefill_instances + self.decode_instances
 
     @property
     def num_gpus(self) -> int:
-        return self.engines * self.tp
+        return self.engines * self.tp * self.pp
 
     @property
     def name(self) -> str:
         """A short name, also its folder: ``h100-80gb/tp2/x3``, ``l40s/tp1/1P+2D``,
         ``h100-80gb/tp1/1P+2D-l40s`` (decode on L40S), ``…/x2/s256-b8192`` (engine settings)."""
         shape = f"x{self.replicas}" if self.replicas else f"{self.prefill_instances}P+{self.decode_instances}D"
+        if self.pp > 1:
+            shape += f"-pp{self.pp}"
+        if self.dp > 1:
+            shape += f"-dp{self.dp}ep"
         if self.decode_gpu is not None:
             shape += f"-{self.decode_gpu}"
         knobs = [f"s{self.max_num_seqs}"] if self.max_num_seqs else []
@@ -96,6 +104,10 @@ class Candidate:
         data["gpu"] = self.gpu
         cluster = {k: v for k, v in dict(base.get("cluster") or {}).items() if k not in ("replicas", "autoscaler")}
         cluster["tp"] = self.tp
+        cluster["pp"] = self.pp
+        cluster["dp"] = self.dp
+        if self.dp > 1:
+            cluster["expert_parallel"] = True
         scheduler = dict(base["scheduler"])
         if self.replicas:
             cluster["replicas"] = self.replicas
@@ -142,20 +154,30 @@ def candidates(
     max_num_seqs: list[int] | None = None,
     max_num_batched_tokens: list[int] | None = None,
     variants: bool = False,
+    pipeline: Sequence[int] = (1,),
 ) -> list[Candidate]:
     """Every configuration of up to ``max_gpus`` GPUs of each type in ``gpus``: colocated
     replicas of each tensor-parallel degree, (``splits``) every P:D split, (``mixed``) every
     split with its decode pool on another of the types, each at every combination of the
     engine settings given (None: the scenario's) and (``variants``) in the scenario's weights
-    and in each quantised checkpoint the catalog lists for the model."""
+    and in each quantised checkpoint the catalog lists for the model. Colocated engines also
+    take each pipeline depth of ``pipeline`` and, for a mixture of experts, servers of 2, 4
+    or 8 data-parallel ranks with expert parallelism (a dense model's ranks would be replicas)."""
     colocated = base.scheduler.kind if base.scheduler.kind != "disaggregated" else "continuous"
+    dps = [d for d in TP_DEGREES if d == 1 or base.model.is_moe]  # a dense model's ranks are replicas
     shapes: list[Candidate] = []
     for gpu in gpus:
         for tp in TP_DEGREES:
             if tp > max_gpus:
                 break
             engines = max_gpus // tp
-            shapes += [Candidate(gpu, tp, colocated, replicas=n) for n in range(1, engines + 1)]
+            for pp in pipeline:
+                for dp in dps:
+                    per_server = tp * pp * dp
+                    shapes += [
+                        Candidate(gpu, tp, colocated, replicas=n, pp=pp, dp=dp)
+                        for n in range(1, max_gpus // per_server + 1)
+                    ]
             if not splits:
                 continue
             for other in [None, *(g for g in gpus if g != gpu)] if mixed else [None]:
