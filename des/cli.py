@@ -523,6 +523,7 @@ def capacity(
 @click.option("--mixed", is_flag=True, help="Also splits with the decode pool on another of the GPU types.")
 @click.option("--variants", is_flag=True, help="Also the model's quantised checkpoints in the catalog (AWQ, FP8, ...).")
 @click.option("--pp", "pipeline", default="1", show_default=True, metavar="N,N", help="Pipeline depths to try.")
+@click.option("--capacity", "capacities", is_flag=True, help="Also search the winner's and runners-up's capacity.")
 @click.option("--max-num-seqs", "seqs", default=None, metavar="N,N", help="Values of max_num_seqs to try.")
 @click.option("--max-num-batched-tokens", "budgets", default=None, metavar="N,N", help="Token budgets to try.")
 @click.option("--price", "prices", multiple=True, metavar="NAME=USD_PER_HOUR", help="A GPU's price (repeatable).")
@@ -546,6 +547,7 @@ def plan(
     mixed: bool,
     variants: bool,
     pipeline: str,
+    capacities: bool,
     seqs: str | None,
     budgets: str | None,
     prices: tuple[str, ...],
@@ -598,6 +600,10 @@ def plan(
     out_dir = _writable(out_dir or _default_folder(f"plan-{sc.name}"))
 
     def log(o) -> None:
+        if o.capacity is not None:
+            value, low, high = (f"{x:.3g}" if x is not None else "open" for x in o.capacity)
+            click.echo(f"{o.candidate.name:<28} capacity {value} req/s [{low}, {high}]", err=as_json)
+            return
         click.echo(f"{o.candidate.name:<28} ${o.usd_per_hour:>6.2f}/h  {o.verdict:<8} {o.reason}", err=as_json)
 
     backend = open_backend("dask" if address else "local", workers or default_workers(), address)
@@ -605,7 +611,8 @@ def plan(
         result = make_plan(sc, load, terms, names, max_gpus, book, replications, backend, out_dir / "runs",
                            splits=not no_splits, progress=log, mixed=mixed, max_num_seqs=_ints("--max-num-seqs", seqs),
                            max_num_batched_tokens=_ints("--max-num-batched-tokens", budgets),
-                           variants=variants, pipeline=_ints("--pp", pipeline) or [1])  # fmt: skip
+                           variants=variants, pipeline=_ints("--pp", pipeline) or [1],
+                           capacities=capacities)  # fmt: skip
     launch = None
     if result.winner is not None and result.winner.scenario is not None:
         from des.plan.launch import launch_commands

@@ -244,3 +244,16 @@ def test_dask_and_local_processes_give_the_same_plan(tmp_path):
     assert [(o.candidate, o.verdict, o.reason) for o in local.outcomes] == [
         (o.candidate, o.verdict, o.reason) for o in dask.outcomes
     ]
+
+
+def test_the_capacity_of_the_winner_is_searched_from_the_target_up(tmp_path):
+    base = des.load_scenario(None, ["horizon.duration=120", "warmup=20"])
+    slo = parse_slo("ttft_p99<=2", metric_names())
+    with open_backend("local", 2) as runner:
+        result = plan(base, 20.0, [slo], ["rtx4090"], 2, PriceBook.from_catalog(), 3, runner, tmp_path / "runs",
+                      splits=False, runners_up=0, capacities=True)  # fmt: skip
+    win = result.winner
+    assert win is not None and win.capacity is not None
+    value, low, high = win.capacity
+    assert value is not None and low is not None and high is not None
+    assert 20.0 <= low <= value <= high  # it passes at 20 req/s, so it carries at least that

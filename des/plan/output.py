@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -66,6 +67,8 @@ def _entry(o: Outcome, p: Plan, launch: list[Any] | None = None, scenario: str |
         t.metric: {"mean": row[t.metric], "low": row[f"{t.metric}_lo"], "high": row[f"{t.metric}_hi"]} for t in p.slos
     }
     entry["margin"] = _clean(o.margin(p.slos))
+    if o.capacity is not None:
+        entry["capacity"] = {"value": row["capacity"], "low": row["capacity_lo"], "high": row["capacity_hi"]}
     if scenario is not None:
         entry["scenario"] = scenario
     if launch is not None:
@@ -136,11 +139,25 @@ def figure(p: Plan, path: Path) -> Path:
 
     rows = table(p)
     sim = rows[rows["verdict"].isin(["pass", "fail", "marginal"])]
-    n = max(1, len(p.slos))
+    caps = rows[rows["capacity"].notna()]
+    n = max(1, len(p.slos)) + (1 if len(caps) else 0)
     fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 4.2), squeeze=False)
+    if len(caps):
+        ax = axes[0][-1]
+        y = caps["capacity"].to_numpy(float)
+        lo = np.nan_to_num(y - caps["capacity_lo"].to_numpy(float), nan=0.0).clip(0)
+        hi = np.nan_to_num(caps["capacity_hi"].to_numpy(float) - y, nan=0.0).clip(0)
+        ax.errorbar(caps["usd_per_hour"], y, yerr=[lo, hi], fmt="o", color="#2ca02c", capsize=3)
+        for _, r in caps.iterrows():
+            ax.annotate(str(r["name"]), (r["usd_per_hour"], r["capacity"]), fontsize=7, xytext=(4, 3),
+                        textcoords="offset points")  # fmt: skip
+        ax.axhline(p.rate, color="0.3", ls="--", lw=1)
+        ax.set_xlabel("USD per hour (list prices)")
+        ax.set_ylabel("capacity under the SLOs (req/s)")
+        ax.set_title("winner and runners-up: how much they carry", fontsize=9)
     colours = {"pass": "#2ca02c", "marginal": "#ff7f0e", "fail": "#d62728"}
     win = p.winner
-    for ax, term in zip(axes[0], p.slos, strict=True):
+    for ax, term in zip(axes[0][: len(p.slos)], p.slos, strict=True):
         for verdict, group in sim.groupby("verdict"):
             y = group[term.metric].to_numpy(float)
             lo = y - group[f"{term.metric}_lo"].to_numpy(float)
@@ -162,7 +179,7 @@ def figure(p: Plan, path: Path) -> Path:
         ax.set_ylabel(f"{term.metric} (s)" if latency else term.metric)
         if latency:
             ax.set_yscale("log")
-        ax.legend(fontsize=7, frameon=False)
+        ax.legend(fontsize=7, frameon=False, loc="best")
     fig.suptitle(f"des plan: {p.rate:g} req/s; every simulated configuration, mean and 95 % interval")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

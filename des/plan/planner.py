@@ -36,7 +36,7 @@ from typing import Any
 from des.catalog.prices import PriceBook
 from des.plan.space import Candidate, candidates, prune
 from des.scenario import Scenario, load_scenario
-from des.study.capacity import Evaluation, Search, SLOTerm
+from des.study.capacity import Evaluation, Search, SLOTerm, find_capacity
 from des.study.runner import Backend, run_specs
 from des.study.spec import RATE, is_replay
 from des.workload.arrivals import Trace
@@ -56,6 +56,7 @@ class Outcome:
     verdict: str
     reason: str
     evaluation: Evaluation | None = None
+    capacity: tuple[float | None, float | None, float | None] | None = None  # req/s, its 95 % interval
 
     def margin(self, slos: Sequence[SLOTerm]) -> float:
         """The smallest relative headroom of the SLO metrics' means against their limits (> 0: holds)."""
@@ -106,6 +107,8 @@ class Outcome:
             mean, lo, hi = ev.metrics.get(term.metric, (math.nan,) * 3) if ev is not None else (math.nan,) * 3
             row |= {term.metric: mean, f"{term.metric}_lo": lo, f"{term.metric}_hi": hi}
         row["replications_unstable"] = ev.unstable if ev is not None else None
+        cap = self.capacity or (None, None, None)
+        row |= {"capacity": cap[0], "capacity_lo": cap[1], "capacity_hi": cap[2]}
         return row
 
 
@@ -173,6 +176,7 @@ def plan(
     max_num_batched_tokens: list[int] | None = None,
     variants: bool = False,
     pipeline: Sequence[int] = (1,),
+    capacities: bool = False,
 ) -> Plan:
     """Plan ``base``'s model and workload at ``load`` under ``slos`` (see the module's docstring):
     ``load`` req/s for an open process, or a trace's ``rate_scale`` (its recorded rate scaled).
@@ -226,7 +230,31 @@ def plan(
         return (order[o.verdict], price, gpus, -o.margin(slos), name)  # equal price and GPUs: the larger margin
 
     result.outcomes.sort(key=key)
+    if capacities:  # how much more the winner and the runners-up carry: a capacity search each
+        for o in result.passing[: 1 + runners_up]:
+            o.capacity = _capacity(o, data, slos, replications, runner, root, rate / load)
+            if progress is not None:
+                progress(o)
     return result
+
+
+def _capacity(
+    o: Outcome, data: dict[str, Any], slos: Sequence[SLOTerm], replications: int, runner: Backend, root: Path,
+    per_unit: float,
+) -> tuple[float | None, float | None, float | None]:  # fmt: skip
+    """A passing candidate's capacity under the SLOs (req/s) and its 95 % interval, by the
+    capacity search of ``des capacity`` from the target load up (its runs reused)."""
+    assert o.scenario is not None
+    param = RATE_SCALE if is_replay(data) else RATE
+    load = float(data["workload"]["arrival"][param.rsplit(".", 1)[-1]])
+    scenario = o.scenario.resolved() | {"name": f"plan/{o.candidate.name}", "seed": data.get("seed", 0)}
+    search = Search(scenario, param, list(slos), replications, runner, root / o.candidate.name)
+    answer = find_capacity(search, load, 2 * load)
+
+    def rate(x: float | None) -> float | None:
+        return None if x is None else x * per_unit
+
+    return rate(answer.value), rate(answer.ci_low), rate(answer.ci_high)
 
 
 def runner_width(runner: Backend) -> int:
