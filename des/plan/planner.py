@@ -212,7 +212,7 @@ def plan(
             for o in pending[i:]:
                 o.verdict, o.reason = "pruned", f"costlier than {passed} passing configurations"
             break
-        # the next batch at one price level runs at once: its replications in parallel
+        # the next cheapest candidates, as many as the backend has workers, run at once
         batch = [o for o in pending[i : i + max(1, runner_width(runner))]]
         _simulate(batch, data, slos, replications, runner, root)
         for o in batch:
