@@ -45,13 +45,10 @@ TRANSFER_STATS = ("mean", "p50", "p99")
 def pool_metrics(steps: pd.DataFrame, pools: Sequence[PoolFacts], warmup: float, end: float) -> dict[str, Any]:
     """Busy fraction, mean batch size and KV use of each pool role; ``pools`` give each
     role's instance count (an autoscaled pool's: the mean paid for) and blocks per instance."""
-    from des.metrics.windows import paying_seconds
+    from des.metrics.windows import mean_paying
 
     window = end - warmup
-    instances = {
-        p.role: p.instances if p.timeline is None or window <= 0 else paying_seconds(p, warmup, end) / window
-        for p in pools
-    }
+    instances = {p.role: mean_paying(p, warmup, end) for p in pools}
     kv_blocks = {p.role: p.kv_blocks for p in pools}
     out: dict[str, Any] = {}
     role = steps["role"].astype(str).to_numpy()

@@ -20,7 +20,7 @@ from des.metrics.summary import arrival_window_end, measured_mask, summarize
 from des.metrics.tables import requests_table, steps_table, transfers_table
 from des.metrics.utilisation import utilisation
 from des.metrics.verdict import stationarity, verdict_notes
-from des.metrics.windows import day_metrics, paying_seconds, windows_table
+from des.metrics.windows import day_metrics, mean_paying, windows_table
 
 if TYPE_CHECKING:
     from des.cost.uncertainty import ModelDraws
@@ -121,6 +121,6 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
 def replicas(pools: list[PoolFacts], warmup: float, end: float) -> float:
     """Instances the busy share is measured against: every one of a fixed cluster, the mean
     paid for over ``[warmup, end]`` where an autoscaler sets them."""
-    if all(p.timeline is None for p in pools) or not end > warmup:
-        return sum(p.instances for p in pools)
-    return sum(paying_seconds(p, warmup, end) for p in pools) / (end - warmup)
+    if all(p.timeline is None for p in pools):
+        return sum(p.instances for p in pools)  # an int, as before autoscaling: the same float arithmetic
+    return sum(mean_paying(p, warmup, end) for p in pools)

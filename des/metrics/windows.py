@@ -51,6 +51,13 @@ def paying_seconds(pool: PoolFacts, lo: float, hi: float, field: str = "paying")
     return float((overlap(times, ends, lo, hi) * counts).sum())
 
 
+def mean_paying(pool: PoolFacts, lo: float, hi: float) -> float:
+    """Instances of ``pool`` paid for on average over ``[lo, hi]``: all of a fixed pool's."""
+    if pool.timeline is None or not hi > lo:
+        return float(pool.instances)
+    return paying_seconds(pool, lo, hi) / (hi - lo)
+
+
 def gpu_hours(pools: Sequence[PoolFacts], lo: float, hi: float) -> float:
     """GPU-hours paid for inside ``[lo, hi]`` (seconds), every pool's GPUs counted."""
     return sum(paying_seconds(p, lo, hi) * p.gpus_per_instance for p in pools) / 3600.0

@@ -183,7 +183,7 @@ def plan(
 
     ``runner`` must be entered (a backend's ``with`` block); runs go under ``root``."""
     data = base.resolved()
-    param = RATE_SCALE if is_replay(data) else RATE
+    param = _param(data)
     data["workload"]["arrival"] = _at_load(data["workload"]["arrival"], param, load)
     rate = offered_rate(load_scenario(data))
     result = Plan(rate, list(slos), replications, param, load)
@@ -238,18 +238,34 @@ def plan(
     return result
 
 
+def _param(data: dict[str, Any]) -> str:
+    """What the load sets: a replay's ``rate_scale``, an open process's ``rate``."""
+    return RATE_SCALE if is_replay(data) else RATE
+
+
+def _load(data: dict[str, Any]) -> float:
+    """The target load set in the (plain data) scenario."""
+    return float(data["workload"]["arrival"][_param(data).rsplit(".", 1)[-1]])
+
+
+def _search(
+    o: Outcome, data: dict[str, Any], slos: Sequence[SLOTerm], replications: int, runner: Backend, root: Path
+) -> Search:
+    """The capacity search's evaluator of candidate ``o`` (its runs in ``root/<name>/``), common
+    random numbers from the base scenario's seed."""
+    assert o.scenario is not None
+    scenario = o.scenario.resolved() | {"name": f"plan/{o.candidate.name}", "seed": data.get("seed", 0)}
+    return Search(scenario, _param(data), list(slos), replications, runner, root / o.candidate.name)
+
+
 def _capacity(
     o: Outcome, data: dict[str, Any], slos: Sequence[SLOTerm], replications: int, runner: Backend, root: Path,
     per_unit: float,
 ) -> tuple[float | None, float | None, float | None]:  # fmt: skip
     """A passing candidate's capacity under the SLOs (req/s) and its 95 % interval, by the
     capacity search of ``des capacity`` from the target load up (its runs reused)."""
-    assert o.scenario is not None
-    param = RATE_SCALE if is_replay(data) else RATE
-    load = float(data["workload"]["arrival"][param.rsplit(".", 1)[-1]])
-    scenario = o.scenario.resolved() | {"name": f"plan/{o.candidate.name}", "seed": data.get("seed", 0)}
-    search = Search(scenario, param, list(slos), replications, runner, root / o.candidate.name)
-    answer = find_capacity(search, load, 2 * load)
+    load = _load(data)
+    answer = find_capacity(_search(o, data, slos, replications, runner, root), load, 2 * load)
 
     def rate(x: float | None) -> float | None:
         return None if x is None else x * per_unit
@@ -305,13 +321,10 @@ def _simulate(
     in its candidate's folder under ``root``), then judged, lengthened where too short."""
     from dataclasses import replace
 
-    param = RATE_SCALE if is_replay(data) else RATE
-    load = float(data["workload"]["arrival"][param.rsplit(".", 1)[-1]])
+    load = _load(data)
     searches, specs = [], []
     for o in batch:
-        assert o.scenario is not None
-        scenario = o.scenario.resolved() | {"name": f"plan/{o.candidate.name}", "seed": data.get("seed", 0)}
-        search = Search(scenario, param, list(slos), replications, runner, root / o.candidate.name)
+        search = _search(o, data, slos, replications, runner, root)
         searches.append(search)
         specs += [replace(spec, run_id=f"{o.candidate.name}/{spec.run_id}") for spec in search.specs(load)]
     run_specs(runner, specs, root)
