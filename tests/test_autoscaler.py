@@ -396,3 +396,31 @@ def test_arrival_rate_scales_to_the_load_over_what_one_instance_carries():
     assert w is not None
     settled = w[(w["start"] >= 120) & (w["end"] <= 1200)]
     assert (settled["instances_serving"].round() == 4).mean() >= 0.8
+
+
+def test_a_request_finding_every_instance_draining_brings_one_back():
+    """With min_instances 0 the fleet may drain to nothing serving while an instance still
+    finishes its requests: the next request brings that draining instance back at once,
+    without a cold start."""
+    sc = des.load_scenario(
+        {
+            "seed": 0,
+            "horizon": {"duration": 10},
+            "cost_model": {"kind": "constant", "step_time": 1.0},
+            "workload": {
+                "arrival": {"process": "poisson", "rate": 1},
+                "prompt_tokens": {"dist": "fixed", "value": 10},
+                "output_tokens": {"dist": "fixed", "value": 5},
+            },
+            "cluster": {"replicas": 1, "autoscaler": {
+                "metric": "running", "target": 4, "min_instances": 0, "max_instances": 1, "cold_start": 30}},
+        }
+    )  # fmt: skip
+    _, cluster, _ = build(sc)
+    fleet = fleet_of(cluster)
+    inst = fleet.instances[0]
+    inst.outstanding = 1  # a request still held: draining, not stopped
+    fleet.stop(1)
+    assert fleet.state == ["draining"] and not fleet.active
+    entrance = fleet.entrance()
+    assert entrance == (inst, 0.0) and fleet.state == ["serving"] and fleet.scale_ups == 0

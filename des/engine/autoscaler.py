@@ -292,13 +292,16 @@ class Fleet:
             self._record()
 
     def entrance(self) -> tuple[Instance, float] | None:
-        """Scale from zero: the starting instance due first (one started now if none is) and
-        how long until it serves (seconds); None when none can start."""
+        """Scale from zero, a request finding no instance serving: the starting instance due
+        first and how long until it serves (seconds); if none is starting, a draining one
+        brought back (at once) or one started now. None only for a pool of no instance."""
         starting = [i for i, s in enumerate(self.state) if s == STARTING]
         if not starting:
-            if OFF not in self.state:
+            if not self.instances:
                 return None
-            self.start(1)
+            self.start(1)  # a draining instance first: it serves at once
+            if self.active:
+                return self.active[0], 0.0
             starting = [i for i, s in enumerate(self.state) if s == STARTING]
         i = min(starting, key=lambda j: (self.ready_at[j], j))
         return self.instances[i], self.ready_at[i] - self.env.now
