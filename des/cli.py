@@ -512,7 +512,7 @@ def capacity(
     "--rate-scale",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="For a trace replay: the target load as its recorded rate times this (1: as recorded).",
+    help="For a trace replay or a rate schedule (nhpp): the target load as its rates times this (1: as given).",
 )
 @SLOS
 @click.option(
@@ -578,12 +578,14 @@ def plan(
     from des.study.sweep import default_workers
 
     sc = _scenario(scenario, overrides)
-    replay = getattr(sc.workload.arrival, "process", None) == "trace"
-    if replay and (rate is not None or rate_scale is None):
-        raise ScenarioError(("--rate-scale", "a trace replay's load is its recorded rate scaled: give --rate-scale"))
-    if not replay and (rate is None or rate_scale is not None):
+    scaled = getattr(sc.workload.arrival, "process", None) in ("trace", "nhpp")
+    if scaled and (rate is not None or rate_scale is None):
+        raise ScenarioError(
+            ("--rate-scale", "a trace replay's or a rate schedule's load is its rates scaled: give --rate-scale")
+        )
+    if not scaled and (rate is None or rate_scale is not None):
         raise ScenarioError(("--rate", "give the target load in requests per second (--rate-scale is for traces)"))
-    load = rate_scale if replay else rate
+    load = rate_scale if scaled else rate
     assert load is not None
     terms = [parse_slo(text, metric_names()) for text in slos]
     book = PriceBook.build(prices, price_file)

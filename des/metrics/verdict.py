@@ -39,6 +39,7 @@ import pandas as pd
 
 from des.metrics._window import finite
 from des.metrics.stability import queue_share, serving_from_steps
+from des.workload.arrivals import scheduled
 
 #: A closed loop is saturated when its requests spend more than this share of their time waiting.
 SATURATED_WAITING = 0.5
@@ -82,11 +83,6 @@ def verdict_notes(
     }
 
 
-def time_varying(arrival: Any) -> bool:
-    """Whether ``arrival``'s rate follows a schedule (``process: nhpp``, or ``modulate``)."""
-    return getattr(arrival, "process", None) == "nhpp" or getattr(arrival, "modulate", None) is not None
-
-
 def stationarity(summary: dict[str, Any], windows: pd.DataFrame, arrival: Any) -> dict[str, Any]:
     """``stationary`` (False when the arrival rate follows a schedule: the run has no single
     steady state, ``stable`` is then None and the windows say how each stretch went),
@@ -97,7 +93,7 @@ def stationarity(summary: dict[str, Any], windows: pd.DataFrame, arrival: Any) -
     breached = judged & (met == False)  # noqa: E712 (a column of True, False and None)
     first = windows.loc[breached, "start"]
     out: dict[str, Any] = {
-        "stationary": not time_varying(arrival),
+        "stationary": not scheduled(arrival),
         "windows": int(len(windows)),
         "windows_breached": int(breached.sum()) if judged.any() else None,
         "first_breach_time": float(first.iloc[0]) if len(first) else None,

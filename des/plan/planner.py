@@ -38,7 +38,7 @@ from des.plan.space import Candidate, candidates, prune
 from des.scenario import Scenario, load_scenario
 from des.study.capacity import Evaluation, Search, SLOTerm, find_capacity
 from des.study.runner import Backend, run_specs
-from des.study.spec import RATE, is_replay
+from des.study.spec import RATE
 from des.workload.arrivals import Trace
 
 #: How many passing configurations beyond the winner a plan simulates.
@@ -239,8 +239,9 @@ def plan(
 
 
 def _param(data: dict[str, Any]) -> str:
-    """What the load sets: a replay's ``rate_scale``, an open process's ``rate``."""
-    return RATE_SCALE if is_replay(data) else RATE
+    """What the load sets: an open process's ``rate``, or the ``rate_scale`` of a replay or of a
+    rate schedule (``nhpp``)."""
+    return RATE if "rate" in data["workload"]["arrival"] else RATE_SCALE
 
 
 def _load(data: dict[str, Any]) -> float:
@@ -279,7 +280,7 @@ def runner_width(runner: Backend) -> int:
     return max(1, int(workers))
 
 
-#: The parameter a replay's load is: its recorded rate scaled.
+#: The parameter a replay's or a rate schedule's load is: its rates scaled.
 RATE_SCALE = "workload.arrival.rate_scale"
 
 

@@ -299,19 +299,39 @@ class NHPP(Open):
     Drawn by thinning (:meth:`~des.workload.schedule.Piecewise.thinned_gaps`): exactly
     the law of the schedule, a constant schedule the gaps of ``poisson{rate}`` from the
     same seed, byte for byte. ``rate`` is the schedule's mean; :func:`expected_count` is
-    its integral Λ(t).
+    its integral Λ(t). ``rate_scale`` multiplies every rate of the schedule (what ``des
+    capacity`` and ``des plan`` push on: how much more of this day fits).
     """
 
     process: Literal["nhpp"] = "nhpp"
     schedule: Schedule
+    rate_scale: PositiveFloat = 1.0
+    _scaled: Schedule = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _scale(self) -> NHPP:
+        if self.rate_scale == 1.0:
+            self._scaled = self.schedule
+            return self
+        try:
+            self._scaled = self.schedule.scaled(self.rate_scale)
+        except ValueError as exc:
+            raise ValueError(f"rate_scale: {self.rate_scale:g} takes the schedule beyond what a run can simulate "
+                             f"({str(exc).splitlines()[0]})") from None  # fmt: skip
+        return self
+
+    @property
+    def scaled(self) -> Schedule:
+        """The schedule the arrivals follow: ``schedule`` with every rate times ``rate_scale``."""
+        return self._scaled
 
     @property
     def rate(self) -> float:
-        """The schedule's mean rate, requests per second (:attr:`~des.workload.schedule.Piecewise.mean`)."""
-        return self.schedule.mean
+        """The scaled schedule's mean rate, requests per second (:attr:`~des.workload.schedule.Piecewise.mean`)."""
+        return self._scaled.mean
 
     def gaps(self, rng: np.random.Generator, horizon: float = math.inf):
-        return self.schedule.thinned_gaps(rng, horizon)
+        return self._scaled.thinned_gaps(rng, horizon)
 
 
 class _MMPPGaps:
@@ -581,7 +601,7 @@ def expected_count(arrival: object, t: float) -> float | None:
     """The requests an open process is expected to bring by ``t`` seconds (None: not an open
     process): ``Λ(t)`` for an nhpp, ``rate · Λ_m(t)`` for a modulated process, else ``rate · t``."""
     if isinstance(arrival, NHPP):
-        return float(arrival.schedule.cumulative(t))
+        return float(arrival.scaled.cumulative(t))
     if isinstance(arrival, Poisson | Gamma | MMPP | OnOff):
         schedule = arrival.modulate
         return arrival.rate * (operational(schedule, t) if schedule is not None else t)
@@ -593,7 +613,7 @@ def expected_time(arrival: object, n: float) -> float | None:
     the inverse of :func:`expected_count` (inf when a schedule never brings that many; None:
     not an open process)."""
     if isinstance(arrival, NHPP):
-        return float(arrival.schedule.inverse(n))
+        return float(arrival.scaled.inverse(n))
     if isinstance(arrival, Poisson | Gamma | MMPP | OnOff):
         schedule = arrival.modulate
         tau = n / arrival.rate

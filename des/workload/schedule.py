@@ -125,6 +125,10 @@ class Piecewise(Strict):
         """Whether the rate never changes."""
         return bool(np.all(self._r == self._r[0]))
 
+    def scaled(self, factor: float) -> Piecewise:
+        """The schedule with every rate multiplied by ``factor``."""
+        return Piecewise(times=[float(x) for x in self._t], rates=[float(x) * factor for x in self._r])
+
     def rate_at(self, t: ArrayLike) -> np.ndarray:
         """λ(t), requests per second (t ≥ 0 seconds)."""
         i = np.searchsorted(self._t, t, side="right") - 1
@@ -205,6 +209,10 @@ class Diurnal(Strict):
                 "can simulate for even a second"
             )
         return self
+
+    def scaled(self, factor: float) -> Diurnal:
+        """The sinusoid with its mean (and so every rate) multiplied by ``factor``."""
+        return Diurnal.model_validate({**self.model_dump(), "mean": self.mean * factor})
 
     @property
     def amplitude(self) -> float:
