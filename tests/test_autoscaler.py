@@ -12,6 +12,7 @@ import pytest
 
 import des
 from des.engine.autoscaler import OFF, SERVING, Autoscaler, Fleet
+from des.metrics import Result
 from des.simulation import build, run_until, stop_event
 from tests.helpers import des_cli
 
@@ -37,6 +38,36 @@ def record_usage(scaler: Autoscaler, env) -> list[tuple[float, float]]:
 
     scaler.usage = spy  # type: ignore[method-assign]
     return seen
+
+
+def finish(sc: des.Scenario, env, cluster, procs) -> Result:
+    """Run a scenario built with :func:`des.simulation.build` to its end, and its result."""
+    from des.metrics.result import build_result
+
+    run_until(env, stop_event(sc, env, cluster, procs))
+    return build_result(sc, cluster, end_time=env.now)
+
+
+def constant_scenario(
+    seed: int, duration: float, step: float, arrival: dict[str, Any], prompt: int, output: dict[str, Any],
+    cluster: dict[str, Any], **extra: Any,
+) -> des.Scenario:  # fmt: skip
+    """A run whose every step takes ``step`` seconds: ``arrival``s of ``prompt`` tokens and
+    ``output`` lengths for ``duration`` seconds on ``cluster`` (``extra``: other sections)."""
+    return des.load_scenario(
+        {
+            "seed": seed,
+            "horizon": {"duration": duration},
+            "cost_model": {"kind": "constant", "step_time": step},
+            "workload": {
+                "arrival": arrival,
+                "prompt_tokens": {"dist": "fixed", "value": prompt},
+                "output_tokens": output,
+            },
+            "cluster": cluster,
+            **extra,
+        }
+    )
 
 
 def write_step_trace(path) -> None:
@@ -132,10 +163,7 @@ def test_gpu_hours_are_the_integral_of_paying_instances_over_time(tmp_path):
     write_step_trace(trace)
     sc = step_scenario(trace, 5.0, cooldown=20)
     env, cluster, procs = build(sc)
-    run_until(env, stop_event(sc, env, cluster, procs))
-    from des.metrics.result import build_result
-
-    res = build_result(sc, cluster, end_time=env.now)
+    res = finish(sc, env, cluster, procs)
     assert res.windows is not None
     line = fleet_of(cluster).timeline
     times = [*line.times, env.now]
@@ -151,29 +179,11 @@ def test_gpu_hours_are_the_integral_of_paying_instances_over_time(tmp_path):
 
 
 def test_scale_from_zero_puts_the_cold_start_in_the_first_ttft():
-    sc = des.load_scenario(
-        {
-            "seed": 1,
-            "horizon": {"duration": 900},
-            "cost_model": {"kind": "constant", "step_time": 0.02},
-            "workload": {
-                "arrival": {"process": "poisson", "rate": 0.01},
-                "prompt_tokens": {"dist": "fixed", "value": 100},
-                "output_tokens": {"dist": "fixed", "value": 10},
-            },
-            "cluster": {
-                "replicas": 0,
-                "autoscaler": {
-                    "metric": "running",
-                    "target": 4,
-                    "min_instances": 0,
-                    "max_instances": 2,
-                    "cold_start": 30,
-                    "cooldown": 60,
-                },
-            },  # fmt: skip
-        }
-    )
+    scaling = {"metric": "running", "target": 4, "min_instances": 0, "max_instances": 2, "cold_start": 30}
+    sc = constant_scenario(
+        1, 900, 0.02, {"process": "poisson", "rate": 0.01}, 100, {"dist": "fixed", "value": 10},
+        {"replicas": 0, "autoscaler": {**scaling, "cooldown": 60}},
+    )  # fmt: skip
     res = des.simulate(sc)
     req = res.requests.sort_values("arrival_time")
     assert res.summary["num_completed"] == res.summary["num_requests"] > 5
@@ -201,10 +211,7 @@ def test_a_draining_instance_takes_nothing_new_and_finishes_what_it_holds(tmp_pa
         drains.extend((env.now, i) for i in before if i not in after)
 
     fleet.stop = spy  # type: ignore[method-assign]
-    run_until(env, stop_event(sc, env, cluster, procs))
-    from des.metrics.result import build_result
-
-    req = build_result(sc, cluster, end_time=env.now).requests
+    req = finish(sc, env, cluster, procs).requests
     assert drains, "the backlog clears and an instance drains"
     assert (req["status"] == "completed").all()
     for when, inst in drains:
@@ -215,39 +222,17 @@ def test_a_draining_instance_takes_nothing_new_and_finishes_what_it_holds(tmp_pa
 
 
 def test_utilization_is_the_exact_busy_share_of_the_last_interval():
-    sc = des.load_scenario(
-        {
-            "seed": 2,
-            "horizon": {"duration": 100},
-            "cost_model": {"kind": "constant", "step_time": 0.05},
-            "workload": {
-                "arrival": {"process": "poisson", "rate": 3},
-                "prompt_tokens": {"dist": "fixed", "value": 10},
-                "output_tokens": {"dist": "geometric", "mean": 5},
-            },
-            "scheduler": {"kind": "continuous", "max_num_seqs": 1},
-            "cluster": {
-                "replicas": 2,
-                "autoscaler": {
-                    "metric": "utilization",
-                    "target": 0.5,
-                    "scale_up_threshold": 1,
-                    "scale_down_threshold": 0,
-                    "min_instances": 2,
-                    "max_instances": 2,
-                    "interval": 10,
-                },
-            },  # fmt: skip
-        }
-    )
+    never = {"scale_up_threshold": 1, "scale_down_threshold": 0, "min_instances": 2, "max_instances": 2}
+    sc = constant_scenario(
+        2, 100, 0.05, {"process": "poisson", "rate": 3}, 10, {"dist": "geometric", "mean": 5},
+        {"replicas": 2, "autoscaler": {"metric": "utilization", "target": 0.5, "interval": 10, **never}},
+        scheduler={"kind": "continuous", "max_num_seqs": 1},
+    )  # fmt: skip
     env, cluster, procs = build(sc)
     scaler = fleet_of(cluster).autoscaler
     assert scaler is not None
     seen = record_usage(scaler, env)
-    run_until(env, stop_event(sc, env, cluster, procs))
-    from des.metrics.result import build_result
-
-    steps = build_result(sc, cluster, end_time=env.now).steps
+    steps = finish(sc, env, cluster, procs).steps
     start, end = steps["start"].to_numpy(), (steps["start"] + steps["duration"]).to_numpy()
     for now, share in seen:
         busy = np.clip(np.minimum(end, now) - np.maximum(start, now - 10), 0, None).sum()
@@ -303,24 +288,13 @@ def test_each_long_segment_queues_as_erlang_c_for_its_instance_count():
 
     c, s, mean_tokens = 4, 0.01, 100.0  # service geometric x 10 ms: mean 1 s, close to exponential
     switch, end = 6000.0, 9000.0
-    sc = des.load_scenario(
-        {
-            "seed": 5,
-            "horizon": {"duration": end},
-            "workload": {
-                "arrival": {
-                    "process": "nhpp",
-                    "schedule": {"kind": "piecewise", "times": [0, switch], "rates": [1.5, 5]},
-                },
-                "prompt_tokens": {"dist": "fixed", "value": 1},
-                "output_tokens": {"dist": "geometric", "mean": mean_tokens},
-            },
-            "cost_model": {"kind": "constant", "step_time": s},
-            "scheduler": {"kind": "continuous", "max_num_seqs": c},
-            "cluster": {"replicas": 1, "router": "random", "autoscaler": {
-                "metric": "queue_length", "target": 20, "scale_up_threshold": 22, "scale_down_threshold": 0,
-                "min_instances": 1, "max_instances": 2, "interval": 5, "cold_start": 0}},
-        }
+    steps = {"process": "nhpp", "schedule": {"kind": "piecewise", "times": [0, switch], "rates": [1.5, 5]}}
+    sc = constant_scenario(
+        5, end, s, steps, 1, {"dist": "geometric", "mean": mean_tokens},
+        {"replicas": 1, "router": "random", "autoscaler": {
+            "metric": "queue_length", "target": 20, "scale_up_threshold": 22, "scale_down_threshold": 0,
+            "min_instances": 1, "max_instances": 2, "interval": 5, "cold_start": 0}},
+        scheduler={"kind": "continuous", "max_num_seqs": c},
     )  # fmt: skip
     res = des.simulate(sc)
     assert res.summary["scale_ups"] == 1 and res.summary["scale_downs"] == 0
@@ -365,30 +339,18 @@ def test_both_pools_of_a_split_scale_with_the_load():
 def test_arrival_rate_scales_to_the_load_over_what_one_instance_carries():
     """``arrival_rate`` counts the requests routed in the last interval: with a target of what
     one instance carries (3 req/s), 10 req/s settle on ceil(10 / 3) = 4 instances."""
-    sc = des.load_scenario(
-        {
-            "seed": 4,
-            "horizon": {"duration": 1200},
-            "cost_model": {"kind": "constant", "step_time": 0.02},
-            "workload": {
-                "arrival": {"process": "poisson", "rate": 10},
-                "prompt_tokens": {"dist": "fixed", "value": 10},
-                "output_tokens": {"dist": "fixed", "value": 5},
-            },
-            "cluster": {"replicas": 1, "autoscaler": {
-                "metric": "arrival_rate", "target": 3, "min_instances": 1, "max_instances": 8, "interval": 30,
-                "cold_start": 10}},
-            "metrics": {"window": 60},
-        }
+    sc = constant_scenario(
+        4, 1200, 0.02, {"process": "poisson", "rate": 10}, 10, {"dist": "fixed", "value": 5},
+        {"replicas": 1, "autoscaler": {
+            "metric": "arrival_rate", "target": 3, "min_instances": 1, "max_instances": 8, "interval": 30,
+            "cold_start": 10}},
+        metrics={"window": 60},
     )  # fmt: skip
     env, cluster, procs = build(sc)
     scaler = fleet_of(cluster).autoscaler
     assert scaler is not None
     seen = record_usage(scaler, env)
-    run_until(env, stop_event(sc, env, cluster, procs))
-    from des.metrics.result import build_result
-
-    res = build_result(sc, cluster, end_time=env.now)
+    res = finish(sc, env, cluster, procs)
     arrivals = res.requests["arrival_time"].to_numpy()
     for now, rate in seen:
         assert rate == ((arrivals > now - 30) & (arrivals <= now)).sum() / 30
@@ -402,19 +364,10 @@ def test_a_request_finding_every_instance_draining_brings_one_back():
     """With min_instances 0 the fleet may drain to nothing serving while an instance still
     finishes its requests: the next request brings that draining instance back at once,
     without a cold start."""
-    sc = des.load_scenario(
-        {
-            "seed": 0,
-            "horizon": {"duration": 10},
-            "cost_model": {"kind": "constant", "step_time": 1.0},
-            "workload": {
-                "arrival": {"process": "poisson", "rate": 1},
-                "prompt_tokens": {"dist": "fixed", "value": 10},
-                "output_tokens": {"dist": "fixed", "value": 5},
-            },
-            "cluster": {"replicas": 1, "autoscaler": {
-                "metric": "running", "target": 4, "min_instances": 0, "max_instances": 1, "cold_start": 30}},
-        }
+    sc = constant_scenario(
+        0, 10, 1.0, {"process": "poisson", "rate": 1}, 10, {"dist": "fixed", "value": 5},
+        {"replicas": 1, "autoscaler": {
+            "metric": "running", "target": 4, "min_instances": 0, "max_instances": 1, "cold_start": 30}},
     )  # fmt: skip
     _, cluster, _ = build(sc)
     fleet = fleet_of(cluster)
