@@ -4,7 +4,8 @@
 [--model-uncertainty]`` simulates a scenario (the embedded default when none is given),
 prints a summary and writes the results folder; ``des sweep STUDY`` runs a study; ``des capacity`` searches for the
 highest load within SLOs; ``des costmodel`` tabulates the roofline; ``des calibrate``,
-``des compare`` and ``des bench`` run the tools of :mod:`des.tools`. Invalid input
+``des compare`` and ``des bench`` run the tools of :mod:`des.tools`; ``des ui`` serves the
+what-if page (:mod:`des.ui`). Invalid input
 prints ``error: <dotted.path or --flag>: <problem>`` lines on stderr and exits with
 status 2, writing nothing (:func:`user_errors`). Ctrl-C exits 130 (``aborted``) and
 SIGTERM 143 (``terminated``), a sweep's workers ended first (:class:`_Group`). What is
@@ -765,6 +766,27 @@ def compare(
         render.comparison_json(cmp)
     else:
         render.comparison(cmp, out_dir)
+
+
+
+@main.command()
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8050, show_default=True,
+              help="The port to listen on (0: any free port).")
+@click.option("--results", "results", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="The folder of des run / sweep / plan results the page browses.")
+@click.option("--no-browser", is_flag=True, help="Print the address; do not open a browser.")
+@user_errors("--port")
+def ui(port: int, results: Path, no_browser: bool) -> None:
+    """The what-if page: a local web app that runs des as you change a scenario.
+
+    Prints its address (http://127.0.0.1:PORT/) and serves until Ctrl-C."""
+    from des.ui import serve
+
+    try:
+        serve(port, results, open_browser=not no_browser)
+    except KeyboardInterrupt:
+        pass
+    click.echo("stopped", err=True)
 
 
 if __name__ == "__main__":

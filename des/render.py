@@ -336,12 +336,22 @@ def factor_lines(sc: Scenario) -> list[str]:
     return [source.describe() for source in factor_sources(sc)]
 
 
-def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files: Sequence[str] = ()) -> None:
+class _Rows:
+    """Labelled lines, added as to a rich grid."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str]] = []
+
+    def add_row(self, label: str, text: str) -> None:
+        self.rows.append((label, text))
+
+
+def summary_rows(sc: Scenario, result: Result) -> list[tuple[str, str]]:
+    """The labelled lines above a run's latency table (``des run`` and the what-if page)."""
     from des.metrics.summary import rejections
 
     s = result.summary
-    console = out()
-    head = Table.grid(padding=(0, 2))
+    head = _Rows()
     head.add_row("scenario", f"{sc.name}  (seed {sc.seed})")
     head.add_row("hardware", hardware_line(sc))
     head.add_row("workload", workload_line(sc))
@@ -384,6 +394,15 @@ def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files:
         head.add_row("step times" if i == 0 else "", line)
     if result.draws is not None:
         head.add_row("model error", "drawn (model_uncertainty): " + "; ".join(result.draws.describe()))
+    return head.rows
+
+
+def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files: Sequence[str] = ()) -> None:
+    s = result.summary
+    console = out()
+    head = Table.grid(padding=(0, 2))
+    for label, text in summary_rows(sc, result):
+        head.add_row(label, text)
     console.print(head)
     table = Table(title="latency (seconds)", title_justify="left")
     table.add_column("metric")

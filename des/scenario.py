@@ -574,12 +574,17 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise ScenarioError(("scenario", f"cannot read {str(path)!r}: {exc.strerror or exc}")) from None
     except UnicodeDecodeError:
         raise ScenarioError(("scenario", f"{str(path)!r} is not UTF-8 text")) from None
+    return parse_yaml(text, str(path))
+
+
+def parse_yaml(text: str, name: str) -> dict[str, Any]:
+    """A YAML mapping from the ``text`` of the file ``name``; problems as ScenarioError naming it."""
     try:
         data = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(("scenario", f"{str(path)!r}{yaml_problem(exc)}")) from None
+        raise ScenarioError(("scenario", f"{name!r}{yaml_problem(exc)}")) from None
     if not isinstance(data, dict):
-        raise ScenarioError(("scenario", f"{str(path)!r} does not hold a mapping of keys"))
+        raise ScenarioError(("scenario", f"{name!r} does not hold a mapping of keys"))
     return data
 
 

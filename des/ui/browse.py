@@ -1,0 +1,153 @@
+"""The what-if page's results browser: the folders ``des run``, ``des sweep`` and
+``des plan`` wrote under one root, their tables and their figures.
+
+Only what lies inside the root is ever read (a path that leads out of it is refused), and
+only files of the kinds the page shows (:data:`SHOWN`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+#: The files that make a folder a result of each kind, in the order they are recognised.
+MARKERS = (("plan", "plan.json"), ("sweep", "points.parquet"), ("run", "summary.json"))
+#: The kinds of file the browser serves.
+SHOWN = {".png": "image/png", ".svg": "image/svg+xml", ".yaml": "text/plain", ".json": "application/json"}
+#: How deep under the root result folders are looked for.
+DEPTH = 4
+#: The most rows of a table the page is sent.
+MAX_ROWS = 200
+#: The columns of a sweep's points the page shows (those present), after its grid's.
+POINT_COLUMNS = (
+    "offered_rps", "throughput_rps", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p99", "all_stable",
+)  # fmt: skip
+
+
+class NotFound(LookupError):
+    """A path that is not a result folder or file under the root."""
+
+
+def kind_of(folder: Path) -> str | None:
+    """run, sweep or plan; None for a folder that is none of them."""
+    for kind, marker in MARKERS:
+        if (folder / marker).is_file():
+            return kind
+    return None
+
+
+def entries(root: Path) -> list[dict[str, Any]]:
+    """Every result folder under ``root`` (not the runs inside a sweep or a plan), newest first."""
+    found: list[dict[str, Any]] = []
+    if not root.is_dir():
+        return found
+
+    def walk(folder: Path, depth: int) -> None:
+        kind = kind_of(folder)
+        if kind is not None:
+            rel = folder.relative_to(root).as_posix()
+            found.append({"path": rel, "kind": kind, "modified": (folder / dict(MARKERS)[kind]).stat().st_mtime})
+            return  # a sweep's or a plan's runs are parts of it
+        if depth == 0:
+            return
+        for child in sorted(folder.iterdir()):
+            if child.is_dir() and not child.name.startswith("."):
+                walk(child, depth - 1)
+
+    walk(root, DEPTH)
+    return sorted(found, key=lambda e: (-e["modified"], e["path"]))
+
+
+def inside(root: Path, rel: str) -> Path:
+    """``root / rel``, refused (:class:`NotFound`) unless it lies inside ``root``."""
+    path = (root / rel).resolve()
+    if path != root.resolve() and root.resolve() not in path.parents:
+        raise NotFound(rel)
+    return path
+
+
+def table(frame: pd.DataFrame, title: str) -> dict[str, Any]:
+    """A table for the page: its columns and at most :data:`MAX_ROWS` rows of plain values."""
+    rows = [[_plain(v) for v in row] for row in frame.head(MAX_ROWS).itertuples(index=False)]
+    return {"title": title, "columns": [str(c) for c in frame.columns], "rows": rows, "total": len(frame)}
+
+
+def _plain(v: Any) -> Any:
+    v = v.item() if hasattr(v, "item") else v
+    if isinstance(v, float) and v != v:
+        return None
+    return v if isinstance(v, str | int | float | bool) or v is None else str(v)
+
+
+def view(root: Path, rel: str) -> dict[str, Any]:
+    """One result folder: its kind, tables, texts (YAML) and figures (paths under the root)."""
+    folder = inside(root, rel)
+    kind = kind_of(folder) if folder.is_dir() else None
+    if kind is None:
+        raise NotFound(rel)
+    tables: list[dict[str, Any]] = []
+    texts: list[dict[str, str]] = []
+    if kind == "run":
+        summary = json.loads((folder / "summary.json").read_text())
+        tables.append(table(pd.DataFrame({"key": list(summary), "value": [str(v) for v in summary.values()]}), "summary"))
+    elif kind == "sweep":
+        points = pd.read_parquet(folder / "points.parquet")
+        lead = [c for c in points.columns if c in ("variant", "load") or "." in c]
+        tables.append(table(points[lead + [c for c in POINT_COLUMNS if c in points]], "points (mean of replications)"))
+    else:
+        plan = json.loads((folder / "plan.json").read_text())
+        flat = {k: v for k, v in plan.items() if not isinstance(v, dict | list)}
+        tables.append(table(pd.DataFrame({"key": list(flat), "value": [str(v) for v in flat.values()]}), "plan"))
+        if (folder / "candidates.parquet").is_file():
+            tables.append(table(pd.read_parquet(folder / "candidates.parquet"), "candidates"))
+    for name in ("scenario.yaml", "study.yaml", "winner.yaml"):
+        if (folder / name).is_file():
+            texts.append({"title": name, "text": (folder / name).read_text()})
+    figures = [
+        p.relative_to(root.resolve()).as_posix() for p in sorted(folder.iterdir()) if p.suffix in (".png", ".svg")
+    ]
+    return {"path": rel, "kind": kind, "tables": tables, "texts": texts, "figures": figures}
+
+
+def file(root: Path, rel: str) -> tuple[Path, str]:
+    """A file under ``root`` the browser may serve, and its media type."""
+    path = inside(root, rel)
+    if not path.is_file() or path.suffix not in SHOWN:
+        raise NotFound(rel)
+    return path, SHOWN[path.suffix]
+
+
+_DRAWING = threading.Lock()
+
+
+def sweep_figure(root: Path, rel: str, fmt: str) -> bytes:
+    """A sweep's latency against load (p50/p90/p99 of TTFT, TPOT and end-to-end latency,
+    95 % bands, its study's SLO) as ``fmt`` (png or svg); :class:`NotFound` when the
+    folder is not a sweep over the arrival rate."""
+    import io
+
+    import yaml
+
+    from analysis.common import RATE
+    from analysis.latency_vs_load import draw
+
+    folder = inside(root, rel)
+    if kind_of(folder) != "sweep":
+        raise NotFound(rel)
+    points = pd.read_parquet(folder / "points.parquet")
+    if RATE not in points:
+        raise NotFound(rel)
+    study = yaml.safe_load((folder / "study.yaml").read_text()) if (folder / "study.yaml").is_file() else {}
+    slo = (study.get("set") or {}).get("slo")
+    buf = io.BytesIO()
+    with _DRAWING:  # matplotlib's state is the process's
+        import matplotlib.pyplot as plt
+
+        fig = draw(points, slo if isinstance(slo, dict) else None, title=folder.name)
+        fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+    return buf.getvalue()

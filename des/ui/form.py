@@ -1,0 +1,171 @@
+"""The what-if page's form: which scenario fields it shows, and the scenario document.
+
+The page edits a scenario *document*, the same mapping a scenario YAML file holds. Each
+field of the form is bound to one dotted path of it (:data:`FIELDS`); a field that picks a
+kind (``scheduler.kind``, ``workload.arrival.process``, a length law's ``dist``) replaces
+the mapping it sits in by that kind's template (:data:`TEMPLATES`), keeping the keys both
+share; a toggle adds or removes an optional mapping (``slo``, ``workload.shared_prefix``,
+``workload.conversations``). Anything the form has no field for is edited as YAML. The
+document is validated by :func:`des.scenario.load_scenario`, as ``des run`` validates a
+file, so an error reads as the CLI's ``error: <path>: <problem>`` line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, get_args
+
+import yaml
+
+from des import catalog
+from des.catalog.memory import KVDtype, WeightDtype
+from des.engine.router import ROUTERS
+from des.errors import ScenarioError
+from des.scenario import default_scenario_path, parse_yaml, read_yaml
+from des.workload.formats import TRACE_FORMATS
+
+_CONTINUOUS = ["continuous", "disaggregated"]
+_LENGTHS = {
+    "lognormal": {"dist": "lognormal", "mean": 512, "sigma": 0.6},
+    "geometric": {"dist": "geometric", "mean": 128},
+    "fixed": {"dist": "fixed", "value": 256},
+    "uniform": {"dist": "uniform", "low": 16, "high": 1024},
+}
+
+#: A kind's starting mapping, by the dotted path of the mapping it replaces and the kind.
+TEMPLATES: dict[str, dict[str, dict[str, Any]]] = {
+    "scheduler": {
+        "continuous": {
+            "kind": "continuous",
+            "max_num_seqs": 128,
+            "max_num_batched_tokens": 2048,
+            "enable_chunked_prefill": True,
+            "enable_prefix_caching": True,
+        },
+        "static": {"kind": "static", "max_batch_size": 32, "max_wait": 0.05},
+        "disaggregated": {
+            "kind": "disaggregated",
+            "max_num_seqs": 128,
+            "max_num_batched_tokens": 2048,
+            "enable_chunked_prefill": True,
+            "enable_prefix_caching": True,
+            "prefill": {"instances": 1},
+            "decode": {"instances": 1},
+        },
+    },
+    "workload.arrival": {
+        "poisson": {"process": "poisson", "rate": 4.0},
+        "gamma": {"process": "gamma", "rate": 4.0, "cv": 3.0},
+        "closed": {"process": "closed", "concurrency": 32, "think_time": 0.0},
+        "trace": {"process": "trace", "path": ""},
+    },
+    "workload.prompt_tokens": _LENGTHS,
+    "workload.output_tokens": _LENGTHS,
+    "slo": {"on": {"ttft": 2.0, "tpot": 0.1}},
+    "workload.shared_prefix": {"on": {"tokens": 1024, "groups": 4}},
+    "workload.conversations": {
+        "on": {"turns": {"dist": "geometric", "mean": 4}, "think_time": {"dist": "exponential", "mean": 30.0}}
+    },
+}
+
+
+def _field(path: str, label: str, kind: str = "number", group: str = "", **more: Any) -> dict[str, Any]:
+    """One field: ``kind`` number | int | text | select | check | toggle | file; ``when``:
+    shown only while each named path holds one of the listed values (``*``: is set);
+    ``default``: what des takes when the field is left out (shown, never written); a
+    select's option ``""`` leaves the key out."""
+    return {"path": path, "label": label, "kind": kind, "group": group, **more}
+
+
+def fields() -> list[dict[str, Any]]:
+    """The form's fields, in order, with their choices read off the catalog and registries."""
+    sched = {"scheduler.kind": _CONTINUOUS}
+    arrival = "workload.arrival.process"
+    out = [
+        _field("gpu", "GPU", "select", "hardware", options=catalog.gpu_names()),
+        _field("model", "model", "select", "hardware", options=catalog.model_names()),
+        _field("precision.weights", "weights", "select", "hardware", options=["", *get_args(WeightDtype)],
+               default="(the model's own)"),
+        _field("precision.kv_cache_dtype", "KV cache", "select", "hardware", options=["", *get_args(KVDtype)],
+               default="(the model's own)"),
+        _field("cluster.replicas", "replicas", "int", "hardware", default=1),
+        _field("cluster.tp", "tensor parallel", "int", "hardware", default=1),
+        _field("cluster.router", "router", "select", "hardware", options=list(ROUTERS)),
+        _field("scheduler.kind", "scheduler", "select", "engine", options=list(TEMPLATES["scheduler"])),
+        _field("scheduler.max_num_seqs", "max_num_seqs", "int", "engine", when=sched),
+        _field("scheduler.max_num_batched_tokens", "max_num_batched_tokens", "int", "engine", when=sched),
+        _field("scheduler.enable_chunked_prefill", "chunked prefill", "check", "engine", when=sched, default=True),
+        _field("scheduler.enable_prefix_caching", "prefix caching", "check", "engine", when=sched, default=True),
+        _field("scheduler.max_batch_size", "max_batch_size", "int", "engine", when={"scheduler.kind": ["static"]}),
+        _field("scheduler.max_wait", "max_wait (s)", "number", "engine", when={"scheduler.kind": ["static"]}),
+        _field("scheduler.prefill.instances", "prefill instances (P)", "int", "engine",
+               when={"scheduler.kind": ["disaggregated"]}),
+        _field("scheduler.decode.instances", "decode instances (D)", "int", "engine",
+               when={"scheduler.kind": ["disaggregated"]}),
+        _field(arrival, "arrivals", "select", "workload", options=list(TEMPLATES["workload.arrival"])),
+        _field("workload.arrival.rate", "rate (req/s)", "number", "workload", when={arrival: ["poisson", "gamma"]}),
+        _field("workload.arrival.cv", "burstiness (cv)", "number", "workload", when={arrival: ["gamma"]}),
+        _field("workload.arrival.concurrency", "users", "int", "workload", when={arrival: ["closed"]}),
+        _field("workload.arrival.think_time", "think time (s)", "number", "workload", when={arrival: ["closed"]}),
+        _field("workload.arrival.path", "trace file", "file", "workload", when={arrival: ["trace"]}),
+        _field("workload.arrival.format", "trace format", "select", "workload", when={arrival: ["trace"]},
+               options=["", *TRACE_FORMATS], default="(from the file name)"),
+        _field("workload.arrival.rate_scale", "rate scale", "number", "workload", when={arrival: ["trace"]}),
+    ]  # fmt: skip
+    for key, name in (("prompt_tokens", "prompt"), ("output_tokens", "output")):
+        path = f"workload.{key}"
+        dist = f"{path}.dist"
+        out += [
+            _field(dist, f"{name} length", "select", "workload", options=list(_LENGTHS)),
+            _field(f"{path}.mean", f"{name} mean (tokens)", "number", "workload",
+                   when={dist: ["lognormal", "geometric"]}),
+            _field(f"{path}.sigma", f"{name} sigma (log)", "number", "workload", when={dist: ["lognormal"]}),
+            _field(f"{path}.value", f"{name} tokens", "int", "workload", when={dist: ["fixed"]}),
+            _field(f"{path}.low", f"{name} low", "int", "workload", when={dist: ["uniform"]}),
+            _field(f"{path}.high", f"{name} high", "int", "workload", when={dist: ["uniform"]}),
+        ]  # fmt: skip
+    prefix, chats = "workload.shared_prefix", "workload.conversations"
+    out += [
+        _field(prefix, "shared prefix", "toggle", "workload"),
+        _field(f"{prefix}.tokens", "prefix tokens", "int", "workload", when={prefix: ["*"]}),
+        _field(f"{prefix}.groups", "prefix groups", "int", "workload", when={prefix: ["*"]}),
+        _field(chats, "conversations", "toggle", "workload"),
+        _field(f"{chats}.turns.mean", "turns (mean)", "number", "workload", when={chats: ["*"]}),
+        _field(f"{chats}.think_time.mean", "think time (s, mean)", "number", "workload", when={chats: ["*"]}),
+        _field("slo", "SLO", "toggle", "slo"),
+        _field("slo.ttft", "TTFT (s)", "number", "slo", when={"slo": ["*"]}),
+        _field("slo.tpot", "TPOT (s)", "number", "slo", when={"slo": ["*"]}),
+        _field("slo.e2e", "end-to-end (s)", "number", "slo", when={"slo": ["*"]}),
+        _field("horizon.duration", "duration (s)", "number", "run"),
+        _field("warmup", "warm-up (s)", "number", "run"),
+        _field("seed", "seed", "int", "run"),
+    ]
+    return out
+
+
+def default_document() -> dict[str, Any]:
+    """The embedded default scenario as a document (what ``des run`` with no file runs)."""
+    return read_yaml(default_scenario_path())
+
+
+def parse_document(data: bytes, name: str) -> dict[str, Any]:
+    """A scenario document from an uploaded file's bytes; a problem raises
+    :class:`ScenarioError` naming ``scenario``, in the words ``des run`` has for a file."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError(("scenario", f"{name!r} is not UTF-8 text")) from None
+    return parse_yaml(text, name)
+
+
+def document_yaml(doc: Mapping[str, Any]) -> str:
+    """The document as the YAML file the page downloads (``des run`` reads it back)."""
+    return yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True)
+
+
+def problems(exc: ScenarioError) -> list[dict[str, str]]:
+    """A scenario's problems as the page shows them: each with its dotted path, its
+    message and the CLI's whole ``error:`` line."""
+    return [
+        {"path": p, "message": m, "line": line} for (p, m), line in zip(exc.problems, exc.lines(), strict=True)
+    ]

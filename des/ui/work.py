@@ -1,0 +1,117 @@
+"""What a job of the what-if page does, in its own process: a run, or a load sweep.
+
+Both call the library as the CLI does (:func:`des.scenario.load_scenario`,
+:func:`des.simulation.simulate`, :func:`des.study.sweep`) and return what the page
+shows as JSON-ready mappings; a sweep also draws its figure into the job's folder
+(``sweep.svg``, ``sweep.png``). ``report(fraction, message)`` is told how far along the
+job is. This module is imported once by the job processes' fork server, so that each
+job starts with the library already loaded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import analysis.capacity as capacity_table
+from analysis.common import SLO_STATISTIC, save, slo_metrics
+from analysis.latency_vs_load import draw as draw_latency
+from des import render
+from des.errors import ScenarioError
+from des.output import json_ready
+from des.scenario import load_scenario, scenario_warnings
+from des.simulation import RunProgress, simulate
+from des.study import load_study
+from des.study import sweep as run_sweep
+
+Report = Callable[[float | None, str], None]
+
+#: The latency table's rows and columns, as ``des run`` prints them.
+LATENCY_ROWS = ("ttft", "tpot", "itl", "second_token", "e2e", "queue_delay")
+LATENCY_COLUMNS = render.LATENCY_COLUMNS
+#: The load grid of the page's sweep, as fractions of the configuration's saturation.
+DEFAULT_FRACTIONS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1)
+
+
+def run(doc: Mapping[str, Any], report: Report) -> dict[str, Any]:
+    """Simulate the scenario ``doc``: its summary (``summary.json``'s keys), the lines
+    ``des run`` prints above its latency table, the table, and the scenario's warnings."""
+    sc = load_scenario(doc)
+    t0 = time.perf_counter()
+
+    def tick(p: RunProgress) -> None:
+        report(p.fraction, f"{p.now:,.0f} s simulated, {p.arrived:,} requests")
+
+    result = simulate(sc, progress=tick)
+    s = result.summary
+    return {
+        "summary": json_ready(s),
+        "rows": [list(row) for row in render.summary_rows(sc, result)],
+        "latency": {
+            "columns": list(LATENCY_COLUMNS),
+            "rows": [[name, *(render.fmt(s.get(f"{name}_{c}")) for c in LATENCY_COLUMNS)] for name in LATENCY_ROWS],
+        },
+        "warnings": scenario_warnings(sc),
+        "wall": time.perf_counter() - t0,
+    }
+
+
+def sweep_study(doc: Mapping[str, Any], fractions: list[float], replications: int) -> dict[str, Any]:
+    """The study the page's sweep runs: the scenario at ``fractions`` of its own saturation
+    (a probe measures it), ``replications`` runs each, stopped at the horizon (an
+    overloaded point is flagged unstable rather than drained)."""
+    return {
+        "name": str(doc.get("name") or "what-if"),
+        "base": dict(doc),
+        "set": {"horizon.drain": False},
+        "load": {"fractions": fractions},
+        "replications": replications,
+    }
+
+
+def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, folder: Path, report: Report):
+    """Latency against load for the scenario ``doc``, with 95 % intervals, and the capacity
+    under its SLO (or the reports' default, p99 TTFT <= 2 s and median TPOT <= 0.1 s)."""
+    load_scenario(doc)  # the scenario's own problems, named as des run names them
+    try:
+        study = load_study(sweep_study(doc, fractions, replications), base_dir=Path.cwd())
+    except ScenarioError as exc:
+        raise ScenarioError([(p.removeprefix("base."), m) for p, m in exc.problems]) from None
+
+    def tick(done: int, total: int, reused: int) -> None:
+        report(done / total if total else None, f"{done} of {total} runs")
+
+    report(0.0, "measuring saturation")
+    _, points = run_sweep(study, folder / "sweep", workers=None, progress=tick)
+    slo = slo_metrics(doc.get("slo") if isinstance(doc.get("slo"), Mapping) else None)
+    slo = slo or dict(capacity_table.DEFAULT_SLO)
+    caps = capacity_table.capacities(points, slo, by=["variant"])
+    cap = caps.iloc[0]
+    fig = draw_latency(points, {m.rsplit("_", 1)[0]: v for m, v in slo.items()}, title=str(doc.get("name", "")))
+    fig.savefig(folder / "sweep.svg", bbox_inches="tight")
+    save(fig, folder / "sweep.png")
+    rate = "workload.arrival.rate"
+    table = points[[rate, "offered_rps", "throughput_rps", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "all_stable"]]
+    return {
+        "capacity": capacity_table.said(cap, "req/s") or "none: the SLO fails at the lowest load",
+        "capacity_value": None if cap["capacity"] is None else float(cap["capacity"]),
+        "ci": [_num(cap["ci_low"]), _num(cap["ci_high"])],
+        "saturation": _num(cap["saturation"]),
+        "slo": {m: v for m, v in slo.items()},
+        "slo_text": ", ".join(f"{SLO_STATISTIC.get(m.rsplit('_', 1)[0], '')} {m} <= {v:g} s" for m, v in slo.items()),
+        "points": {"columns": list(table.columns), "rows": [[_cell(v) for v in row] for row in table.itertuples(False)]},
+        "replications": replications,
+    }
+
+
+def _cell(v: Any) -> Any:
+    """A table's value for JSON: Python numbers, None for NaN."""
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and v != v else v
+
+
+def _num(v: Any) -> float | None:
+    """A float for JSON; None for a missing or open end."""
+    return None if v is None or v != v else float(v)
