@@ -135,7 +135,12 @@ def draw(points: pd.DataFrame, slo: dict | None = None, title: str = "", release
                 ax.set_ylabel(label)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(
-        handles, labels, loc="lower center", ncol=len(labels) // 2 or 1, frameon=False, bbox_to_anchor=(0.5, -0.04)
+        handles,
+        labels,
+        loc="lower center",
+        ncol=len(labels) if len(labels) <= 4 else len(labels) // 2,  # one row for a single curve's percentiles
+        frameon=False,
+        bbox_to_anchor=(0.5, -0.04),
     )
     fig.suptitle(
         title

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import analysis.capacity as capacity_table
-from analysis.common import SLO_STATISTIC, save, slo_metrics
+from analysis.common import save, slo_metrics, slo_text
 from analysis.latency_vs_load import draw as draw_latency
 from des import render
 from des.errors import ScenarioError
@@ -90,6 +90,7 @@ def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, fol
     caps = capacity_table.capacities(points, slo, by=["variant"])
     cap = caps.iloc[0]
     fig = draw_latency(points, {m.rsplit("_", 1)[0]: v for m, v in slo.items()}, title=str(doc.get("name", "")))
+    _mark_capacity(fig, cap)
     fig.savefig(folder / "sweep.svg", bbox_inches="tight")
     save(fig, folder / "sweep.png")
     rate = "workload.arrival.rate"
@@ -100,10 +101,30 @@ def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, fol
         "ci": [_num(cap["ci_low"]), _num(cap["ci_high"])],
         "saturation": _num(cap["saturation"]),
         "slo": {m: v for m, v in slo.items()},
-        "slo_text": ", ".join(f"{SLO_STATISTIC.get(m.rsplit('_', 1)[0], '')} {m} <= {v:g} s" for m, v in slo.items()),
+        "slo_text": " and ".join(slo_text(m, v).removeprefix("SLO: ") for m, v in slo.items()),
         "points": {"columns": list(table.columns), "rows": [[_cell(v) for v in row] for row in table.itertuples(False)]},
         "replications": replications,
     }
+
+
+def _mark_capacity(fig: Any, cap: Any) -> None:
+    """The capacity on every panel: a dashed line at the estimate, its 95 % interval shaded."""
+    if cap["capacity"] is None:
+        return
+    lo, hi = _num(cap["ci_low"]), _num(cap["ci_high"])
+    for i, ax in enumerate(fig.axes):
+        ax.axvline(cap["capacity"], color="#2ca02c", ls="--", lw=1.2, label="capacity" if i == 0 else None)
+        if lo is not None and hi is not None:
+            ax.axvspan(lo, hi, color="#2ca02c", alpha=0.08, lw=0)
+    fig.axes[0].annotate(
+        f"capacity {capacity_table.estimate(cap, 'req/s')}",
+        (cap["capacity"], 1.0),
+        xycoords=("data", "axes fraction"),
+        xytext=(3, -12),
+        textcoords="offset points",
+        fontsize=8,
+        color="#2ca02c",
+    )
 
 
 def _cell(v: Any) -> Any:

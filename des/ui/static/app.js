@@ -203,6 +203,9 @@ async function poll(id, onProgress) {
   }
 }
 
+// The answer on show is not the form's (the form's scenario has problems, or its run failed).
+function stale(yes) { for (const id of ["#summary", "#summary-rows", "#latency"]) $(id).classList.toggle("stale", yes); }
+
 function setStatus(text, st) { const s = $("#status"); s.textContent = text; s.dataset.state = st; }
 
 async function runNow() {
@@ -211,7 +214,12 @@ async function runNow() {
   let sub;
   try { sub = await postJSON("/api/jobs", {kind: "run", doc, owner: state.owner, replace: true}); }
   catch (e) { setStatus(String(e), "error"); return; }
-  if (!sub.id) { showProblems(sub.problems); setStatus("the scenario has problems: see the red lines", "error"); return; }
+  if (!sub.id) {
+    showProblems(sub.problems);
+    setStatus("the scenario has problems: see the red lines", "error");
+    stale(true);
+    return;
+  }
   clearProblems();
   state.runId = sub.id;
   $("#run-cancel").disabled = false;
@@ -224,6 +232,7 @@ async function runNow() {
   if (state.runId !== sub.id) return;  // a newer change replaced this run
   $("#run-cancel").disabled = true;
   bar.value = job.state === "done" ? 1 : 0;
+  stale(job.state !== "done");
   if (job.state === "done") {
     state.last = {doc, result: job.result, id: sub.id};
     showRun(job.result);
