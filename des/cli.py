@@ -14,6 +14,7 @@ shown lives in :mod:`des.render`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import time
@@ -768,12 +769,22 @@ def compare(
         render.comparison(cmp, out_dir)
 
 
-
 @main.command()
-@click.option("--port", type=click.IntRange(min=0, max=65535), default=8050, show_default=True,
-              help="The port to listen on (0: any free port).")
-@click.option("--results", "results", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-              show_default=True, help="The folder of des run / sweep / plan results the page browses.")
+@click.option(
+    "--port",
+    type=click.IntRange(min=0, max=65535),
+    default=8050,
+    show_default=True,
+    help="The port to listen on (0: any free port).",
+)
+@click.option(
+    "--results",
+    "results",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="The folder of des run / sweep / plan results the page browses.",
+)
 @click.option("--no-browser", is_flag=True, help="Print the address; do not open a browser.")
 @user_errors("--port")
 def ui(port: int, results: Path, no_browser: bool) -> None:
@@ -782,10 +793,8 @@ def ui(port: int, results: Path, no_browser: bool) -> None:
     Prints its address (http://127.0.0.1:PORT/) and serves until Ctrl-C."""
     from des.ui import serve
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down, then re-raised it
         serve(port, results, open_browser=not no_browser)
-    except KeyboardInterrupt:
-        pass
     click.echo("stopped", err=True)
 
 

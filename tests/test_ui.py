@@ -18,7 +18,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from des.scenario import load_scenario
-from des.simulation import simulate
 from des.ui import bind, form
 from des.ui.app import create_app
 from tests.helpers import ROOT, des_cli
@@ -165,7 +164,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_sweep_cancelled_mid_run_ends_its_processes_and_the_server_goes_on(client: TestClient):
-    r = client.post("/api/jobs", json={"kind": "sweep", "doc": small(), "fractions": [0.3, 0.6, 0.9], "replications": 8})
+    r = client.post(
+        "/api/jobs", json={"kind": "sweep", "doc": small(), "fractions": [0.3, 0.6, 0.9], "replications": 8}
+    )
     jid = r.json()["id"]
     end = time.monotonic() + 60
     while client.get(f"/api/jobs/{jid}").json()["message"] in ("starting", "", "measuring saturation"):

@@ -27,7 +27,9 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ScenarioError(("--port", f"cannot listen on {host}:{port}: {exc.strerror or exc} (try --port 0)")) from None
+        raise ScenarioError(
+            ("--port", f"cannot listen on {host}:{port}: {exc.strerror or exc} (try --port 0)")
+        ) from None
     sock.listen(128)
     return sock
 

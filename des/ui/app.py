@@ -15,7 +15,7 @@ import re
 import tempfile
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Body, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -71,7 +71,7 @@ def create_app(results: Path, max_running: int = 2) -> FastAPI:
         return {"doc": form.default_document(), "fields": form.fields(), "templates": form.TEMPLATES}
 
     @app.post("/api/check")
-    def check(doc: dict[str, Any] = Body(...)) -> dict[str, Any]:
+    def check(doc: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
         return {"problems": _problems(doc)}
 
     @app.post("/api/jobs")
@@ -109,7 +109,7 @@ def create_app(results: Path, max_running: int = 2) -> FastAPI:
         return FileResponse(path, media_type=media, filename=f"{_stem(job.args['doc'])}-sweep.{fmt}")
 
     @app.post("/api/scenario.yaml")
-    def download(doc: dict[str, Any] = Body(...)) -> Response:
+    def download(doc: Annotated[dict[str, Any], Body()]) -> Response:
         name = f"{_stem(doc)}.yaml"
         return Response(
             form.document_yaml(doc),
@@ -118,7 +118,7 @@ def create_app(results: Path, max_running: int = 2) -> FastAPI:
         )
 
     @app.post("/api/parse")
-    async def parse(request: Request, name: str = Query("scenario.yaml")) -> JSONResponse:
+    async def parse(request: Request, name: Annotated[str, Query()] = "scenario.yaml") -> JSONResponse:
         data = await _body(request)
         try:
             doc = form.parse_document(data, name)
@@ -127,7 +127,7 @@ def create_app(results: Path, max_running: int = 2) -> FastAPI:
         return JSONResponse({"doc": doc, "problems": []})
 
     @app.post("/api/upload")
-    async def upload(request: Request, name: str = Query(...)) -> dict[str, Any]:
+    async def upload(request: Request, name: Annotated[str, Query()]) -> dict[str, Any]:
         data = await _body(request)
         folder = Path(tempfile.mkdtemp(dir=uploads))
         path = folder / (re.sub(r"[^A-Za-z0-9._-]", "_", Path(name).name).lstrip(".") or "trace")

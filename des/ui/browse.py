@@ -93,7 +93,9 @@ def view(root: Path, rel: str) -> dict[str, Any]:
     texts: list[dict[str, str]] = []
     if kind == "run":
         summary = json.loads((folder / "summary.json").read_text())
-        tables.append(table(pd.DataFrame({"key": list(summary), "value": [str(v) for v in summary.values()]}), "summary"))
+        tables.append(
+            table(pd.DataFrame({"key": list(summary), "value": [str(v) for v in summary.values()]}), "summary")
+        )
     elif kind == "sweep":
         points = pd.read_parquet(folder / "points.parquet")
         lead = [c for c in points.columns if c in ("variant", "load") or "." in c]

@@ -166,6 +166,4 @@ def document_yaml(doc: Mapping[str, Any]) -> str:
 def problems(exc: ScenarioError) -> list[dict[str, str]]:
     """A scenario's problems as the page shows them: each with its dotted path, its
     message and the CLI's whole ``error:`` line."""
-    return [
-        {"path": p, "message": m, "line": line} for (p, m), line in zip(exc.problems, exc.lines(), strict=True)
-    ]
+    return [{"path": p, "message": m, "line": line} for (p, m), line in zip(exc.problems, exc.lines(), strict=True)]

@@ -11,6 +11,7 @@ worth finishing. Finished jobs are forgotten, oldest first, beyond ``keep``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing as mp
 import os
@@ -236,7 +237,5 @@ def _signal(process: Any, sig: int) -> None:
             return
     except (ProcessLookupError, PermissionError):
         pass
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -94,7 +94,9 @@ def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, fol
     fig.savefig(folder / "sweep.svg", bbox_inches="tight")
     save(fig, folder / "sweep.png")
     rate = "workload.arrival.rate"
-    table = points[[rate, "offered_rps", "throughput_rps", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "all_stable"]]
+    table = points[
+        [rate, "offered_rps", "throughput_rps", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "all_stable"]
+    ]
     return {
         "capacity": capacity_table.said(cap, "req/s") or "none: the SLO fails at the lowest load",
         "capacity_value": None if cap["capacity"] is None else float(cap["capacity"]),
@@ -102,7 +104,10 @@ def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, fol
         "saturation": _num(cap["saturation"]),
         "slo": {m: v for m, v in slo.items()},
         "slo_text": " and ".join(slo_text(m, v).removeprefix("SLO: ") for m, v in slo.items()),
-        "points": {"columns": list(table.columns), "rows": [[_cell(v) for v in row] for row in table.itertuples(False)]},
+        "points": {
+            "columns": list(table.columns),
+            "rows": [[_cell(v) for v in row] for row in table.itertuples(False)],
+        },
         "replications": replications,
     }
 

@@ -1,0 +1,237 @@
+"""The what-if page in a real browser: headless Chromium (Debian's package) driven by
+Playwright, against ``des ui`` started as a user starts it.
+
+Each test checks the page against the CLI: the first view is ``des run``'s summary, a
+changed rate is ``des run --set``'s, a bad trace shows ``des run``'s error line next to
+the trace field, the downloaded YAML runs back to the page's numbers, a sweep draws its
+figure, and two tabs and a cancelled sweep leave the server answering. ``make test``
+runs them where Chromium is installed and says so where it is not; CI installs it and
+sets ``DES_REQUIRE_BROWSER`` so that a missing browser fails instead of skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helpers import des_cli
+
+pytestmark = pytest.mark.browser
+
+#: The summary cards the page shows, by summary key.
+CARDS = ("throughput_rps", "output_tokens_per_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "stable")
+#: Milliseconds a page may take to answer (a sweep, on two shared cores).
+SLOW = 240_000
+
+
+def chromium() -> str | None:
+    """The Chromium to drive: ``DES_CHROMIUM``, else the first on the PATH."""
+    if os.environ.get("DES_CHROMIUM"):
+        return os.environ["DES_CHROMIUM"]
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    """``des ui --no-browser --port 0`` as a user starts it; its address."""
+    cwd = tmp_path_factory.mktemp("ui")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "des.cli", "ui", "--no-browser", "--port", "0", "--results", str(cwd)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
+    url = proc.stdout.readline().strip()  # type: ignore[union-attr]
+    try:
+        assert url.startswith("http://127.0.0.1:"), proc.stderr.read()  # type: ignore[union-attr]
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    exe = chromium()
+    if exe is None:
+        why = "Chromium is not installed (apt-get install chromium), so the page was not tested in a browser"
+        if os.environ.get("DES_REQUIRE_BROWSER"):
+            pytest.fail(why)
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any, server: str) -> Iterator[Any]:
+    """A new tab on the page, once its first run is shown."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(server)
+    pg.wait_for_selector("#status[data-state=done]", timeout=SLOW)
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+def shown(pg: Any) -> dict[str, Any]:
+    """The summary cards' values, at full precision (their ``data-value``)."""
+    return {k: json.loads(pg.get_attribute(f"#summary [data-key={k}]", "data-value")) for k in CARDS}
+
+
+def set_field(pg: Any, path: str, value: str) -> None:
+    """Type ``value`` into the field of ``path`` and leave it, as a person does."""
+    sel = f"[data-path='{path}']"
+    pg.fill(sel, value)
+    pg.press(sel, "Tab")
+
+
+def wait_for_rows(pg: Any, text: str) -> None:
+    """Until the run on show is the one whose lines hold ``text`` (and it is done)."""
+    pg.wait_for_function(
+        "t => document.querySelector('#summary-rows').innerText.includes(t) "
+        "&& document.querySelector('#status').dataset.state === 'done'",
+        arg=text,
+        timeout=SLOW,
+    )
+
+
+def wait_for_current(pg: Any) -> None:
+    """Until the run on show is the form's scenario's."""
+    pg.wait_for_function(
+        "state.last && JSON.stringify(state.last.doc) === JSON.stringify(state.doc) "
+        "&& document.querySelector('#status').dataset.state === 'done'",
+        timeout=SLOW,
+    )
+
+
+def des_run(tmp_path: Path, *args: str) -> dict[str, Any]:
+    out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+    r = des_cli("run", *args, "--out", str(out), "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_the_first_view_is_des_run_without_a_click(page: Any, tmp_path: Path):
+    summary = des_run(tmp_path)
+    assert shown(page) == {k: summary[k] for k in CARDS}
+    assert "2,411 arrived" in page.inner_text("#summary-rows")
+
+
+def test_a_changed_rate_shows_what_des_run_gives(page: Any, tmp_path: Path):
+    set_field(page, "workload.arrival.rate", "6.5")
+    wait_for_rows(page, "poisson: rate 6.5")
+    summary = des_run(tmp_path, "--set", "workload.arrival.rate=6.5")
+    assert shown(page) == {k: summary[k] for k in CARDS}
+    assert page.evaluate("state.last.result.summary") == summary
+
+
+def test_a_rate_of_minus_one_shows_the_cli_line_next_to_the_field(page: Any, tmp_path: Path):
+    set_field(page, "workload.arrival.rate", "-1")
+    box = page.locator(".field[data-field='workload.arrival.rate'] .error")
+    box.wait_for(timeout=SLOW)
+    page.wait_for_function("document.querySelector(\".field[data-field='workload.arrival.rate'] .error\").innerText")
+    cli = des_cli("run", "--set", "workload.arrival.rate=-1", cwd=tmp_path)
+    assert (
+        box.inner_text().splitlines()
+        == cli.stderr.strip().splitlines()
+        == ["error: workload.arrival.rate: must be > 0 (got -1)"]
+    )
+
+
+def test_a_bad_trace_shows_des_run_s_error_line_by_the_trace_field(page: Any, tmp_path: Path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("when,how many\nyesterday,lots\n")
+    page.select_option("[data-path='workload.arrival.process']", "trace")
+    page.set_input_files("[data-path='workload.arrival.path']", str(bad))
+    page.wait_for_function("document.querySelector('#status').dataset.state === 'error'", timeout=SLOW)
+    lines = page.locator(".field .error, #general-errors li").all_inner_texts()
+    lines = [line for text in lines for line in text.splitlines() if line]
+    doc = page.evaluate("state.doc")
+    (tmp_path / "page.yaml").write_text(yaml.safe_dump(doc))
+    cli = des_cli("run", "page.yaml", "--out", "x", cwd=tmp_path)
+    assert cli.returncode == 2 and sorted(lines) == sorted(cli.stderr.strip().splitlines())
+    trace_box = page.inner_text(".field[data-field='workload.arrival.path'] .error")
+    assert trace_box.startswith("error: workload.arrival.path") or trace_box.startswith("error: workload.arrival")
+    page.screenshot(path=str(tmp_path / "bad-trace.png"), full_page=True)
+
+
+def test_the_downloaded_yaml_runs_back_to_the_page_s_numbers(page: Any, tmp_path: Path):
+    page.select_option("[data-path='scheduler.kind']", "static")
+    wait_for_rows(page, "static batching")
+    set_field(page, "workload.arrival.rate", "2")
+    wait_for_rows(page, "poisson: rate 2")
+    with page.expect_download() as info:
+        page.click("#download-yaml")
+    path = tmp_path / info.value.suggested_filename
+    info.value.save_as(path)
+    assert path.name == "qwen7b-4090-poisson.yaml"
+    summary = des_run(tmp_path, path.name)
+    assert page.evaluate("state.last.result.summary") == summary
+    assert shown(page) == {k: summary[k] for k in CARDS}
+
+
+def test_a_small_sweep_draws_its_figure_with_progress(page: Any, tmp_path: Path):
+    set_field(page, "horizon.duration", "150")
+    wait_for_current(page)
+    page.fill("#sweep-fractions", "0.3, 0.9")
+    page.fill("#sweep-replications", "2")
+    page.click("#sweep-button")
+    page.wait_for_selector("#sweep-progress", state="visible", timeout=SLOW)  # progress shows while it runs
+    page.wait_for_function(
+        "() => { const i = document.querySelector('#sweep-figure'); "
+        "return !document.querySelector('#sweep-result').hidden && i.complete && i.naturalWidth > 400; }",
+        timeout=SLOW,
+    )
+    assert page.get_attribute("#sweep-progress", "value") == "1" or page.evaluate(
+        "document.querySelector('#sweep-progress').value"
+    ) == pytest.approx(1.0)
+    assert page.inner_text("#sweep-capacity").startswith("capacity under p99 TTFT ≤ 2 s and median TPOT ≤ 0.1 s: ")
+    assert len(page.locator("#sweep-points tr").all()) == 3  # a header and two loads
+    png = tmp_path / "sweep.png"
+    page.screenshot(path=str(png), full_page=True)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    page.click("#pin-a")
+    assert page.is_visible("#pins-box")
+    assert page.inner_text("#pins tr[data-row=capacity] td[data-pin=A]") != "(no sweep)"
+
+
+def test_two_tabs_and_a_cancelled_sweep_leave_the_server_answering(browser: Any, server: str):
+    context = browser.new_context()
+    one, two = context.new_page(), context.new_page()
+    for pg in (one, two):
+        pg.goto(server)
+        pg.wait_for_selector("#status[data-state=done]", timeout=SLOW)
+    one.fill("#sweep-replications", "20")
+    one.click("#sweep-button")
+    one.wait_for_function("document.querySelector('#sweep-progress').value > 0", timeout=SLOW)
+    set_field(two, "workload.arrival.rate", "3")  # the other tab runs while the sweep does
+    one.click("#sweep-cancel")
+    one.wait_for_function("document.querySelector('#sweep-status').innerText === 'cancelled'", timeout=SLOW)
+    assert one.is_enabled("#sweep-button") and one.is_hidden("#sweep-figure")
+    wait_for_rows(two, "poisson: rate 3")
+    set_field(one, "workload.arrival.rate", "5")
+    wait_for_rows(one, "poisson: rate 5")
+    assert "poisson: rate 3" in two.inner_text("#summary-rows")  # one tab's runs do not replace the other's
+    context.close()
