@@ -249,7 +249,9 @@ def test_sigterm_to_a_capacity_searchs_main_process_ends_its_workers(tmp_path):
 
 def test_sigint_to_a_sweeps_main_process_still_aborts_with_130_and_leaves_nothing_running(tmp_path):
     study_file = tmp_path / "study.yaml"
-    study_file.write_text(yaml.safe_dump(SIGNAL_STUDY))
+    # 36 runs: on a loaded machine the ten runs left of 12 could all finish while the
+    # process tree is read below, and the signal would come after the sweep was done
+    study_file.write_text(yaml.safe_dump({**SIGNAL_STUDY, "replications": 6}))
     out = tmp_path / "out"
     args = ["sweep", str(study_file), "--out", str(out), "--workers", "2", "--quiet"]
     with des_process(args, tmp_path / "sweep") as proc:

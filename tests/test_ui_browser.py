@@ -45,11 +45,20 @@ def chromium() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[str]:
+def results(tmp_path_factory) -> Path:
+    """The folder the page browses (``--results``), holding a sweep."""
+    root = tmp_path_factory.mktemp("results")
+    r = des_cli("sweep", "tests/fixtures/ui-sweep.yaml", "--out", str(root / "small-sweep"), "--quiet")
+    assert r.returncode == 0, r.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, results: Path) -> Iterator[str]:
     """``des ui --no-browser --port 0`` as a user starts it; its address."""
     cwd = tmp_path_factory.mktemp("ui")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "des.cli", "ui", "--no-browser", "--port", "0", "--results", str(cwd)],
+        [sys.executable, "-m", "des.cli", "ui", "--no-browser", "--port", "0", "--results", str(results)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -235,3 +244,38 @@ def test_two_tabs_and_a_cancelled_sweep_leave_the_server_answering(browser: Any,
     wait_for_rows(one, "poisson: rate 5")
     assert "poisson: rate 3" in two.inner_text("#summary-rows")  # one tab's runs do not replace the other's
     context.close()
+
+
+def test_two_configurations_pinned_side_by_side(page: Any):
+    page.click("#pin-a")
+    page.select_option("[data-path='scheduler.kind']", "disaggregated")
+    wait_for_current(page)
+    assert "1P+1D" in page.inner_text("#summary-rows") or "disaggregated" in page.inner_text("#summary-rows")
+    page.click("#pin-b")
+    a = page.evaluate("state.pins.A.result.summary")
+    b = page.evaluate("state.pins.B.result.summary")
+    assert a != b
+    for key, label in (("ttft_p99", "TTFT p99 (s)"), ("throughput_rps", "throughput (req/s)")):
+        row = f"#pins tr[data-row={key}]"
+        assert page.inner_text(f"{row} td:first-child") == label
+        assert page.inner_text(f"{row} td[data-pin=A]") == page.evaluate("v => fmt(v)", a[key])
+        assert page.inner_text(f"{row} td[data-pin=B]") == page.evaluate("v => fmt(v)", b[key])
+    assert '"kind":"disaggregated"' in page.inner_text("#pins tr[data-row=scheduler] td[data-pin=B]")
+    page.click("#pins button:text('Load A')")  # back to A's configuration, and its answer
+    wait_for_current(page)
+    assert page.evaluate("state.last.result.summary") == a
+
+
+def test_the_results_browser_shows_a_sweep_and_its_figure(page: Any, results: Path):
+    page.click("#tab-results")
+    page.click("#results-list li[data-path='small-sweep']")
+    page.wait_for_selector("#results-view h2:text('sweep: small-sweep')", timeout=SLOW)
+    page.wait_for_function(
+        "() => { const i = document.querySelector('#results-view img'); return i && i.complete && i.naturalWidth > 300; }",
+        timeout=SLOW,
+    )
+    rows = page.locator("#results-view table.grid").first.locator("tr").all()
+    assert len(rows) == 3  # a header and the sweep's two rates
+    assert "ui-sweep" in page.inner_text("#results-view pre")  # its study.yaml
+    page.click("#tab-whatif")
+    assert page.is_visible("#form") and page.is_hidden("#results-view")

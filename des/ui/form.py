@@ -90,6 +90,8 @@ def fields() -> list[dict[str, Any]]:
                default="(the model's own)"),
         _field("cluster.replicas", "replicas", "int", "hardware", default=1),
         _field("cluster.tp", "tensor parallel", "int", "hardware", default=1),
+        _field("cluster.pp", "pipeline stages", "int", "hardware", default=1),
+        _field("cluster.dp", "data-parallel ranks", "int", "hardware", default=1),
         _field("cluster.router", "router", "select", "hardware", options=list(ROUTERS)),
         _field("scheduler.kind", "scheduler", "select", "engine", options=list(TEMPLATES["scheduler"])),
         _field("scheduler.max_num_seqs", "max_num_seqs", "int", "engine", when=sched),

@@ -115,6 +115,13 @@ class Jobs:
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(["des.ui.work"])
 
+    def warm(self) -> None:
+        """Start the fork server now (it imports the library: a second or two), so that the
+        page's first run does not wait for it."""
+        from multiprocessing import forkserver
+
+        threading.Thread(target=forkserver.ensure_running, daemon=True).start()
+
     def submit(self, kind: str, args: dict[str, Any], owner: str = "", replace: bool = False) -> Job:
         """Queue a job (``kind`` run or sweep); with ``replace``, the owner's unfinished jobs
         of that kind are cancelled first."""

@@ -156,11 +156,20 @@ function changed() {
 
 // -- problems, next to their fields ------------------------------------------------------
 
+// The field a problem at ``path`` belongs by: the field of that path or of a mapping
+// holding it; else, for a key the form has no field for (an unknown key in an uploaded
+// file), the field that picks the kind of the mapping holding it. None: no such field.
 function fieldFor(path) {
   let best = null;
   for (const f of state.fields) {
     if (f.row.hidden) continue;
     if ((path === f.path || path.startsWith(f.path + ".")) && (!best || f.path.length > best.path.length)) best = f;
+  }
+  if (best) return best;
+  for (const f of state.fields) {
+    const parent = parentOf(f.path);
+    const kindKey = ["kind", "process", "dist"].includes(f.path.split(".").pop());
+    if (!f.row.hidden && kindKey && parent && path.startsWith(parent + ".") && (!best || parent.length > parentOf(best.path).length)) best = f;
   }
   return best;
 }
@@ -236,7 +245,7 @@ async function runNow() {
   if (job.state === "done") {
     state.last = {doc, result: job.result, id: sub.id};
     showRun(job.result);
-    setStatus(`done in ${job.result.wall.toFixed(2)} s of simulation`, "done");
+    setStatus(`done: simulated in ${job.result.wall.toFixed(2)} s`, "done");
     $("#summary").dataset.job = sub.id;
   } else if (job.state === "error") {
     showProblems(job.problems);
