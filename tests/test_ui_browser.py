@@ -271,7 +271,8 @@ def test_the_results_browser_shows_a_sweep_and_its_figure(page: Any, results: Pa
     page.click("#results-list li[data-path='small-sweep']")
     page.wait_for_selector("#results-view h2:text('sweep: small-sweep')", timeout=SLOW)
     page.wait_for_function(
-        "() => { const i = document.querySelector('#results-view img'); return i && i.complete && i.naturalWidth > 300; }",
+        "() => { const i = document.querySelector('#results-view img'); "
+        "return i && i.complete && i.naturalWidth > 300; }",
         timeout=SLOW,
     )
     rows = page.locator("#results-view table.grid").first.locator("tr").all()
