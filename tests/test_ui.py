@@ -5,6 +5,7 @@ The page itself, in a real browser, is tested in :mod:`tests.test_ui_browser`.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -283,3 +284,57 @@ def test_a_port_in_use_is_one_line(tmp_path: Path):
     assert r.stderr.strip().splitlines() == [
         f"error: --port: cannot listen on 127.0.0.1:{port}: Address already in use (try --port 0)"
     ]
+
+
+def _read_until(fd: int, done, timeout: float = 60) -> bytes:
+    """What the terminal shows until ``done(bytes)`` holds, the program ends, or ``timeout``."""
+    import select
+
+    out = b""
+    end = time.monotonic() + timeout
+    while not done(out) and time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the terminal's other end closed: the program ended
+                break
+            if not chunk:
+                break
+            out += chunk
+    return out
+
+
+def test_ctrl_c_at_a_terminal_stops_the_page_and_its_running_sweep(tmp_path: Path):
+    """In a terminal, Ctrl-C reaches every process of the foreground group: the server
+    stops with one line, and neither the fork server nor a running sweep prints a trace."""
+    import pty
+    import urllib.request
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: des ui on the terminal
+        os.chdir(tmp_path)
+        os.execv(sys.executable, [sys.executable, "-m", "des.cli", "ui", "--no-browser", "--port", "0"])
+    try:
+        url = _read_until(fd, lambda b: b"\n" in b).decode().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        body = json.dumps({"kind": "sweep", "doc": small(), "fractions": [0.3, 0.6, 0.9], "replications": 10})
+        req = urllib.request.Request(url + "api/jobs", body.encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            jid = json.load(r)["id"]
+        end = time.monotonic() + 60
+        while True:  # until the sweep is running its runs
+            with urllib.request.urlopen(f"{url}api/jobs/{jid}", timeout=30) as r:
+                job = json.load(r)
+            if job["message"].endswith(" runs") or time.monotonic() > end:
+                break
+            time.sleep(0.1)
+        assert job["state"] == "running", job
+        os.write(fd, b"\x03")
+        shown = _read_until(fd, lambda b: False, timeout=60).decode()
+        _, status = os.waitpid(pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert os.waitstatus_to_exitcode(status) == 0, shown
+    assert shown.replace("\r", "").replace("^C", "").strip() == "stopped"

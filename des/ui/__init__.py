@@ -43,6 +43,7 @@ def serve(port: int, results: Path, open_browser: bool = True, host: str = "127.
     sock = bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}/"
     app = create_app(results)
+    app.state.jobs.warm()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     print(url, flush=True)

@@ -52,7 +52,6 @@ def create_app(results: Path, max_running: int = 2) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
-        jobs.warm()
         yield
         jobs.shutdown()
         import shutil

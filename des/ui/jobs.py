@@ -116,11 +116,17 @@ class Jobs:
         self._ctx.set_forkserver_preload(["des.ui.work"])
 
     def warm(self) -> None:
-        """Start the fork server now (it imports the library: a second or two), so that the
-        page's first run does not wait for it."""
+        """Start the fork server now (it imports the library: a second or two, so the page's
+        first run does not wait for it), with SIGINT ignored: it then ignores a Ctrl-C at
+        the terminal from its first instruction, as its jobs do, rather than dying of one
+        half-started. Call from the main thread, where handlers are set."""
         from multiprocessing import forkserver
 
-        threading.Thread(target=forkserver.ensure_running, daemon=True).start()
+        saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, saved)
 
     def submit(self, kind: str, args: dict[str, Any], owner: str = "", replace: bool = False) -> Job:
         """Queue a job (``kind`` run or sweep); with ``replace``, the owner's unfinished jobs
