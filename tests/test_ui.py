@@ -234,10 +234,13 @@ def test_the_results_browser_stays_inside_its_root(client: TestClient):
     assert client.get("/api/results/file", params={"path": "one/scenario.yaml"}).status_code == 200
 
 
-def test_the_results_browser_draws_a_sweep(client: TestClient):
+def test_the_results_browser_draws_a_sweep(client: TestClient, tmp_path: Path):
+    """A sweep kept elsewhere and linked into the folder is listed and shown."""
     root: Path = client.results  # type: ignore[attr-defined]
-    r = des_cli("sweep", str(ROOT / "tests" / "fixtures" / "ui-sweep.yaml"), "--out", str(root / "swept"), "--quiet")
+    elsewhere = tmp_path / "elsewhere"
+    r = des_cli("sweep", str(ROOT / "tests" / "fixtures" / "ui-sweep.yaml"), "--out", str(elsewhere), "--quiet")
     assert r.returncode == 0, r.stderr
+    (root / "swept").symlink_to(elsewhere)
     kinds = {e["path"]: e["kind"] for e in client.get("/api/results").json()["entries"]}
     assert kinds["swept"] == "sweep"  # and not the runs inside it
     assert not any(p.startswith("swept/") for p in kinds)
@@ -247,6 +250,26 @@ def test_the_results_browser_draws_a_sweep(client: TestClient):
     png = client.get("/api/results/figure.png", params={"path": "swept"})
     assert png.status_code == 200 and png.content[:4] == b"\x89PNG"
     assert client.get("/api/results/figure.png", params={"path": "one"}).status_code == 404  # a run: no curve
+
+
+def test_the_results_browser_shows_a_plan(client: TestClient):
+    root: Path = client.results  # type: ignore[attr-defined]
+    args = ["--rate", "2", "--slo", "ttft_p99<=2", "--gpus", "rtx4090", "--max-gpus", "1", "--no-splits"]
+    r = des_cli("plan", *args, "--replications", "2", "--out", str(root / "planned"))
+    assert r.returncode == 0, r.stderr
+    entries = client.get("/api/results").json()["entries"]
+    assert [e["kind"] for e in entries if e["path"] == "planned"] == ["plan"]
+    assert not any(e["path"].startswith("planned/") for e in entries)  # its runs are parts of it
+    view = client.get("/api/results/view", params={"path": "planned"}).json()
+    plan = json.loads((root / "planned" / "plan.json").read_text())
+    shown = dict(view["tables"][0]["rows"])
+    assert shown["answer"] == plan["answer"] and shown["rate"] == "2.0"
+    assert shown["winner.verdict"] == plan["winner"]["verdict"] == "pass"
+    assert [t["title"] for t in view["tables"]] == ["plan", "candidates"]
+    assert [t["title"] for t in view["texts"]] == ["winner.yaml"]
+    assert view["figures"] == ["planned/pareto.png"]
+    png = client.get("/api/results/file", params={"path": "planned/pareto.png"})
+    assert png.status_code == 200 and png.content[:4] == b"\x89PNG"
 
 
 def test_des_ui_prints_its_address_and_stops_cleanly_on_ctrl_c(tmp_path: Path):

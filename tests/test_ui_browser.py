@@ -277,6 +277,7 @@ def test_the_results_browser_shows_a_sweep_and_its_figure(page: Any, results: Pa
     )
     rows = page.locator("#results-view table.grid").first.locator("tr").all()
     assert len(rows) == 3  # a header and the sweep's two rates
-    assert "ui-sweep" in page.inner_text("#results-view pre")  # its study.yaml
+    assert page.inner_text("#results-view details summary") == "study.yaml"
+    assert "name: ui-sweep" in page.text_content("#results-view details pre")  # folded until opened
     page.click("#tab-whatif")
     assert page.is_visible("#form") and page.is_hidden("#results-view")

@@ -180,7 +180,8 @@ def figure(p: Plan, path: Path) -> Path:
         if latency:
             ax.set_yscale("log")
         ax.legend(fontsize=7, frameon=False, loc="best")
-    fig.suptitle(f"des plan: {p.rate:g} req/s; every simulated configuration, mean and 95 % interval")
+    where = "\n" if n == 1 else " "  # one panel is too narrow for the title on one line
+    fig.suptitle(f"des plan: {p.rate:g} req/s;{where}every simulated configuration, mean and 95 % interval")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -63,11 +63,13 @@ def entries(root: Path) -> list[dict[str, Any]]:
 
 
 def inside(root: Path, rel: str) -> Path:
-    """``root / rel``, refused (:class:`NotFound`) unless it lies inside ``root``."""
-    path = (root / rel).resolve()
-    if path != root.resolve() and root.resolve() not in path.parents:
+    """``root / rel``, refused (:class:`NotFound`) when ``rel`` is absolute or climbs out
+    with ``..``. The check is on the path as written: a link the user put in the folder
+    (to a sweep kept elsewhere) is followed, as the listing follows it."""
+    parts = Path(rel).parts
+    if Path(rel).is_absolute() or ".." in parts or "\0" in rel:
         raise NotFound(rel)
-    return path
+    return root.joinpath(*parts)
 
 
 def table(frame: pd.DataFrame, title: str) -> dict[str, Any]:
@@ -102,16 +104,16 @@ def view(root: Path, rel: str) -> dict[str, Any]:
         tables.append(table(points[lead + [c for c in POINT_COLUMNS if c in points]], "points (mean of replications)"))
     else:
         plan = json.loads((folder / "plan.json").read_text())
+        winner = plan.get("winner") if isinstance(plan.get("winner"), dict) else {}
         flat = {k: v for k, v in plan.items() if not isinstance(v, dict | list)}
+        flat.update({f"winner.{k}": v for k, v in winner.items() if not isinstance(v, dict | list)})
         tables.append(table(pd.DataFrame({"key": list(flat), "value": [str(v) for v in flat.values()]}), "plan"))
         if (folder / "candidates.parquet").is_file():
             tables.append(table(pd.read_parquet(folder / "candidates.parquet"), "candidates"))
     for name in ("scenario.yaml", "study.yaml", "winner.yaml"):
         if (folder / name).is_file():
             texts.append({"title": name, "text": (folder / name).read_text()})
-    figures = [
-        p.relative_to(root.resolve()).as_posix() for p in sorted(folder.iterdir()) if p.suffix in (".png", ".svg")
-    ]
+    figures = [p.relative_to(root).as_posix() for p in sorted(folder.iterdir()) if p.suffix in (".png", ".svg")]
     return {"path": rel, "kind": kind, "tables": tables, "texts": texts, "figures": figures}
 
 

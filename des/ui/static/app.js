@@ -457,7 +457,7 @@ async function viewResult(path) {
                el("table", {class: "grid"}, tableHead(t.columns), ...t.rows.map((row) =>
                  el("tr", {}, ...row.map((c) => el("td", {text: typeof c === "number" ? fmt(c) : String(c ?? "-")}))))));
   }
-  for (const t of v.texts) box.append(el("h2", {text: t.title}), el("pre", {text: t.text}));
+  for (const t of v.texts) box.append(el("details", {}, el("summary", {text: t.title}), el("pre", {text: t.text})));
 }
 
 // -- wiring ----------------------------------------------------------------------------
