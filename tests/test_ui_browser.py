@@ -281,3 +281,25 @@ def test_the_results_browser_shows_a_sweep_and_its_figure(page: Any, results: Pa
     assert "name: ui-sweep" in page.text_content("#results-view details pre")  # folded until opened
     page.click("#tab-whatif")
     assert page.is_visible("#form") and page.is_hidden("#results-view")
+
+
+def test_the_gpu_overridden_inline(page: Any, tmp_path: Path):
+    """Overriding the GPU starts from its catalog figures (the same run), and a faster
+    memory shortens the decode steps; a bad figure shows the CLI's line by its field."""
+    before = page.evaluate("state.last.result.summary")
+    page.check("[data-path='gpu.base']")
+    wait_for_current(page)
+    assert page.evaluate("state.doc.gpu.base") == "rtx4090"
+    assert page.input_value("[data-path='gpu.memory_bandwidth']") == "1008000000000"
+    assert page.evaluate("state.last.result.summary") == before
+    set_field(page, "gpu.memory_bandwidth", "2.016e12")
+    wait_for_current(page)
+    after = page.evaluate("state.last.result.summary")
+    assert after["tpot_p50"] < 0.75 * before["tpot_p50"]
+    set_field(page, "gpu.memory_bandwidth", "-1")
+    box = ".field[data-field='gpu.memory_bandwidth'] .error"
+    page.wait_for_function(f'document.querySelector("{box}").innerText', timeout=SLOW)
+    assert page.inner_text(box) == "error: gpu.memory_bandwidth: must be > 0 (got -1)"
+    page.uncheck("[data-path='gpu.base']")
+    wait_for_current(page)
+    assert page.evaluate("state.doc.gpu") == "rtx4090" and page.is_hidden("[data-path='gpu.memory_bandwidth']")

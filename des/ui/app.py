@@ -68,7 +68,12 @@ def create_app(results: Path, max_running: int = 2) -> FastAPI:
 
     @app.get("/api/form")
     def form_spec() -> dict[str, Any]:
-        return {"doc": form.default_document(), "fields": form.fields(), "templates": form.TEMPLATES}
+        return {
+            "doc": form.default_document(),
+            "fields": form.fields(),
+            "templates": form.TEMPLATES,
+            "gpus": form.gpu_figures(),
+        }
 
     @app.post("/api/check")
     def check(doc: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:

@@ -70,7 +70,9 @@ TEMPLATES: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def _field(path: str, label: str, kind: str = "number", group: str = "", **more: Any) -> dict[str, Any]:
-    """One field: ``kind`` number | int | text | select | check | toggle | file; ``when``:
+    """One field: ``kind`` number | int | text | select | check | toggle | file | override
+    (the GPU given inline: its catalog entry as ``base`` with the figures of
+    :func:`gpu_figures` to edit); ``when``:
     shown only while each named path holds one of the listed values (``*``: is set);
     ``default``: what des takes when the field is left out (shown, never written); a
     select's option ``""`` leaves the key out."""
@@ -83,6 +85,10 @@ def fields() -> list[dict[str, Any]]:
     arrival = "workload.arrival.process"
     out = [
         _field("gpu", "GPU", "select", "hardware", options=catalog.gpu_names()),
+        _field("gpu.base", "override its figures", "override", "hardware"),
+        _field("gpu.memory_bytes", "memory (bytes)", "int", "hardware", when={"gpu.base": ["*"]}),
+        _field("gpu.memory_bandwidth", "memory bandwidth (B/s)", "number", "hardware", when={"gpu.base": ["*"]}),
+        _field("gpu.flops.bf16", "bf16 peak (FLOP/s)", "number", "hardware", when={"gpu.base": ["*"]}),
         _field("model", "model", "select", "hardware", options=catalog.model_names()),
         _field("precision.weights", "weights", "select", "hardware", options=["", *get_args(WeightDtype)],
                default="(the model's own)"),
@@ -142,6 +148,19 @@ def fields() -> list[dict[str, Any]]:
         _field("warmup", "warm-up (s)", "number", "run"),
         _field("seed", "seed", "int", "run"),
     ]
+    return out
+
+
+def gpu_figures() -> dict[str, dict[str, Any]]:
+    """The figures of each catalog GPU the form lets a user override (bytes, bytes/s, FLOP/s)."""
+    out = {}
+    for name in catalog.gpu_names():
+        g = catalog.gpu(name)
+        out[name] = {
+            "memory_bytes": g.memory_bytes,
+            "memory_bandwidth": g.memory_bandwidth,
+            "flops": {"bf16": g.flops["bf16"]},
+        }
     return out
 
 

@@ -7,6 +7,7 @@ const state = {
   doc: null,          // the scenario document (what a scenario YAML file holds)
   fields: [],         // the form's fields (des.ui.form.fields)
   templates: {},      // a kind's starting mapping, by the path of the mapping it replaces
+  gpus: {},           // each catalog GPU's figures a user may override (des.ui.form.gpu_figures)
   owner: sessionStorage.getItem("des-owner") || Math.random().toString(36).slice(2),
   runId: null,        // the newest run job of this tab
   sweepId: null,      // the running sweep job, if any
@@ -95,7 +96,7 @@ function buildForm() {
     if (f.kind === "select") {
       input = el("select", {id});
       for (const o of f.options) input.append(el("option", {value: o, text: o === "" ? String(f.default ?? "(unset)") : o}));
-    } else if (f.kind === "check" || f.kind === "toggle") {
+    } else if (f.kind === "check" || f.kind === "toggle" || f.kind === "override") {
       input = el("input", {id, type: "checkbox"});
     } else if (f.kind === "file") {
       input = el("input", {id, type: "file"});
@@ -117,7 +118,8 @@ function fillForm() {
     f.row.hidden = !visible(f);
     const v = getPath(state.doc, f.path);
     if (f.kind === "check") f.input.checked = v === undefined ? f.default !== false : Boolean(v);
-    else if (f.kind === "toggle") f.input.checked = v !== undefined && v !== null;
+    else if (f.kind === "toggle" || f.kind === "override") f.input.checked = v !== undefined && v !== null;
+    else if (f.kind === "select" && f.path === "gpu") f.input.value = typeof v === "object" ? v.base : String(v);
     else if (f.kind === "file") f.row.querySelector("label").title = v || "";
     else if (f.kind === "select") f.input.value = v === undefined ? "" : String(v);
     else if (document.activeElement !== f.input) f.input.value = v === undefined ? "" : String(v);
@@ -127,7 +129,13 @@ function fillForm() {
 async function onField(f, input) {
   const kindKey = ["kind", "process", "dist"].includes(f.path.split(".").pop());
   const parent = parentOf(f.path);
-  if (f.kind === "select" && kindKey && state.templates[parent] && state.templates[parent][input.value]) {
+  const gpu = getPath(state.doc, "gpu");
+  if (f.path === "gpu" && typeof gpu === "object") {  // another GPU to override: its own figures
+    state.doc.gpu = {base: input.value, ...clone(state.gpus[input.value] || {})};
+  } else if (f.kind === "override") {
+    const name = typeof gpu === "object" ? gpu.base : gpu;
+    state.doc.gpu = input.checked ? {base: name, ...clone(state.gpus[name] || {})} : name;
+  } else if (f.kind === "select" && kindKey && state.templates[parent] && state.templates[parent][input.value]) {
     switchKind(parent, input.value);
   } else if (f.kind === "select") {
     setPath(state.doc, f.path, input.value === "" ? undefined : input.value);
@@ -471,7 +479,7 @@ function show(view) {
 
 async function start() {
   const spec = await (await fetch("/api/form")).json();
-  state.fields = spec.fields; state.templates = spec.templates; state.doc = spec.doc;
+  state.fields = spec.fields; state.templates = spec.templates; state.doc = spec.doc; state.gpus = spec.gpus;
   state.default = clone(spec.doc);
   buildForm();
   for (const b of document.querySelectorAll(".tab")) b.addEventListener("click", () => show(b.dataset.view));
