@@ -215,7 +215,11 @@ def test_a_sweep_of_a_closed_loop_says_why_not(client: TestClient):
     r = client.post("/api/jobs", json={"kind": "sweep", "doc": doc, "fractions": [0.5]})
     out = r.json()
     job = finish(client, out["id"]) if out["id"] else {"problems": out["problems"], "state": "error"}
-    assert job["state"] == "error" and job["problems"][0]["line"].startswith("error: ")
+    assert job["state"] == "error"
+    assert [p["path"] for p in job["problems"]] == ["workload.arrival.process"]
+    assert job["problems"][0]["line"].startswith(
+        "error: workload.arrival.process: the sweep varies the arrival rate, which closed arrivals do not have"
+    )
 
 
 def test_the_results_browser_stays_inside_its_root(client: TestClient):

@@ -74,7 +74,13 @@ def sweep_study(doc: Mapping[str, Any], fractions: list[float], replications: in
 def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, folder: Path, report: Report):
     """Latency against load for the scenario ``doc``, with 95 % intervals, and the capacity
     under its SLO (or the reports' default, p99 TTFT <= 2 s and median TPOT <= 0.1 s)."""
-    load_scenario(doc)  # the scenario's own problems, named as des run names them
+    sc = load_scenario(doc)  # the scenario's own problems, named as des run names them
+    if "rate" not in type(sc.workload.arrival).model_fields:  # as a study's load grid requires
+        raise ScenarioError((
+            "workload.arrival.process",
+            f"the sweep varies the arrival rate, which {sc.workload.arrival.process} arrivals do not have: pick "
+            "poisson or gamma (sweep a closed loop's users or a trace's rate_scale with des sweep and a grid)",
+        ))  # fmt: skip
     try:
         study = load_study(sweep_study(doc, fractions, replications), base_dir=Path.cwd())
     except ScenarioError as exc:
