@@ -303,3 +303,11 @@ def test_the_gpu_overridden_inline(page: Any, tmp_path: Path):
     page.uncheck("[data-path='gpu.base']")
     wait_for_current(page)
     assert page.evaluate("state.doc.gpu") == "rtx4090" and page.is_hidden("[data-path='gpu.memory_bandwidth']")
+
+
+def test_the_rate_slider_runs_as_it_moves(page: Any):
+    for rate in ("7.5", "1.5"):
+        page.fill("[data-slider='workload.arrival.rate']", rate)  # a drag, ending at rate
+        wait_for_rows(page, f"poisson: rate {rate}")
+        assert page.input_value("[data-path='workload.arrival.rate']") == rate
+        assert page.evaluate("state.doc.workload.arrival.rate") == float(rate)

@@ -75,7 +75,8 @@ def _field(path: str, label: str, kind: str = "number", group: str = "", **more:
     :func:`gpu_figures` to edit); ``when``:
     shown only while each named path holds one of the listed values (``*``: is set);
     ``default``: what des takes when the field is left out (shown, never written); a
-    select's option ``""`` leaves the key out."""
+    select's option ``""`` leaves the key out; ``slider``: [min, max, step] of a slider
+    beside a number's box, which runs the scenario as it moves."""
     return {"path": path, "label": label, "kind": kind, "group": group, **more}
 
 
@@ -111,8 +112,10 @@ def fields() -> list[dict[str, Any]]:
         _field("scheduler.decode.instances", "decode instances (D)", "int", "engine",
                when={"scheduler.kind": ["disaggregated"]}),
         _field(arrival, "arrivals", "select", "workload", options=list(TEMPLATES["workload.arrival"])),
-        _field("workload.arrival.rate", "rate (req/s)", "number", "workload", when={arrival: ["poisson", "gamma"]}),
-        _field("workload.arrival.cv", "burstiness (cv)", "number", "workload", when={arrival: ["gamma"]}),
+        _field("workload.arrival.rate", "rate (req/s)", "number", "workload", when={arrival: ["poisson", "gamma"]},
+               slider=[0.1, 40, 0.1]),
+        _field("workload.arrival.cv", "burstiness (cv)", "number", "workload", when={arrival: ["gamma"]},
+               slider=[0.25, 8, 0.25]),
         _field("workload.arrival.concurrency", "users", "int", "workload", when={arrival: ["closed"]}),
         _field("workload.arrival.think_time", "think time (s)", "number", "workload", when={arrival: ["closed"]}),
         _field("workload.arrival.path", "trace file", "file", "workload", when={arrival: ["trace"]}),

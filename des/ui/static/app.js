@@ -106,7 +106,14 @@ function buildForm() {
     }
     input.dataset.path = f.path;
     input.addEventListener("change", () => onField(f, input));
-    const row = el("div", {class: "field", "data-field": f.path}, el("label", {for: id, text: f.label}), input,
+    let box = input;
+    if (f.slider) {  // a slider beside the box: the scenario runs as it moves
+      const [min, max, step] = f.slider;
+      f.range = el("input", {type: "range", min, max, step, "data-slider": f.path});
+      f.range.addEventListener("input", () => { input.value = f.range.value; onField(f, input); });
+      box = el("div", {class: "with-slider"}, input, f.range);
+    }
+    const row = el("div", {class: "field", "data-field": f.path}, el("label", {for: id, text: f.label}), box,
                    el("div", {class: "error", "data-error-for": f.path}));
     groups[f.group].append(row);
     f.row = row; f.input = input;
@@ -123,6 +130,7 @@ function fillForm() {
     else if (f.kind === "file") f.row.querySelector("label").title = v || "";
     else if (f.kind === "select") f.input.value = v === undefined ? "" : String(v);
     else if (document.activeElement !== f.input) f.input.value = v === undefined ? "" : String(v);
+    if (f.range && document.activeElement !== f.range && typeof v === "number") f.range.value = v;
   }
 }
 
@@ -275,6 +283,12 @@ const CARDS = [
   ["gpu_busy_fraction", "GPU busy", ""],
   ["stable", "stable", ""],
 ];
+// Cards shown only when the run has them (an SLO set, prices known).
+const MORE_CARDS = [
+  ["slo_attainment", "SLO met by", ""],
+  ["goodput_rps", "goodput", "req/s"],
+  ["cost_per_million_tokens", "$ per M output tokens", ""],
+];
 
 function fmt(v) {
   if (v === null || v === undefined) return "-";
@@ -288,7 +302,7 @@ function showRun(result) {
   const s = result.summary;
   const cards = $("#summary");
   cards.replaceChildren();
-  for (const [key, label, unit] of CARDS) {
+  for (const [key, label, unit] of [...CARDS, ...MORE_CARDS.filter(([k]) => s[k] !== null && s[k] !== undefined)]) {
     const v = s[key];
     const value = el("div", {class: "value" + (v === false ? " bad" : ""), "data-key": key,
                              "data-value": v === null || v === undefined ? "" : String(v), text: fmt(v)});
