@@ -145,6 +145,41 @@ def test_a_bad_uploaded_trace_is_the_cli_line(client: TestClient, tmp_path: Path
     assert out["problems"][0]["path"].startswith("workload.arrival")
 
 
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"workload": 5},
+        {"horizon": {"duration": "soon"}, "workload": {"arrival": {"process": "poisson", "rate": 1}}},
+        {"gpu": {"base": 7}},
+        {"gpu": "rtx4091"},
+        {"cluster": {"replicas": 10**9}},
+        {"workload": {"arrival": {"process": "trace", "path": "/nonexistent/trace.csv"}}},
+        {"scheduler": {"kind": "disaggregated", "prefill": {"instances": 0}}},
+    ],
+)
+def test_a_malformed_scenario_is_lines_and_the_server_goes_on(client: TestClient, doc: dict[str, Any]):
+    out = submit(client, {**small(), **doc})
+    assert out["id"] is None and out["problems"]
+    assert all(p["line"].startswith("error: ") and "\n" not in p["line"] for p in out["problems"])
+    assert client.get("/api/form").status_code == 200
+
+
+def test_a_malformed_request_is_refused_without_harm(client: TestClient):
+    assert (
+        client.post("/api/jobs", content=b"not json", headers={"Content-Type": "application/json"}).status_code == 422
+    )
+    assert client.post("/api/jobs", json={"kind": "rm -rf", "doc": {}}).status_code == 422
+    assert client.post("/api/jobs", json={"kind": "run", "doc": []}).status_code == 422
+    assert client.get("/api/jobs/nope").status_code == 404
+    assert client.post("/api/jobs/nope/cancel").status_code == 404
+    assert client.get("/api/jobs/nope/figure.png").status_code == 404
+    sweep = {"kind": "sweep", "doc": small(), "fractions": [0.5, -1]}
+    assert client.post("/api/jobs", json=sweep).json()["problems"][0]["line"] == (
+        "error: fractions: each must be > 0 and <= 3 (got -1)"
+    )
+    assert finish(client, submit(client, small())["id"])["state"] == "done"
+
+
 def test_a_page_s_runs_replace_each_other_but_not_another_page_s(client: TestClient):
     docs = [small(), small(), small()]
     docs[2]["workload"]["arrival"]["rate"] = 2.0
@@ -191,6 +226,19 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def test_a_job_killed_from_outside_is_an_error_line(client: TestClient):
+    jid = submit(client, small(horizon={"duration": 20000}))["id"]
+    end = time.monotonic() + 60
+    while client.get(f"/api/jobs/{jid}").json()["progress"] is None:  # until it simulates
+        assert time.monotonic() < end
+        time.sleep(0.05)
+    os.kill(client.app.state.jobs.get(jid).process.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+    job = finish(client, jid)
+    assert job["state"] == "error"
+    assert [p["line"] for p in job["problems"]] == ["error: internal: the job's process ended with status -9"]
+    assert finish(client, submit(client, small())["id"])["state"] == "done"
+
+
 def test_a_sweep_draws_latency_against_load_and_the_capacity(client: TestClient):
     doc = small(slo={"ttft": 2.0, "tpot": 0.1})
     r = client.post("/api/jobs", json={"kind": "sweep", "doc": doc, "fractions": [0.3, 0.9, 1.2], "replications": 2})
@@ -232,6 +280,7 @@ def test_the_results_browser_stays_inside_its_root(client: TestClient):
     summary = dict(view["tables"][0]["rows"])
     assert summary["num_requests"] == str(json.loads((root / "one" / "summary.json").read_text())["num_requests"])
     assert [t["title"] for t in view["texts"]] == ["scenario.yaml"]
+    assert view["tables"][1]["title"].startswith("windows") and "throughput_rps" in view["tables"][1]["columns"]
     for bad in ("..", "../..", "/etc", "one/../../x"):
         assert client.get("/api/results/view", params={"path": bad}).status_code == 404
     assert client.get("/api/results/file", params={"path": "one/requests.parquet"}).status_code == 404

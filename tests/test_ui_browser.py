@@ -85,7 +85,8 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        # as root (CI) Chromium runs only without its sandbox; a container's small /dev/shm crashes its tabs
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-dev-shm-usage"])
         yield b
         b.close()
 
@@ -311,3 +312,16 @@ def test_the_rate_slider_runs_as_it_moves(page: Any):
         wait_for_rows(page, f"poisson: rate {rate}")
         assert page.input_value("[data-path='workload.arrival.rate']") == rate
         assert page.evaluate("state.doc.workload.arrival.rate") == float(rate)
+
+
+def test_a_long_run_is_cancelled_by_its_button(page: Any):
+    set_field(page, "horizon.duration", "50000")  # about a minute of simulation
+    page.wait_for_function(
+        "state.runId && document.querySelector('#status').innerText.includes('s simulated')", timeout=SLOW
+    )
+    assert page.is_enabled("#run-cancel") and 0 < page.evaluate("document.querySelector('#run-progress').value") < 1
+    page.click("#run-cancel")
+    page.wait_for_selector("#status[data-state=cancelled]", timeout=SLOW)
+    assert page.is_disabled("#run-cancel")
+    set_field(page, "horizon.duration", "120")
+    wait_for_current(page)

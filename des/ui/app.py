@@ -87,8 +87,8 @@ def create_app(results: Path, max_running: int = 2) -> FastAPI:
         if req.kind == "sweep":
             bad = [f for f in req.fractions if not 0 < f <= 3]
             if bad:
-                line = f"error: fractions: each must be > 0 and <= 3 (got {bad[0]:g})"
-                return {"id": None, "problems": [{"path": "fractions", "message": line[18:], "line": line}]}
+                problem = ScenarioError(("fractions", f"each must be > 0 and <= 3 (got {bad[0]:g})"))
+                return {"id": None, "problems": form.problems(problem)}
         args = {"doc": req.doc, "fractions": sorted(set(req.fractions)), "replications": req.replications}
         job = jobs.submit(req.kind, args, owner=req.owner, replace=req.replace)
         return {"id": job.id, "problems": []}

@@ -98,6 +98,8 @@ def view(root: Path, rel: str) -> dict[str, Any]:
         tables.append(
             table(pd.DataFrame({"key": list(summary), "value": [str(v) for v in summary.values()]}), "summary")
         )
+        if (folder / "windows.parquet").is_file():
+            tables.append(table(pd.read_parquet(folder / "windows.parquet"), "windows (metrics.window seconds each)"))
     elif kind == "sweep":
         points = pd.read_parquet(folder / "points.parquet")
         lead = [c for c in points.columns if c in ("variant", "load") or "." in c]

@@ -96,8 +96,8 @@ def _child(kind: str, args: dict[str, Any], folder: str, conn: Connection) -> No
     except Terminated:  # cancelled
         pass
     except Exception as exc:  # the page shows what went wrong; the server goes on
-        line = f"error: internal: {type(exc).__name__}: {exc}"
-        conn.send(("error", [{"path": "", "message": line[7:], "line": line, "trace": traceback.format_exc()}]))
+        problem = form.problems(ScenarioError(("internal", f"{type(exc).__name__}: {exc}")))[0]
+        conn.send(("error", [{**problem, "trace": traceback.format_exc()}]))
     finally:
         conn.close()
 
@@ -221,9 +221,11 @@ class Jobs:
         job.process.join()
         with self._lock:
             if job.state == "running":  # ended without a word: killed from outside, or out of memory
-                code = job.process.exitcode
-                line = f"error: internal: the job's process ended with status {code}"
-                job.state, job.problems = "error", [{"path": "", "message": line[7:], "line": line}]
+                from des.errors import ScenarioError
+                from des.ui.form import problems
+
+                why = f"the job's process ended with status {job.process.exitcode}"
+                job.state, job.problems = "error", problems(ScenarioError(("internal", why)))
             if job.ended is None or job.state != "cancelled":
                 job.ended = time.monotonic()
             self._start_waiting()

@@ -249,6 +249,7 @@ async function runNow() {
   state.runId = sub.id;
   $("#run-cancel").disabled = false;
   const bar = $("#run-progress");
+  bar.value = 0;
   const job = await poll(sub.id, (j) => {
     if (state.runId !== sub.id) return;
     setStatus("running: " + j.message, "running");
