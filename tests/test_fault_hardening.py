@@ -111,10 +111,21 @@ def wait_until(cond: Callable[[], bool], what: str, timeout: float = DEADLINE) -
 def des_process(args: list[str], log: Path, cwd: Path = ROOT, **popen: Any) -> Iterator[subprocess.Popen]:
     """``python -m des.cli ARGS`` in a session of its own, stdout and stderr into ``log``.*;
     whatever it leaves running is killed at the end (by pid and by its process group)."""
-    with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "des.cli", *args], cwd=cwd, stdout=out, stderr=err, start_new_session=True, **popen
-        )
+    # started with SIGINT's default action, as a terminal's shell starts it: a suite run in
+    # the background (``make test &``) ignores SIGINT, which a child would inherit
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "des.cli", *args],
+                cwd=cwd,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                **popen,
+            )
+    finally:
+        signal.signal(signal.SIGINT, saved)
     seen: dict[int, int] = {}
     try:
         yield proc
@@ -249,9 +260,7 @@ def test_sigterm_to_a_capacity_searchs_main_process_ends_its_workers(tmp_path):
 
 def test_sigint_to_a_sweeps_main_process_still_aborts_with_130_and_leaves_nothing_running(tmp_path):
     study_file = tmp_path / "study.yaml"
-    # 36 runs: on a loaded machine the ten runs left of 12 could all finish while the
-    # process tree is read below, and the signal would come after the sweep was done
-    study_file.write_text(yaml.safe_dump({**SIGNAL_STUDY, "replications": 6}))
+    study_file.write_text(yaml.safe_dump(SIGNAL_STUDY))
     out = tmp_path / "out"
     args = ["sweep", str(study_file), "--out", str(out), "--workers", "2", "--quiet"]
     with des_process(args, tmp_path / "sweep") as proc:

@@ -223,8 +223,15 @@ def test_a_small_sweep_draws_its_figure_with_progress(page: Any, tmp_path: Path)
     page.screenshot(path=str(png), full_page=True)
     assert png.read_bytes()[:4] == b"\x89PNG"
     page.click("#pin-a")
-    assert page.is_visible("#pins-box")
-    assert page.inner_text("#pins tr[data-row=capacity] td[data-pin=A]") != "(no sweep)"
+    page.wait_for_selector("#pins td[data-pin=A]", timeout=SLOW)
+    assert page.inner_text("#pins tr[data-row=capacity] td[data-pin=A]") == page.evaluate(
+        "state.lastSweep.result.capacity"
+    )
+    page.wait_for_function(  # the pinned sweep's figure, kept in the page
+        "() => { const i = document.querySelector('#pin-figures img'); "
+        "return i && i.complete && i.naturalWidth > 400; }",
+        timeout=SLOW,
+    )
 
 
 def test_two_tabs_and_a_cancelled_sweep_leave_the_server_answering(browser: Any, server: str):
@@ -249,10 +256,12 @@ def test_two_tabs_and_a_cancelled_sweep_leave_the_server_answering(browser: Any,
 
 def test_two_configurations_pinned_side_by_side(page: Any):
     page.click("#pin-a")
+    page.wait_for_selector("#pins td[data-pin=A]", timeout=SLOW)
     page.select_option("[data-path='scheduler.kind']", "disaggregated")
     wait_for_current(page)
     assert "1P+1D" in page.inner_text("#summary-rows") or "disaggregated" in page.inner_text("#summary-rows")
     page.click("#pin-b")
+    page.wait_for_selector("#pins td[data-pin=B]", timeout=SLOW)
     a = page.evaluate("state.pins.A.result.summary")
     b = page.evaluate("state.pins.B.result.summary")
     assert a != b
@@ -325,3 +334,18 @@ def test_a_long_run_is_cancelled_by_its_button(page: Any):
     assert page.is_disabled("#run-cancel")
     set_field(page, "horizon.duration", "120")
     wait_for_current(page)
+
+
+def test_an_uploaded_trace_is_replayed_as_des_run_replays_it(page: Any, tmp_path: Path):
+    trace = tmp_path / "mine.csv"
+    rows = [f"{0.5 * i:.1f},{200 + 10 * i},{20 + i}" for i in range(40)]
+    trace.write_text("arrival_time,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    page.select_option("[data-path='workload.arrival.process']", "trace")
+    page.set_input_files("[data-path='workload.arrival.path']", str(trace))
+    set_field(page, "warmup", "0")
+    wait_for_current(page)
+    assert page.inner_text(".field[data-field='workload.arrival.path'] .note") == "now: mine.csv"
+    assert "40 arrived: 40 completed" in page.inner_text("#summary-rows")
+    doc = page.evaluate("state.doc")
+    (tmp_path / "page.yaml").write_text(yaml.safe_dump(doc))
+    assert page.evaluate("state.last.result.summary") == des_run(tmp_path, "page.yaml")

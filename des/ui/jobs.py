@@ -17,6 +17,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -194,10 +195,12 @@ class Jobs:
         threading.Thread(target=self._watch, args=(job, mine), daemon=True).start()
 
     def _forget(self) -> None:
-        done = [jid for jid, job in self._jobs.items() if job.finished]
-        for jid in done[: max(0, len(done) - self.keep)]:
-            job = self._jobs.pop(jid)
-            shutil.rmtree(job.folder, ignore_errors=True)
+        """Forget finished jobs beyond the newest ``keep`` of each kind (so a page's many
+        runs never push out its sweeps), removing their folders."""
+        for kind in ("run", "sweep"):
+            done = [jid for jid, job in self._jobs.items() if job.finished and job.kind == kind]
+            for jid in done[: max(0, len(done) - self.keep)]:
+                shutil.rmtree(self._jobs.pop(jid).folder, ignore_errors=True)
 
     # -- a job's watcher thread --------------------------------------------------------
 
@@ -216,7 +219,7 @@ class Jobs:
                 elif msg[0] == "done":
                     job.state, job.result, job.progress, job.message = "done", msg[1], 1.0, "done"
                 else:
-                    job.state, job.problems, job.message = "error", msg[1], "error"
+                    job.state, job.problems, job.message = "error", [_logged(p, job) for p in msg[1]], "error"
         conn.close()
         job.process.join()
         with self._lock:
@@ -229,6 +232,15 @@ class Jobs:
             if job.ended is None or job.state != "cancelled":
                 job.ended = time.monotonic()
             self._start_waiting()
+
+
+def _logged(problem: dict[str, Any], job: Job) -> dict[str, Any]:
+    """A problem for the page; an internal error's traceback goes to the server's stderr
+    (where a bug can be reported from), not to the page."""
+    trace = problem.pop("trace", None)
+    if trace:
+        print(f"des ui: job {job.id} ({job.kind}) failed:\n{trace}", file=sys.stderr, flush=True)
+    return problem
 
 
 def _stop(process: Any) -> None:

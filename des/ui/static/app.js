@@ -114,6 +114,7 @@ function buildForm() {
       box = el("div", {class: "with-slider"}, input, f.range);
     }
     const row = el("div", {class: "field", "data-field": f.path}, el("label", {for: id, text: f.label}), box,
+                   f.kind === "file" ? el("div", {class: "note"}) : null,
                    el("div", {class: "error", "data-error-for": f.path}));
     groups[f.group].append(row);
     f.row = row; f.input = input;
@@ -127,7 +128,7 @@ function fillForm() {
     if (f.kind === "check") f.input.checked = v === undefined ? f.default !== false : Boolean(v);
     else if (f.kind === "toggle" || f.kind === "override") f.input.checked = v !== undefined && v !== null;
     else if (f.kind === "select" && f.path === "gpu") f.input.value = typeof v === "object" ? v.base : String(v);
-    else if (f.kind === "file") f.row.querySelector("label").title = v || "";
+    else if (f.kind === "file") f.row.querySelector(".note").textContent = v ? "now: " + String(v).split("/").pop() : "";
     else if (f.kind === "select") f.input.value = v === undefined ? "" : String(v);
     else if (document.activeElement !== f.input) f.input.value = v === undefined ? "" : String(v);
     if (f.range && document.activeElement !== f.range && typeof v === "number") f.range.value = v;
@@ -328,9 +329,14 @@ const PIN_ROWS = [
   ["cost_per_million_tokens", "$ per million output tokens"], ["stable", "stable"], ["capacity", "capacity under the SLO"],
 ];
 
-function pin(which) {
+async function pin(which) {
   if (!state.last) return;
-  const sweep = state.lastSweep && JSON.stringify(state.lastSweep.doc) === JSON.stringify(state.last.doc) ? state.lastSweep : null;
+  const same = state.lastSweep && JSON.stringify(state.lastSweep.doc) === JSON.stringify(state.last.doc);
+  const sweep = same ? {...state.lastSweep} : null;
+  if (sweep) {  // the figure kept in the page: the server forgets old jobs
+    const r = await fetch(`/api/jobs/${sweep.id}/figure.png`);
+    if (r.ok) sweep.figure = URL.createObjectURL(await r.blob());
+  }
   state.pins[which] = {doc: clone(state.last.doc), result: state.last.result, sweep};
   showPins();
 }
@@ -359,7 +365,7 @@ function showPins() {
     return el("td", {}, b);
   })));
   $("#pin-figures").replaceChildren(...cols.filter(([, p]) => p.sweep).map(([n, p]) =>
-    el("figure", {}, el("figcaption", {text: n}), el("img", {src: `/api/jobs/${p.sweep.id}/figure.png`, alt: n}))));
+    el("figure", {}, el("figcaption", {text: n}), el("img", {src: p.sweep.figure || "", alt: n}))));
 }
 
 // -- the sweep -------------------------------------------------------------------------
