@@ -18,6 +18,19 @@ def des_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "des.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
+def start_ui(results: Path, cwd: Path) -> tuple[subprocess.Popen, str]:
+    """``des ui --no-browser --port 0 --results RESULTS`` started as a user starts it from
+    ``cwd``; the process and the first line it printed (its address)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "des.cli", "ui", "--no-browser", "--port", "0", "--results", str(results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
+    return proc, proc.stdout.readline().strip()  # type: ignore[union-attr]
+
+
 def ledger(cluster: Any) -> pd.DataFrame:
     """A run's requests as the cluster's ledger holds them, with the tokens each generated."""
     from des.metrics import requests_table

@@ -15,8 +15,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import des_cli
+from tests.helpers import des_cli, start_ui
 
 pytestmark = pytest.mark.browser
 
@@ -56,15 +54,7 @@ def results(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, results: Path) -> Iterator[str]:
     """``des ui --no-browser --port 0`` as a user starts it; its address."""
-    cwd = tmp_path_factory.mktemp("ui")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "des.cli", "ui", "--no-browser", "--port", "0", "--results", str(results)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-    )
-    url = proc.stdout.readline().strip()  # type: ignore[union-attr]
+    proc, url = start_ui(results, tmp_path_factory.mktemp("ui"))
     try:
         assert url.startswith("http://127.0.0.1:"), proc.stderr.read()  # type: ignore[union-attr]
         yield url
