@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import click
 
 from des.errors import ScenarioError
+from des.ui import DEFAULT_PORT as UI_PORT
 
 if TYPE_CHECKING:
     from des.catalog.memory import Precision
@@ -773,7 +774,7 @@ def compare(
 @click.option(
     "--port",
     type=click.IntRange(min=0, max=65535),
-    default=8050,
+    default=UI_PORT,
     show_default=True,
     help="The port to listen on (0: any free port).",
 )

@@ -10,10 +10,13 @@ it works offline; its figures are drawn on the server by the report's own code
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from des.errors import ScenarioError
+
+if TYPE_CHECKING:
+    import socket
 
 #: The port ``des ui`` listens on unless told otherwise.
 DEFAULT_PORT = 8050
@@ -21,6 +24,8 @@ DEFAULT_PORT = 8050
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (0: any free port); a port in use names ``--port``."""
+    import socket
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
