@@ -180,6 +180,13 @@ def test_a_bad_trace_shows_des_run_s_error_line_by_the_trace_field(page: Any, tm
 def test_the_downloaded_yaml_runs_back_to_the_page_s_numbers(page: Any, tmp_path: Path):
     page.select_option("[data-path='scheduler.kind']", "static")
     wait_for_rows(page, "static batching")
+    assert page.evaluate("state.doc.scheduler") == {  # the memory settings every kind has are kept
+        "kind": "static",
+        "max_batch_size": 32,
+        "max_wait": 0.05,
+        "block_size": 16,
+        "gpu_memory_utilization": 0.92,
+    }
     set_field(page, "workload.arrival.rate", "2")
     wait_for_rows(page, "poisson: rate 2")
     with page.expect_download() as info:
@@ -260,7 +267,12 @@ def test_two_configurations_pinned_side_by_side(page: Any):
         assert page.inner_text(f"{row} td:first-child") == label
         assert page.inner_text(f"{row} td[data-pin=A]") == page.evaluate("v => fmt(v)", a[key])
         assert page.inner_text(f"{row} td[data-pin=B]") == page.evaluate("v => fmt(v)", b[key])
-    assert '"kind":"disaggregated"' in page.inner_text("#pins tr[data-row=scheduler] td[data-pin=B]")
+    assert page.inner_text("#pins tr[data-row=scheduler] td[data-pin=B]").startswith(
+        "disaggregated: max_num_seqs 128, max_num_batched_tokens 2048, "
+    )
+    assert "prefill {instances 1}, decode {instances 1}" in page.inner_text(
+        "#pins tr[data-row=scheduler] td[data-pin=B]"
+    )
     page.click("#pins button:text('Load A')")  # back to A's configuration, and its answer
     wait_for_current(page)
     assert page.evaluate("state.last.result.summary") == a

@@ -73,6 +73,7 @@ def create_app(results: Path, max_running: int = 2) -> FastAPI:
             "fields": form.fields(),
             "templates": form.TEMPLATES,
             "gpus": form.gpu_figures(),
+            "carried": form.carried(),
         }
 
     @app.post("/api/check")

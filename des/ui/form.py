@@ -69,6 +69,23 @@ TEMPLATES: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+def carried() -> dict[str, list[str]]:
+    """For each mapping whose kind the form picks, the keys every kind it offers accepts
+    (besides the kind): a change of kind keeps them (``scheduler.gpu_memory_utilization``
+    stays when continuous batching becomes static), so two kinds compare like for like."""
+    from des.engine.schedulers import SCHEDULERS
+    from des.workload.arrivals import ARRIVALS
+    from des.workload.lengths import LENGTHS
+
+    registries = {"scheduler": SCHEDULERS, "workload.arrival": ARRIVALS}
+    registries |= {f"workload.{key}": LENGTHS for key in ("prompt_tokens", "output_tokens")}
+    out = {}
+    for path, registry in registries.items():
+        fields = [set(registry.get(kind).model_fields) for kind in TEMPLATES[path]]  # type: ignore[attr-defined]
+        out[path] = sorted(set.intersection(*fields) - {"kind", "process", "dist"})
+    return out
+
+
 def _field(path: str, label: str, kind: str = "number", group: str = "", **more: Any) -> dict[str, Any]:
     """One field: ``kind`` number | int | text | select | check | toggle | file | override
     (the GPU given inline: its catalog entry as ``base`` with the figures of

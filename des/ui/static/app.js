@@ -8,6 +8,7 @@ const state = {
   fields: [],         // the form's fields (des.ui.form.fields)
   templates: {},      // a kind's starting mapping, by the path of the mapping it replaces
   gpus: {},           // each catalog GPU's figures a user may override (des.ui.form.gpu_figures)
+  carried: {},        // the keys a change of kind keeps, by mapping (des.ui.form.carried)
   owner: sessionStorage.getItem("des-owner") || Math.random().toString(36).slice(2),
   runId: null,        // the newest run job of this tab
   sweepId: null,      // the running sweep job, if any
@@ -60,13 +61,15 @@ function typed(text) {
   return NUMBER.test(t) ? Number(t) : t;
 }
 
-// A kind picked: its template replaces the mapping, keeping the keys both have.
+// A kind picked: its template replaces the mapping, keeping the values of the template's
+// keys the old mapping set, and the keys every kind accepts (des.ui.form.carried).
 function switchKind(parentPath, kind) {
   const template = clone(state.templates[parentPath][kind]);
   const old = getPath(state.doc, parentPath) || {};
   for (const key of Object.keys(template)) {
     if (key in old && typeof old[key] !== "object" && !["kind", "process", "dist"].includes(key)) template[key] = old[key];
   }
+  for (const key of state.carried[parentPath] || []) if (key in old) template[key] = clone(old[key]);
   setPath(state.doc, parentPath, template);
 }
 
@@ -341,11 +344,19 @@ async function pin(which) {
   showPins();
 }
 
+// A mapping in a line: "continuous: max_num_seqs 128, prefill {instances 1}".
+function settings(m) {
+  const words = (x) => (x !== null && typeof x === "object"
+    ? "{" + Object.entries(x).map(([k, v]) => `${k} ${words(v)}`).join(", ") + "}" : String(x));
+  const {kind, ...rest} = m;
+  return `${kind || ""}: ${words(rest).slice(1, -1)}`;
+}
+
 function pinCell(p, key) {
   if (!p) return "";
   const rows = Object.fromEntries(p.result.rows);
   if (key === "hardware" || key === "workload") return rows[key] || "";
-  if (key === "scheduler") return JSON.stringify(p.doc.scheduler || {kind: "continuous"});
+  if (key === "scheduler") return settings(p.doc.scheduler || {kind: "continuous"});
   if (key === "capacity") return p.sweep ? p.sweep.result.capacity : "(no sweep)";
   return fmt(p.result.summary[key]);
 }
@@ -501,6 +512,7 @@ function show(view) {
 async function start() {
   const spec = await (await fetch("/api/form")).json();
   state.fields = spec.fields; state.templates = spec.templates; state.doc = spec.doc; state.gpus = spec.gpus;
+  state.carried = spec.carried;
   state.default = clone(spec.doc);
   buildForm();
   for (const b of document.querySelectorAll(".tab")) b.addEventListener("click", () => show(b.dataset.view));
