@@ -336,65 +336,61 @@ def factor_lines(sc: Scenario) -> list[str]:
     return [source.describe() for source in factor_sources(sc)]
 
 
-class _Rows:
-    """Labelled lines, added as to a rich grid."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str]] = []
-
-    def add_row(self, label: str, text: str) -> None:
-        self.rows.append((label, text))
-
-
 def summary_rows(sc: Scenario, result: Result) -> list[tuple[str, str]]:
     """The labelled lines above a run's latency table (``des run`` and the what-if page)."""
     from des.metrics.summary import rejections
 
     s = result.summary
-    head = _Rows()
-    head.add_row("scenario", f"{sc.name}  (seed {sc.seed})")
-    head.add_row("hardware", hardware_line(sc))
-    head.add_row("workload", workload_line(sc))
-    head.add_row("requests", requests_line(s, rejections(result.requests)))
-    head.add_row("load", load_line(s))
+    rows: list[tuple[str, str]] = []
+    rows.append(("scenario", f"{sc.name}  (seed {sc.seed})"))
+    rows.append(("hardware", hardware_line(sc)))
+    rows.append(("workload", workload_line(sc)))
+    rows.append(("requests", requests_line(s, rejections(result.requests))))
+    rows.append(("load", load_line(s)))
     pools = sc.plan().pools
     per = " per decode instance (each pool's below)" if len(pools) > 1 else ""
-    head.add_row(
-        "engine",
-        f"GPU busy {fmt(s['gpu_busy_fraction'])}, mean batch {fmt(s['mean_batch_size'])}, "
-        f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens{per}",
+    rows.append(
+        (
+            "engine",
+            f"GPU busy {fmt(s['gpu_busy_fraction'])}, mean batch {fmt(s['mean_batch_size'])}, "
+            f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens{per}",
+        )
     )
     for pool, plan in zip(pools, sc.memory_plans(), strict=True):
-        head.add_row("memory" if len(pools) == 1 else f"{pool.role} memory", memory_line(plan))
+        rows.append(("memory" if len(pools) == 1 else f"{pool.role} memory", memory_line(plan)))
     if s.get("roofline_share") is not None:
-        head.add_row("utilisation", utilisation_line(s))
+        rows.append(("utilisation", utilisation_line(s)))
     if s.get("prefix_cache_hit_tokens"):
-        head.add_row("prefix cache", prefix_cache_line(s))
+        rows.append(("prefix cache", prefix_cache_line(s)))
     for role in ("prefill", "decode"):
         if s.get(f"{role}_busy_fraction") is not None:
-            head.add_row(
-                role,
-                f"busy {fmt(s[f'{role}_busy_fraction'])}, mean batch {fmt(s[f'{role}_mean_batch_size'])}, "
-                f"KV use {_pct(s[f'{role}_kv_use'])}",
+            rows.append(
+                (
+                    role,
+                    f"busy {fmt(s[f'{role}_busy_fraction'])}, mean batch {fmt(s[f'{role}_mean_batch_size'])}, "
+                    f"KV use {_pct(s[f'{role}_kv_use'])}",
+                )
             )
     if s.get("kv_transfer_time_mean") is not None:
-        head.add_row(
-            "kv transfer",
-            f"{fmt(s['kv_transfer_time_mean'])} s mean, p99 {fmt(s['kv_transfer_time_p99'])} s; "
-            f"waiting for decode blocks {fmt(s['kv_block_wait_mean'])} s mean, "
-            f"for the link {fmt(s['kv_link_wait_mean'])} s mean",
+        rows.append(
+            (
+                "kv transfer",
+                f"{fmt(s['kv_transfer_time_mean'])} s mean, p99 {fmt(s['kv_transfer_time_p99'])} s; "
+                f"waiting for decode blocks {fmt(s['kv_block_wait_mean'])} s mean, "
+                f"for the link {fmt(s['kv_link_wait_mean'])} s mean",
+            )
         )
-    head.add_row("paid for", fleet_line(s))
-    head.add_row("stable", stability_line(s, sc.slo.limits() if sc.slo is not None else None))
+    rows.append(("paid for", fleet_line(s)))
+    rows.append(("stable", stability_line(s, sc.slo.limits() if sc.slo is not None else None)))
     if s.get("stationary") is not False and s.get("windows_breached"):
-        head.add_row("windows", windows_line(s))
+        rows.append(("windows", windows_line(s)))
     if result.windows is not None and s.get("windows_breached"):
-        head.add_row("SLO missed", breach_spans(result.windows))
+        rows.append(("SLO missed", breach_spans(result.windows)))
     for i, line in enumerate(factor_lines(sc)):
-        head.add_row("step times" if i == 0 else "", line)
+        rows.append(("step times" if i == 0 else "", line))
     if result.draws is not None:
-        head.add_row("model error", "drawn (model_uncertainty): " + "; ".join(result.draws.describe()))
-    return head.rows
+        rows.append(("model error", "drawn (model_uncertainty): " + "; ".join(result.draws.describe())))
+    return rows
 
 
 def run_summary(sc: Scenario, result: Result, wall: float, out_dir: Path, files: Sequence[str] = ()) -> None:
