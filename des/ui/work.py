@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import analysis.capacity as capacity_table
-from analysis.common import save, slo_metrics, slo_text
+from analysis.common import RATE, save, slo_metrics, slo_text
 from analysis.latency_vs_load import draw as draw_latency
 from des import render
 from des.errors import ScenarioError
@@ -99,16 +99,15 @@ def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, fol
     _mark_capacity(fig, cap)
     fig.savefig(folder / "sweep.svg", bbox_inches="tight")
     save(fig, folder / "sweep.png")
-    rate = "workload.arrival.rate"
     table = points[
-        [rate, "offered_rps", "throughput_rps", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "all_stable"]
+        [RATE, "offered_rps", "throughput_rps", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "all_stable"]
     ]
     return {
         "capacity": capacity_table.said(cap, "req/s") or "none: the SLO fails at the lowest load",
         "capacity_value": None if cap["capacity"] is None else float(cap["capacity"]),
         "ci": [_num(cap["ci_low"]), _num(cap["ci_high"])],
         "saturation": _num(cap["saturation"]),
-        "slo": {m: v for m, v in slo.items()},
+        "slo": dict(slo),
         "slo_text": " and ".join(slo_text(m, v).removeprefix("SLO: ") for m, v in slo.items()),
         "points": {
             "columns": list(table.columns),
