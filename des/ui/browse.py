@@ -74,11 +74,12 @@ def inside(root: Path, rel: str) -> Path:
 
 def table(frame: pd.DataFrame, title: str) -> dict[str, Any]:
     """A table for the page: its columns and at most :data:`MAX_ROWS` rows of plain values."""
-    rows = [[_plain(v) for v in row] for row in frame.head(MAX_ROWS).itertuples(index=False)]
+    rows = [[plain(v) for v in row] for row in frame.head(MAX_ROWS).itertuples(index=False)]
     return {"title": title, "columns": [str(c) for c in frame.columns], "rows": rows, "total": len(frame)}
 
 
-def _plain(v: Any) -> Any:
+def plain(v: Any) -> Any:
+    """A value for JSON: Python numbers (not numpy's), None for NaN, text for anything else."""
     v = v.item() if hasattr(v, "item") else v
     if isinstance(v, float) and v != v:
         return None

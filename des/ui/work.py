@@ -25,6 +25,8 @@ from des.scenario import load_scenario, scenario_warnings
 from des.simulation import RunProgress, simulate
 from des.study import load_study
 from des.study import sweep as run_sweep
+from des.ui import browse
+from des.ui.browse import plain
 
 Report = Callable[[float | None, str], None]
 
@@ -105,14 +107,11 @@ def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, fol
     return {
         "capacity": capacity_table.said(cap, "req/s") or "none: the SLO fails at the lowest load",
         "capacity_value": None if cap["capacity"] is None else float(cap["capacity"]),
-        "ci": [_num(cap["ci_low"]), _num(cap["ci_high"])],
-        "saturation": _num(cap["saturation"]),
+        "ci": [plain(cap["ci_low"]), plain(cap["ci_high"])],
+        "saturation": plain(cap["saturation"]),
         "slo": dict(slo),
         "slo_text": " and ".join(slo_text(m, v).removeprefix("SLO: ") for m, v in slo.items()),
-        "points": {
-            "columns": list(table.columns),
-            "rows": [[_cell(v) for v in row] for row in table.itertuples(False)],
-        },
+        "points": browse.table(table, "points"),
         "replications": replications,
     }
 
@@ -121,7 +120,7 @@ def _mark_capacity(fig: Any, cap: Any) -> None:
     """The capacity on every panel: a dashed line at the estimate, its 95 % interval shaded."""
     if cap["capacity"] is None:
         return
-    lo, hi = _num(cap["ci_low"]), _num(cap["ci_high"])
+    lo, hi = plain(cap["ci_low"]), plain(cap["ci_high"])
     for i, ax in enumerate(fig.axes):
         ax.axvline(cap["capacity"], color="#2ca02c", ls="--", lw=1.2, label="capacity" if i == 0 else None)
         if lo is not None and hi is not None:
@@ -135,14 +134,3 @@ def _mark_capacity(fig: Any, cap: Any) -> None:
         fontsize=8,
         color="#2ca02c",
     )
-
-
-def _cell(v: Any) -> Any:
-    """A table's value for JSON: Python numbers, None for NaN."""
-    v = v.item() if hasattr(v, "item") else v
-    return None if isinstance(v, float) and v != v else v
-
-
-def _num(v: Any) -> float | None:
-    """A float for JSON; None for a missing or open end."""
-    return None if v is None or v != v else float(v)
