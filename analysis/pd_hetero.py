@@ -46,7 +46,7 @@ def prices(sweep: Sweep) -> pd.DataFrame:
     for _, run in runs.iterrows():
         sc = load_scenario(sweep.scenario(str(run["run_id"])))
         book = sc.price_book()
-        pools = sc.plan().pools
+        pools = sc.layout.pools
         per_hour = 0.0
         for p in pools:
             price = book[p.gpu.name]
@@ -58,7 +58,7 @@ def prices(sweep: Sweep) -> pd.DataFrame:
         assert lengths is not None, "the study draws its answers' lengths"
         mean_out = lengths.moments()[0]
         rows.append(
-            {"variant": run["variant"], CONFIG: run[CONFIG], "gpus": sc.plan().num_gpus, "usd_per_hour": per_hour,
+            {"variant": run["variant"], CONFIG: run[CONFIG], "gpus": sc.layout.num_gpus, "usd_per_hour": per_hour,
              "watts": power, "output_tokens": mean_out}
         )  # fmt: skip
     return pd.DataFrame(rows).set_index(KEYS)

@@ -83,7 +83,7 @@ def read_link(sweep: Sweep) -> Link:
     """The link of one of the sweep's split runs, from its scenario, and the catalog's fast links."""
     runs = sweep.runs
     sc = des.load_scenario(sweep.scenario(runs[runs[CONFIG] == PAIR]["run_id"].iloc[0]))
-    link = sc.plan().link
+    link = sc.layout.link
     assert link is not None
     links = [k for k in (catalog.gpu(name).kv_link for name in ("a100-80gb", "h100-80gb")) if k is not None]
     fast = min(k.bandwidth for k in links)

@@ -74,10 +74,9 @@ def factor_facts(runs: pd.DataFrame, scenario: Mapping[str, Any]) -> dict[str, A
     what), transferred (from what) or spec only, with their stated uncertainty, read from
     a run's resolved ``scenario``; and the runs' ``factor_provenance`` (the least-fitted
     GPU of each run, from their summaries)."""
-    from des.cost.uncertainty import factor_sources
     from des.scenario import load_scenario
 
-    sources = factor_sources(load_scenario(scenario))
+    sources = load_scenario(scenario).deployment.factors
     kinds = sorted(set(runs["factor_provenance"].dropna())) if "factor_provenance" in runs else []
     return {
         "factor_sources": "; ".join(s.describe() for s in sources),

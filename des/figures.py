@@ -173,7 +173,8 @@ def plot_cdfs(cmp: Comparison, path: Path, fmt: str = "png") -> None:
     sc = cmp.scenario
     fig.suptitle(
         f"{cmp.measured.path.name}: measured (solid) against des (dashed), {len(cmp.measured.completed):,} requests\n"
-        f"des: {sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, {sc.scheduler.kind} batching"
+        f"des: {sc.cluster.pools[0].instances} x {sc.cluster.pools[0].tp} x {sc.gpu.name}, {sc.model.name}, "
+        f"{sc.scheduler.kind} batching"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=120, format=fmt)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from des.catalog.memory import MemoryPlan
     from des.cost.report import CostReport
-    from des.engine.plan import PoolPlan
+    from des.engine.layout import PoolLayout
     from des.metrics import Result
     from des.scenario import Scenario
     from des.study.capacity import CapacityAnswer, Evaluation
@@ -279,9 +279,9 @@ def requests_line(s: dict[str, Any], rejected: dict[str, int]) -> str:
 
 def hardware_line(sc: Scenario) -> str:
     """GPUs, model, batching, cost model and serving front-end: ``2 x 1 x rtx4090`` colocated, or the pools."""
-    pools = sc.plan().pools
+    pools = sc.layout.pools
 
-    def engines(p: PoolPlan) -> str:
+    def engines(p: PoolLayout) -> str:
         a = p.autoscaler
         return (
             str(p.engines)
@@ -295,8 +295,8 @@ def hardware_line(sc: Scenario) -> str:
     else:
         gpus = " + ".join(f"{engines(p)} {p.role} x {p.tp} x {p.gpu.name}" for p in pools)
     behind = f", {sc.serving.frontend} front-end" if sc.serving is not None else ""
-    spec = getattr(sc.scheduler, "speculative", None)
-    batching = f"{sc.scheduler.kind} batching"
+    spec = sc.speculative
+    batching = f"{'disaggregated' if sc.cluster.split else sc.scheduler.kind} batching"
     if spec is not None and spec.active:
         proposer = f"{spec.method} {spec.model}" if spec.model else spec.method
         batching += (
@@ -331,9 +331,7 @@ def memory_line(plan: MemoryPlan) -> str:
 def factor_lines(sc: Scenario) -> list[str]:
     """Per GPU type of the run, where its step-time factors come from: fitted (to what),
     transferred (from what) or spec only, and their stated uncertainty."""
-    from des.cost.uncertainty import factor_sources
-
-    return [source.describe() for source in factor_sources(sc)]
+    return [source.describe() for source in sc.deployment.factors]
 
 
 def summary_rows(sc: Scenario, result: Result) -> list[tuple[str, str]]:
@@ -347,7 +345,7 @@ def summary_rows(sc: Scenario, result: Result) -> list[tuple[str, str]]:
     rows.append(("workload", workload_line(sc)))
     rows.append(("requests", requests_line(s, rejections(result.requests))))
     rows.append(("load", load_line(s)))
-    pools = sc.plan().pools
+    pools = sc.deployment.pools
     per = " per decode instance (each pool's below)" if len(pools) > 1 else ""
     rows.append(
         (
@@ -356,8 +354,8 @@ def summary_rows(sc: Scenario, result: Result) -> list[tuple[str, str]]:
             f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens{per}",
         )
     )
-    for pool, plan in zip(pools, sc.memory_plans(), strict=True):
-        rows.append(("memory" if len(pools) == 1 else f"{pool.role} memory", memory_line(plan)))
+    for pool in pools:
+        rows.append(("memory" if len(pools) == 1 else f"{pool.layout.role} memory", memory_line(pool.memory)))
     if s.get("roofline_share") is not None:
         rows.append(("utilisation", utilisation_line(s)))
     if s.get("prefix_cache_hit_tokens"):
@@ -752,7 +750,8 @@ def comparison(cmp: Comparison, out_dir: Path) -> None:
     )
     s = sc.scheduler
     console.print(
-        f"des       {sc.cluster.replicas} x {sc.cluster.tp} x {sc.gpu.name}, {sc.model.name}, {s.kind} batching "
+        f"des       {sc.cluster.pools[0].instances} x {sc.cluster.pools[0].tp} x {sc.gpu.name}, {sc.model.name}, "
+        f"{s.kind} batching "
         f"(max {s.max_batch} sequences, {s.profile_tokens:,}-token budget), {sc.cost_model.kind} cost"
         + (f"; {cmp.rejected:,} requests rejected" if cmp.rejected else ""),
         highlight=False,

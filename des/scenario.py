@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -22,9 +22,9 @@ from pydantic import (
     BaseModel,
     Field,
     NonNegativeFloat,
-    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -39,12 +39,14 @@ from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml, plausible_latency
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.cost.frontend import FrontendSpec, Serving
+from des.cost.uncertainty import RunHardware, factor_sources, no_uncertainty_note
 from des.dotted import deep_copy, set_dotted
-from des.engine.autoscaler import AutoscalerConfig, scaling_problem
-from des.engine.plan import MAX_INSTANCES, All2AllBackend, Parallelism, Plan, PlanContext, PoolPlan
-from des.engine.router import RouterName
-from des.engine.schedulers import SCHEDULERS, ContinuousConfig, DisaggregatedConfig, SchedulerConfig
+from des.engine.deployment import ClusterConfig, in_words_written, normalise
+from des.engine.features import Deployed, problems
+from des.engine.layout import Deployment, Layout, PoolLayout, ResolvedPool
+from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
 from des.engine.schedulers.continuous import ContinuousSettings
+from des.engine.speculative import SpeculativeConfig
 from des.errors import ScenarioError, did_you_mean, reword, validation_errors
 from des.registry import kind_of
 from des.workload.arrivals import ARRIVALS, Trace, expected_count, expected_time, scheduled
@@ -98,42 +100,6 @@ class MetricsConfig(Strict):
     window: Annotated[Seconds, Field(gt=0)] = 300.0
 
 
-class ClusterConfig(Strict):
-    """``replicas`` identical servers behind ``router``, each of ``dp`` data-parallel ranks
-    of ``tp`` GPUs, as vLLM names them: ``tp`` tensor_parallel_size, ``dp``
-    data_parallel_size, ``expert_parallel`` enable_expert_parallel, ``all2all_backend`` the
-    MoE layers' token exchange between ranks (vLLM's default ``allgather_reducescatter``, or
-    ``all_to_all`` for DeepEP-style dispatch), ``pp`` pipeline_parallel_size (each rank's
-    layers split in ``pp`` stages of ``tp`` GPUs: :mod:`des.engine.pipeline`).
-    ``autoscaler``: the replicas serving at t = 0 become a number the autoscaler sets
-    (:mod:`des.engine.autoscaler`).
-
-    A server's ranks each run their own scheduler behind vLLM's data-parallel balancing
-    (router ``vllm_dp``, :mod:`des.engine.router`); the ranks of a mixture of experts step
-    together through its MoE layers (:mod:`des.engine.lockstep`), a dense model's on their own.
-    """
-
-    replicas: NonNegativeInt = Field(1, le=MAX_INSTANCES)
-    router: RouterName = "round_robin"
-    tp: PositiveInt = 1
-    dp: PositiveInt = Field(1, le=MAX_INSTANCES)
-    expert_parallel: bool = False
-    all2all_backend: All2AllBackend = "allgather_reducescatter"
-    pp: PositiveInt = Field(1, le=1024)
-    autoscaler: AutoscalerConfig | None = None
-
-    @model_validator(mode="after")
-    def _replicas_within_scaling(self) -> ClusterConfig:
-        problem = scaling_problem(self.autoscaler, self.replicas, self.dp, self.pp, "replicas")
-        if problem is not None:
-            raise ValueError(problem)
-        return self
-
-    @property
-    def parallel(self) -> Parallelism:
-        return Parallelism(self.dp, self.expert_parallel, self.all2all_backend, self.pp)
-
-
 class Scenario(Strict):
     """One simulation: hardware, model, workload, engine and horizon. Times in seconds.
 
@@ -141,7 +107,13 @@ class Scenario(Strict):
     per GPU type and group of work from the factors' stated uncertainty
     (:mod:`des.cost.uncertainty`), from the seed's own ``model`` stream.
     ``prices``: USD per GPU-hour by GPU name, over the catalog's (the cost of the run).
-    ``metrics``: how the run is reported over time (windows.parquet)."""
+    ``metrics``: how the run is reported over time (windows.parquet).
+
+    ``scheduler`` is the batching policy of every pool, ``speculative`` how its decodes
+    speculate (vLLM's ``speculative_config``), and ``cluster`` where requests are served: a
+    list of pools (:mod:`des.engine.deployment`; the old shapes are normalised into it).
+    Validation resolves the deployment once (:attr:`deployment`: every pool's layout, memory
+    plan and proposer), which everything after it reads."""
 
     name: str = "scenario"
     seed: int = Field(0, ge=0)
@@ -154,11 +126,20 @@ class Scenario(Strict):
     cost_model: CostConfig = RooflineConfig()
     serving: Serving | None = None
     scheduler: SchedulerConfig = ContinuousConfig()
+    speculative: SpeculativeConfig | None = None
     cluster: ClusterConfig = ClusterConfig()
     slo: SLO | None = None
     metrics: MetricsConfig = MetricsConfig()
     prices: dict[str, PositiveFloat] = Field(default_factory=dict)
     model_uncertainty: Flag = False
+    _deployment: Deployment | None = PrivateAttr(None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_deployment_shape(cls, data: Any) -> Any:
+        """The old shapes of the deployment (``cluster.replicas``..., ``scheduler.kind:
+        disaggregated``, ``scheduler.speculative``) as pools (:func:`des.engine.deployment.normalise`)."""
+        return normalise(data)[0]
 
     @model_validator(mode="before")
     @classmethod
@@ -258,153 +239,131 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
-    def _cluster_fits_scheduler(self) -> Scenario:
-        """A disaggregated scheduler's instances and routers are its pools' (the cluster's
-        would be silently ignored), and its GPUs can have the link it asks for."""
-        s, c = self.scheduler, self.cluster
-        if not isinstance(s, DisaggregatedConfig):
-            return self
-        if c.dp != 1:
-            raise ScenarioError(
-                (
-                    "cluster.dp",
-                    f"{c.dp} data-parallel ranks are not supported with a disaggregated scheduler: its pools' "
-                    "instances are already independent engines (set scheduler.prefill.instances and "
-                    "scheduler.decode.instances instead)",
-                )
-            )
-        if c.replicas != 1:
-            raise ScenarioError(
-                (
-                    "cluster.replicas",
-                    f"{c.replicas} is not used by a disaggregated scheduler, whose instances are its pools' "
-                    "(set scheduler.prefill.instances and scheduler.decode.instances; null unsets it)",
-                )
-            )
-        if c.router != ClusterConfig.model_fields["router"].default:
-            raise ScenarioError(
-                (
-                    "cluster.router",
-                    f"{c.router!r} is not used by a disaggregated scheduler, whose pools have their own "
-                    "(set scheduler.router.prefill and scheduler.router.decode; null unsets it)",
-                )
-            )
-        problem = s.link_problem(self.gpu)
-        if problem is not None:
-            field = "scheduler.kv_transfer.path" if s.kv_transfer is not None else "scheduler.kv_transfer"
-            raise ScenarioError((field, problem))
+    def _features_combine(self) -> Scenario:
+        """Every feature's refusals of what it cannot run with (:mod:`des.engine.features`)."""
+        found = problems(self._deployed())
+        if found:
+            raise ScenarioError(found)
         return self
 
-    @model_validator(mode="after")
-    def _model_can_speculate(self) -> Scenario:
-        """The proposer ``scheduler.speculative`` names exists for the model (``mtp`` needs
-        the model's own multi-token-prediction layers)."""
-        spec = getattr(self.scheduler, "speculative", None)
-        if spec is not None and spec.active:
-            try:
-                spec.proposer(self.model, self.precision, self.cluster.tp)
-            except ValueError as exc:
-                raise ScenarioError(("scheduler.speculative.method", str(exc))) from None
-        return self
+    def _deployed(self) -> Deployed:
+        roofline = isinstance(self.cost_model, RooflineConfig)
+        return Deployed(self.cluster, self.scheduler, self.speculative, self.model, self.gpu, self.precision, roofline)
 
     @model_validator(mode="after")
     def _hardware_can_serve(self) -> Scenario:
         """What vLLM refuses to start, des refuses to simulate: a weight format it has no kernel
         for on the GPU (:mod:`des.catalog.quantization`), a tensor-parallel degree that
         does not divide the attention heads, a context beyond the model's, a model that does
-        not fit, and more KV blocks than the memory left holds."""
-        problems: list[tuple[str, str]] = []
-        model = self.model
-        problems += _parallel_problems(self.cluster, model)
-        problems += _pipeline_problems(self)
-        if problems:
-            raise ScenarioError(problems)
-        for pool in self.plan().pools:
-            refused = unsupported(pool.gpu, self.precision)
-            if refused is not None:
-                native = (model.default_precision or {}).get("weights")
-                if native == self.precision.weights:
-                    refused += f" (it is {model.name}'s own format: name other weights, e.g. bf16)"
-                problems.append(("precision.weights", refused))
+        not fit, and more KV blocks than the memory left holds. Then the deployment is
+        resolved, once: every pool's proposer and memory plan (:attr:`deployment`)."""
+        found: list[tuple[str, str]] = []
+        layout = self._layout()
+        resolved: list[ResolvedPool] = []
+        for i, pool in enumerate(layout.pools):
+            pool_problems = self._pool_problems(i, pool)
+            if pool_problems:
+                found += pool_problems
                 continue
-
-            def path(name: str, default: str, role: str = pool.role) -> str:
-                where = self.scheduler.setting_path(role, name)
-                return f"scheduler.{where}" if where is not None else default
-
-            heads = model.num_attention_heads
-            if heads % pool.tp:
-                problems.append((path("tp", "cluster.tp"), (
-                    f"{pool.tp} GPUs cannot share the {heads} attention heads of {model.name} evenly (vLLM: "
-                    f"'Total number of attention heads ({heads}) must be divisible by tensor parallel size "
-                    f"({pool.tp})')"
-                )))  # fmt: skip
-                continue
-            kv = model.num_key_value_heads
-            if (pool.tp % kv if pool.tp >= kv else kv % pool.tp) != 0:
-                problems.append((path("tp", "cluster.tp"), (
-                    f"{pool.tp} GPUs cannot share the {kv} KV heads of {model.name}: each GPU holds a share of "
-                    f"them, or copies of one when there are fewer heads than GPUs (vLLM asserts that {pool.tp} "
-                    f"and {kv} divide)"
-                )))  # fmt: skip
-                continue
-            limit = pool.policy.max_model_len
-            if limit is not None and limit > model.max_model_len:
-                problems.append((path("max_model_len", "scheduler.max_model_len"), (
-                    f"{limit} tokens is longer than the {model.max_model_len}-token context of {model.name} "
-                    "(vLLM refuses a max_model_len above the model's; its outputs beyond are not to be trusted)"
-                )))  # fmt: skip
-            policy = pool.policy
-            context = min(limit or model.max_model_len, model.max_model_len)
-            if isinstance(policy, ContinuousSettings) and not policy.enable_chunked_prefill:
-                budget = policy.max_num_batched_tokens
-                if budget < context:
-                    problems.append((path("max_num_batched_tokens", "scheduler.max_num_batched_tokens"), (
-                        f"{budget} tokens is smaller than max_model_len ({context}) with chunked prefill off"
-                        f"{'' if pool.role == 'colocated' else f' on the {pool.role} pool'}: "
-                        "a prompt longer than one step could never run (vLLM refuses this at start-up: raise "
-                        f"max_num_batched_tokens to {context}, set max_model_len to {budget} or less, or "
-                        "enable chunked prefill)"
-                    )))  # fmt: skip
+            proposer = pool.proposer(self.model, self.precision)  # refused by speculative_problems if none
             try:
-                memory = pool.memory(model, self.precision)
+                memory = pool.memory(self.model, self.precision, proposer)
             except ScenarioError as exc:  # at `model`: say what would fit
                 (where, message), *_ = exc.problems
-                raise ScenarioError((where, message + _what_fits(pool, model, self.precision, path))) from None
+                raise ScenarioError((where, message + _what_fits(i, pool, self.model, self.precision))) from None
             if memory.num_blocks > memory.fitting_blocks:
                 gib = 1 << 30
                 need = memory.num_blocks * memory.block_size * memory.kv_bytes_per_token / gib
                 room = memory.fitting_blocks * memory.block_size * memory.kv_bytes_per_token / gib
-                problems.append((path("num_gpu_blocks_override", "scheduler.num_gpu_blocks_override"), (
+                found.append((self._setting(i, "num_gpu_blocks_override"), (
                     f"{memory.num_blocks} blocks hold {need:.4g} GiB of KV, more than the {room:.4g} GiB "
                     f"({memory.fitting_blocks} blocks) left on {pool.tp} x {pool.gpu.name} "
                     "(vLLM would run out of memory allocating them)"
                 )))  # fmt: skip
-        if problems:
-            raise ScenarioError(list(dict.fromkeys(problems)))
+            resolved.append(ResolvedPool(pool, memory, proposer))
+        if found:
+            raise ScenarioError(list(dict.fromkeys(found)))
+        run = RunHardware(tuple((pool.gpu, pool.tp) for pool in layout.pools), self.frontend)
+        self._deployment = Deployment(layout, tuple(resolved), factor_sources(self.cost_model, run))
         return self
 
-    def plan(self) -> Plan:
-        """The pools of instances the scheduler kind asks for (:mod:`des.engine.plan`)."""
-        c = self.cluster
+    def _pool_problems(self, i: int, pool: PoolLayout) -> list[tuple[str, str]]:
+        """What vLLM refuses of pool ``i`` before it plans memory: its weights' format on its
+        GPU, a TP degree its heads cannot share, a context or a step too long."""
+        model, found = self.model, []
+        refused = unsupported(pool.gpu, self.precision)
+        if refused is not None:
+            native = (model.default_precision or {}).get("weights")
+            if native == self.precision.weights:
+                refused += f" (it is {model.name}'s own format: name other weights, e.g. bf16)"
+            return [("precision.weights", refused)]
+        heads = model.num_attention_heads
+        if heads % pool.tp:
+            return [(f"cluster.pools.{i}.tp", (
+                f"{pool.tp} GPUs cannot share the {heads} attention heads of {model.name} evenly (vLLM: "
+                f"'Total number of attention heads ({heads}) must be divisible by tensor parallel size "
+                f"({pool.tp})')"
+            ))]  # fmt: skip
+        kv = model.num_key_value_heads
+        if (pool.tp % kv if pool.tp >= kv else kv % pool.tp) != 0:
+            return [(f"cluster.pools.{i}.tp", (
+                f"{pool.tp} GPUs cannot share the {kv} KV heads of {model.name}: each GPU holds a share of "
+                f"them, or copies of one when there are fewer heads than GPUs (vLLM asserts that {pool.tp} "
+                f"and {kv} divide)"
+            ))]  # fmt: skip
+        policy = pool.policy
+        limit = policy.max_model_len
+        if limit is not None and limit > model.max_model_len:
+            found.append((self._setting(i, "max_model_len"), (
+                f"{limit} tokens is longer than the {model.max_model_len}-token context of {model.name} "
+                "(vLLM refuses a max_model_len above the model's; its outputs beyond are not to be trusted)"
+            )))  # fmt: skip
+        context = min(limit or model.max_model_len, model.max_model_len)
+        if isinstance(policy, ContinuousSettings) and not policy.enable_chunked_prefill:
+            budget = policy.max_num_batched_tokens
+            if budget < context:
+                found.append((self._setting(i, "max_num_batched_tokens"), (
+                    f"{budget} tokens is smaller than max_model_len ({context}) with chunked prefill off"
+                    f"{'' if pool.role == 'colocated' else f' on the {pool.role} pool'}: "
+                    "a prompt longer than one step could never run (vLLM refuses this at start-up: raise "
+                    f"max_num_batched_tokens to {context}, set max_model_len to {budget} or less, or "
+                    "enable chunked prefill)"
+                )))  # fmt: skip
+        return found
+
+    def _setting(self, i: int, name: str) -> str:
+        """Where the batching setting ``name`` of pool ``i`` is written: the pool's own
+        ``scheduler``, else the top-level policy."""
+        own = self.cluster.pools[i].overrides
+        return f"cluster.pools.{i}.scheduler.{name}" if name in own else f"scheduler.{name}"
+
+    def _layout(self) -> Layout:
         cost = self.cost_model
         graphs = cost.graphs if isinstance(cost, RooflineConfig) else GraphCapture()
-        return self.scheduler.plan(
-            PlanContext(
-                self.gpu, self.model, self.precision, c.replicas, c.tp, c.router, graphs, c.parallel, c.autoscaler
-            )
-        )
+        return self.cluster.layout(self.scheduler, self.speculative, self.gpu, graphs)
+
+    @property
+    def deployment(self) -> Deployment:
+        """The deployment resolved once, at validation: the engine's layout and every pool's
+        memory plan and proposer (:mod:`des.engine.layout`)."""
+        assert self._deployment is not None, "a Scenario is made by validation"
+        return self._deployment
+
+    @property
+    def layout(self) -> Layout:
+        """The pools of instances requests pass through, and the link between them."""
+        return self.deployment.layout
 
     def price_book(self) -> dict[str, float | None]:
         """USD per GPU-hour of each GPU the run's pools use: ``prices``, else the catalog's
         list price (:mod:`des.catalog.prices`; None: none known)."""
         book = PriceBook.from_catalog().overridden(self.prices, "the scenario's prices")
-        return {pool.gpu.name: book.per_gpu_hour(pool.gpu) for pool in self.plan().pools}
+        return {pool.gpu.name: book.per_gpu_hour(pool.gpu) for pool in self.layout.pools}
 
     @model_validator(mode="after")
     def _prices_name_gpus(self) -> Scenario:
         """Every GPU ``prices`` names is the catalog's or one of the run's."""
-        known = {*catalog.gpu_names(), *(pool.gpu.name for pool in self.plan().pools)}
+        known = {*catalog.gpu_names(), *(pool.gpu.name for pool in self.layout.pools)}
         for name in self.prices:
             if name not in known:
                 raise ScenarioError(
@@ -415,16 +374,19 @@ class Scenario(Strict):
     def memory_plan(self) -> MemoryPlan:
         """The KV cache of one instance of the pool requests finish in (the only pool of
         colocated serving, the decode pool of disaggregated serving)."""
-        plan = self.plan().pools[-1]
-        return plan.memory(self.model, self.precision)
+        return self.deployment.finishing.memory
 
     def memory_plans(self) -> list[MemoryPlan]:
-        """The KV cache of one instance of each pool; raises ScenarioError if the model does not fit."""
-        return [pool.memory(self.model, self.precision) for pool in self.plan().pools]
+        """The KV cache of one instance of each pool."""
+        return self.deployment.memory_plans
 
     def resolved(self) -> dict[str, Any]:
-        """The scenario with every default filled in, as plain data (for provenance)."""
-        return self.model_dump(mode="json")
+        """The scenario with every default filled in, as plain data (for provenance), its
+        deployment in the one shape of pools (a pool's ``scheduler`` holds only what it sets)."""
+        data = self.model_dump(mode="json")
+        for pool, spec in zip(data["cluster"]["pools"], self.cluster.pools, strict=True):
+            pool["scheduler"] = spec.overrides
+        return data
 
 
 # -- loading ------------------------------------------------------------------------
@@ -611,16 +573,25 @@ def load_scenario(
     else:
         path = Path(source)
         data, base_dir = read_yaml(path), path.resolve().parent
+    aliases: dict[str, str] = {}
     for item in overrides:
         key, value = parse_override(item) if isinstance(item, str) else item
+        if key.startswith("cluster.pools.") and not _has_pools(data):
+            data, aliases = normalise(data)  # an old shape's pools, addressed in the new one
         set_dotted(data, key, value)
     try:
-        scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
+        data, moved = normalise(data)
+        aliases.update(moved)
+        return Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
-        raise ScenarioError(problems_of(exc)) from None
-    except ScenarioError:
-        raise
-    return scenario
+        raise ScenarioError(in_words_written(problems_of(exc), aliases)) from None
+    except ScenarioError as exc:
+        raise ScenarioError(in_words_written(exc.problems, aliases)) from None
+
+
+def _has_pools(data: Mapping[str, Any]) -> bool:
+    cluster = data.get("cluster")
+    return isinstance(cluster, Mapping) and isinstance(cluster.get("pools"), list)
 
 
 def scenario_warnings(scenario: Scenario) -> list[str]:
@@ -645,9 +616,7 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
         notes += [f"workload.arrival: {note}" for note in w.arrival.notes]
     notes += _warmup_past_arrivals(scenario)
     if scenario.model_uncertainty:
-        from des.cost.uncertainty import factor_sources, no_uncertainty_note
-
-        none = no_uncertainty_note(factor_sources(scenario))
+        none = no_uncertainty_note(scenario.deployment.factors)
         if none:
             notes.append(f"model_uncertainty: {none}")
     if scenario.slo is not None:
@@ -658,104 +627,48 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
     return notes
 
 
-def _parallel_problems(c: ClusterConfig, model: ModelSpec) -> list[tuple[str, str]]:
-    """What vLLM refuses in a data- and expert-parallel split (``vllm/config/model.py:
-    _verify_with_expert_parallelism``), and what des asks besides: EP must divide the experts."""
-    if not c.expert_parallel:
-        return []
-    if not model.is_moe:
-        return [(
-            "cluster.expert_parallel",
-            f"{model.name} is a dense model, it has no experts to split (vLLM refuses to start: 'Number of "
-            "experts in the model must be greater than 0 when expert parallelism is enabled')",
-        )]  # fmt: skip
-    ep, experts = c.dp * c.tp, model.num_experts or 0
-    if experts % ep:
-        return [(
-            "cluster.expert_parallel",
-            f"EP size {ep} (dp {c.dp} x tp {c.tp}) does not divide the {experts} experts of {model.name} "
-            "evenly (each rank holds experts / EP of them)",
-        )]  # fmt: skip
-    return []
-
-
-def _pipeline_problems(sc: Scenario) -> list[tuple[str, str]]:
-    """Pipeline splits des cannot run: more stages than layers (vLLM would leave a stage
-    without layers), or with a scheduler, cost model or data-parallel MoE group whose
-    pipelined steps des does not model."""
-    c, model = sc.cluster, sc.model
-    if c.pp == 1:
-        return []
-    if c.pp > model.num_layers:
-        return [("cluster.pp", f"{c.pp} stages are more than the {model.num_layers} layers of {model.name}")]
-    if not isinstance(sc.scheduler, ContinuousConfig):
-        return [
-            (
-                "cluster.pp",
-                f"pipeline parallelism is modelled for the continuous scheduler only, not {sc.scheduler.kind}",
-            )
-        ]
-    if not isinstance(sc.cost_model, RooflineConfig):
-        return [
-            (
-                "cluster.pp",
-                f"pipeline stages need the roofline cost model, which knows the layers (not {sc.cost_model.kind})",
-            )
-        ]
-    if c.parallel.moe_group(model) > 1:
-        return [
-            ("cluster.pp", "pipeline stages of data-parallel MoE ranks stepping together are not modelled (set pp: 1)")
-        ]
-    spec = getattr(sc.scheduler, "speculative", None)
-    if spec is not None and spec.active:
-        return [("cluster.pp", "pipeline stages with speculative decoding are not modelled (set pp: 1)")]
-    if model.window_layers:
-        return [
-            ("cluster.pp", f"pipeline stages of {model.name}'s windowed attention layers are not modelled (set pp: 1)")
-        ]
-    return []
-
-
-def _what_fits(pool: PoolPlan, model: ModelSpec, precision: Precision, path: Callable[[str, str], str]) -> str:
+def _what_fits(i: int, pool: PoolLayout, model: ModelSpec, precision: Precision) -> str:
     """``; it fits with ...``: the smallest tensor-parallel degree vLLM accepts that makes
-    ``model`` fit the pool's GPUs, and the lightest weight format that does on as many."""
+    ``model`` fit pool ``i``'s GPUs, and the lightest weight format that does on as many."""
     hints = []
     heads, kv = model.num_attention_heads, model.num_key_value_heads
+    proposer = pool.proposer(model, precision)
+    at = f"cluster.pools.{i}"
     for tp in (2, 4, 8, 16, 32):
         if tp <= pool.tp or heads % tp or (tp % kv if tp >= kv else kv % tp):
             continue
         try:
-            replace(pool, tp=tp).memory(model, precision)
+            replace(pool, tp=tp).memory(model, precision, replace(pool, tp=tp).proposer(model, precision))
         except ScenarioError:
             continue
-        hints.append(f"{path('tp', 'cluster.tp')}: {tp} ({tp} x {pool.gpu.name})")
+        hints.append(f"{at}.tp: {tp} ({tp} x {pool.gpu.name})")
         break
     par = pool.parallel
     for pp in (2, 4, 8):  # stages split the weights on GPUs that need not share heads
         if pool.role != "colocated" or pp <= par.pp or pp > model.num_layers:
             continue
         try:
-            replace(pool, parallel=replace(par, pp=pp)).memory(model, precision)
+            replace(pool, parallel=replace(par, pp=pp)).memory(model, precision, proposer)
         except ScenarioError:
             continue
-        hints.append(f"cluster.pp: {pp} ({pp * pool.tp} x {pool.gpu.name})")
+        hints.append(f"{at}.pp: {pp} ({pp * pool.tp} x {pool.gpu.name})")
         break
     if model.is_moe and pool.role == "colocated":  # data parallelism spreads the experts
         for dp in (2, 4, 8):
             if dp <= par.dp or (model.num_experts or 0) % (dp * pool.tp):
                 continue
             try:
-                replace(pool, parallel=replace(par, dp=dp, expert_parallel=True)).memory(model, precision)
+                replace(pool, parallel=replace(par, dp=dp, expert_parallel=True)).memory(model, precision, proposer)
             except ScenarioError:
                 continue
-            hints.append(f"cluster.dp: {dp} and cluster.expert_parallel: true ({dp * pool.tp} x {pool.gpu.name})")
+            hints.append(f"{at}.dp: {dp} and {at}.expert_parallel: true ({dp * pool.tp} x {pool.gpu.name})")
             break
     for weights in ("fp8", "int4-awq"):
         lighter = precision.model_copy(update={"weights": weights})
         if lighter.weight_bytes_per_param >= precision.weight_bytes_per_param:
             continue
         try:
-            pool.memory(model, lighter)
+            pool.memory(model, lighter, pool.proposer(model, lighter))
         except ScenarioError:
             continue
         hints.append(f"precision.weights: {weights}")

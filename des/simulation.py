@@ -20,7 +20,7 @@ import simpy
 from simpy.core import EmptySchedule
 from simpy.events import Event
 
-from des.cost.uncertainty import scenario_draws
+from des.cost.uncertainty import draw
 from des.engine.cluster import Cluster
 from des.engine.events import StopAt
 from des.scenario import Scenario
@@ -61,13 +61,13 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     """
     env = simpy.Environment()
     streams = _generators(scenario.seed)
-    plan = scenario.plan()
+    deployment = scenario.deployment
     routers = [streams[name] for name in ROUTER_STREAMS]
     frontend = scenario.frontend
-    draws = scenario_draws(scenario, streams["model"])
+    draws = draw(deployment.factors, streams["model"]) if scenario.model_uncertainty else None
     cluster = Cluster(
         env,
-        plan,
+        deployment,
         scenario.model,
         scenario.precision,
         scenario.cost_model,
@@ -79,7 +79,7 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     )
     h = scenario.horizon
     duration = h.duration if h.duration is not None else math.inf
-    limit = plan.context_limit(scenario.model)
+    limit = deployment.layout.context_limit(scenario.model)
     procs = arrival_processes(
         env, scenario.workload, streams, cluster.submit, duration, h.num_requests, limit, frontend
     )

@@ -30,7 +30,7 @@ PROMPT = "workload.prompt_tokens.mean"
 @pytest.mark.parametrize("study", ["pd-compare", "pd-split", "pd-breakeven", "pd-interference"])
 def test_num_gpus_counts_what_the_plan_builds(study):
     for run in load_study(SCENARIOS / f"{study}.yaml").runs:
-        assert num_gpus(run.scenario) == des.load_scenario(run.scenario).plan().num_gpus, run.run_id
+        assert num_gpus(run.scenario) == des.load_scenario(run.scenario).layout.num_gpus, run.run_id
 
 
 def test_configurations_are_named_and_coloured_by_scheduler():

@@ -16,7 +16,7 @@ import pytest
 import des
 from des import catalog
 from des.catalog.kv_link import GENERIC, RDMA, default_link
-from des.engine.plan import LinkPlan
+from des.engine.layout import LinkLayout as LinkPlan
 from des.engine.schedulers.continuous import ContinuousSettings
 from des.errors import ScenarioError
 from tests.helpers import SCENARIOS, des_cli
@@ -187,7 +187,7 @@ def test_pools_may_name_their_own_gpu_and_tp_and_get_their_own_kv_plan():
         None,
         ["scheduler={kind: disaggregated, prefill: {gpu: h100-80gb, instances: 2}, decode: {gpu: a100-80gb, tp: 2}}"],
     )
-    plan = sc.plan()
+    plan = sc.layout
     (pre, dec) = plan.pools
     assert (pre.role, pre.gpu.name, pre.instances, pre.tp) == ("prefill", "h100-80gb", 2, 1)
     assert (dec.role, dec.gpu.name, dec.instances, dec.tp) == ("decode", "a100-80gb", 1, 2)
@@ -201,7 +201,7 @@ def test_pools_may_name_their_own_gpu_and_tp_and_get_their_own_kv_plan():
 
 def test_defaults_are_one_prefill_and_one_decode_of_the_scenario_gpu_over_its_kv_link():
     sc = des.load_scenario(None, ["scheduler.kind=disaggregated"])
-    plan = sc.plan()
+    plan = sc.layout
     assert [(p.role, p.instances, p.gpu.name, p.router) for p in plan.pools] == [
         ("prefill", 1, "rtx4090", "least_outstanding"),
         ("decode", 1, "rtx4090", "least_kv"),
@@ -217,7 +217,7 @@ def test_pool_settings_override_the_shared_ones():
     sc = des.load_scenario(
         None, ["scheduler={kind: disaggregated, max_num_seqs: 64, decode: {max_num_seqs: 256, block_size: 32}}"]
     )
-    pre, dec = sc.plan().pools
+    pre, dec = sc.layout.pools
     assert (policy(pre).max_num_seqs, policy(pre).block_size) == (64, 16)
     assert (policy(dec).max_num_seqs, policy(dec).block_size) == (256, 32)
 
@@ -244,7 +244,7 @@ def test_a_pool_takes_every_continuous_setting_and_nothing_else():
 def test_a_pool_setting_left_out_is_the_top_level_one_and_every_other_its_default():
     sc = des.load_scenario(None, ["scheduler={kind: disaggregated, enable_prefix_caching: false, "
                                   "prefill: {max_num_batched_tokens: 8192, enable_prefix_caching: true}}"])  # fmt: skip
-    pre, dec = (policy(p) for p in sc.plan().pools)
+    pre, dec = (policy(p) for p in sc.layout.pools)
     assert (pre.max_num_batched_tokens, pre.enable_prefix_caching) == (8192, True)
     assert (dec.max_num_batched_tokens, dec.enable_prefix_caching) == (2048, False)
     assert pre.max_num_seqs == dec.max_num_seqs == ContinuousSettings().max_num_seqs
@@ -256,7 +256,7 @@ def test_a_gpu_without_a_kv_link_needs_kv_transfer():
         des.load_scenario(None, [("gpu", gpu), "scheduler.kind=disaggregated"])
     assert err.value.problems[0][0] == "scheduler.kv_transfer"
     sc = des.load_scenario(None, [("gpu", gpu), "scheduler={kind: disaggregated, kv_transfer: {bandwidth: 1e10}}"])
-    assert sc.plan().link is not None
+    assert sc.layout.link is not None
 
 
 @pytest.mark.parametrize(
@@ -413,7 +413,7 @@ def test_each_tensor_parallel_rank_sends_its_shard_over_its_own_link(tmp_path):
     assert t1["bytes"] == t2["bytes"] == 4 * KV_BYTES
     assert t1["end"] - t1["start"] == 4 * KV_BYTES / LINK["bandwidth"] + LINK["latency"] == 1.5
     assert t2["end"] - t2["start"] == 4 * KV_BYTES / (2 * LINK["bandwidth"]) + LINK["latency"] == 1.0
-    link = lopsided.plan().link  # one decode rank takes one shard at a time
+    link = lopsided.layout.link  # one decode rank takes one shard at a time
     assert link is not None and link.bandwidth == LINK["bandwidth"]
 
 

@@ -87,10 +87,10 @@ def disaggregated_scenarios(draw, drain: bool | None = None) -> des.Scenario:
 def expected_reason(scn: des.Scenario, prompt: int, output: int) -> str:
     s = scn.scheduler
     assert isinstance(s, DisaggregatedConfig)
-    pre, dec = (p.policy for p in scn.plan().pools)
+    pre, dec = (p.policy for p in scn.layout.pools)
     assert isinstance(pre, ContinuousSettings) and isinstance(dec, ContinuousSettings)
     blocks = [m.num_blocks for m in scn.memory_plans()]
-    if prompt + output > scn.plan().context_limit(scn.model):
+    if prompt + output > scn.layout.context_limit(scn.model):
         return "exceeds_max_model_len"
     if math.ceil(prompt / pre.block_size) > blocks[0]:
         return "exceeds_kv_capacity"
@@ -120,7 +120,7 @@ def check(scn: des.Scenario, res: des.Result) -> None:
     for p, o, r in zip(req["prompt_tokens"], req["output_tokens"], req["reason"].astype(str), strict=True):
         assert r == expected_reason(scn, int(p), int(o))
     # instances: prefill ones first, then decode ones
-    pre, dec = scn.plan().pools
+    pre, dec = scn.layout.pools
     n_pre = pre.instances
     roles = steps.groupby("instance")["role"].first().astype(str)
     assert all((role == "prefill") == (i < n_pre) for i, role in roles.items())
@@ -140,7 +140,7 @@ def check(scn: des.Scenario, res: des.Result) -> None:
         assert (moved["first_token_time"].to_numpy() > te).all()  # the decode instance's first step
     else:
         first = moved["first_token_time"].to_numpy()
-        link = scn.plan().link
+        link = scn.layout.link
         assert link is not None
         # a layer-wise transfer starts during the step that emits the first token, ends after it
         assert (first <= ts).all() if link.overlap == "none" else (first < te).all()
@@ -151,7 +151,7 @@ def check(scn: des.Scenario, res: des.Result) -> None:
     # transfers: one per request that crossed, its prompt's KV, in order on its link
     by_id = req.set_index("request_id")
     assert (tr["bytes"].to_numpy() == by_id.loc[tr["request_id"], "prompt_tokens"].to_numpy() * KV_BYTES).all()
-    link = scn.plan().link
+    link = scn.layout.link
     assert link is not None
     if link.mode == "pull":  # blocks asked for when the prompt is done
         assert (tr["enqueued"] <= tr["reserved"]).all()

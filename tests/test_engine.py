@@ -338,7 +338,7 @@ def test_memory_knobs_are_one_cache_config_shared_by_every_policy():
 
 def test_colocated_serving_is_one_pool_whose_steps_have_the_colocated_role(tmp_path):
     sc = trace_scenario(tmp_path, [(0, 8, 3), (0, 8, 2)], {"kind": "continuous"}, cluster={"replicas": 2})
-    plan = sc.plan()
+    plan = sc.layout
     assert [(p.role, p.instances) for p in plan.pools] == [("colocated", 2)] and plan.link is None
     r = des.simulate(sc)
     assert set(r.steps["role"].astype(str)) == {"colocated"}

@@ -13,7 +13,7 @@ import pytest
 import des
 from des import render
 from des.config import MAX_TIME, load_yaml
-from des.engine.plan import MAX_INSTANCES
+from des.engine.layout import MAX_INSTANCES
 from des.scenario import scenario_warnings
 from des.simulation import RunProgress
 from tests.helpers import des_cli
@@ -61,7 +61,7 @@ def test_a_degree_that_divides_the_heads_but_not_the_kv_heads_is_refused(tp):
 
 @pytest.mark.parametrize("tp", [1, 2, 4, 28])
 def test_degrees_vllm_accepts_are_accepted(tp):
-    assert loads(("cluster.tp", tp)).plan().pools[0].tp == tp
+    assert loads(("cluster.tp", tp)).layout.pools[0].tp == tp
 
 
 def test_a_pools_own_tensor_parallel_degree_is_named_at_the_pool():
@@ -77,7 +77,7 @@ def test_a_context_limit_beyond_the_models_is_refused_where_it_is_written():
     [(path, _)] = problems(("scheduler", {"kind": "disaggregated", "max_model_len": 40000}))
     assert path == "scheduler.max_model_len"  # one line for both pools that take it
     ok = loads("scheduler.max_model_len=32768")
-    assert ok.plan().context_limit(ok.model) == 32768
+    assert ok.layout.context_limit(ok.model) == 32768
 
 
 @pytest.mark.parametrize("blocks", [10**29, 50_000])

@@ -111,8 +111,8 @@ def test_a_model_that_does_not_fit_says_what_would(model, fits):
     [(where, message)] = err.value.problems
     assert where == "model" and message.endswith(fits)
     tp = int(re.search(r"cluster.tp: (\d+)", fits).group(1))  # type: ignore[union-attr]
-    assert des.load_scenario(None, [f"model={model}", f"cluster.tp={tp}"]).plan().pools[0].tp == tp
-    assert des.load_scenario(None, [f"model={model}", f"cluster.pp={tp}"]).plan().num_gpus == tp
+    assert des.load_scenario(None, [f"model={model}", f"cluster.tp={tp}"]).layout.pools[0].tp == tp
+    assert des.load_scenario(None, [f"model={model}", f"cluster.pp={tp}"]).layout.num_gpus == tp
     if tp > 2:  # and not with half as many: the smallest degree is named
         with pytest.raises(des.ScenarioError):
             des.load_scenario(None, [f"model={model}", f"cluster.tp={tp // 2}"])
@@ -181,7 +181,7 @@ def test_a_colocated_scenario_switches_to_a_split_by_unsetting_its_cluster():
     assert "null unsets it" in err.value.problems[0][1]
     sc = des.load_scenario(path, ["scheduler.kind=disaggregated", "cluster.replicas=null", "cluster.router=null"])
     assert (sc.cluster.replicas, sc.cluster.router) == (1, "round_robin")  # their defaults
-    assert [p.role for p in sc.plan().pools] == ["prefill", "decode"]
+    assert [p.role for p in sc.layout.pools] == ["prefill", "decode"]
 
 
 def test_null_unsets_only_keys_that_take_no_null():

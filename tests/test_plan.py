@@ -188,7 +188,7 @@ def test_the_space_counts_shapes_mixed_splits_and_engine_settings():
         (256, 2048),
         (256, 8192),
     }
-    policy = des.load_scenario(knobs[-1].overrides(base.resolved())).plan().pools[0].policy
+    policy = des.load_scenario(knobs[-1].overrides(base.resolved())).layout.pools[0].policy
     assert policy.max_batch == 256 and policy.token_budget == 8192
     awq = [c for c in candidates(base, ["rtx4090"], 1, variants=True) if c.variant is not None]
     assert [c.variant for c in awq] == ["Qwen/Qwen2.5-7B-Instruct-AWQ"]
@@ -199,7 +199,7 @@ def test_the_space_counts_shapes_mixed_splits_and_engine_settings():
     ranked = [c for c in deep if c.dp == 2 and c.pp == 1 and c.replicas == 1][0]
     assert ranked.num_gpus == 2 and des.load_scenario(ranked.overrides(moe.resolved())).cluster.expert_parallel
     hetero = des.load_scenario(split[0].overrides(base.resolved()))
-    assert [p.gpu.name for p in hetero.plan().pools] == [split[0].gpu, split[0].decode_gpu]
+    assert [p.gpu.name for p in hetero.layout.pools] == [split[0].gpu, split[0].decode_gpu]
 
 
 def test_a_trace_is_planned_at_its_recorded_rate_scaled(tmp_path):

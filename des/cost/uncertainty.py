@@ -20,7 +20,8 @@ every group, zero sds included, so that giving one group an sd does not shift th
 others' draws; a zero sd gives a multiplier of exactly 1.
 
 **Where the sds come from: :data:`SD_SOURCES`, the one place to plug a new one in.**
-Each entry is a function ``(gpu, efficiency, scenario or None) -> {group: sd}``; later entries
+Each entry is a function ``(gpu, efficiency, run or None) -> {group: sd}`` (``run``: the
+:class:`RunHardware` of the run the GPU serves in; ``des costmodel`` has none); later entries
 override earlier ones for the groups they name, and a group no entry names has sd 0.
 The entries: ``Efficiency.uncertainty`` (the catalog's fitted or transfer residuals, or a
 calibration file's: gemm, attention, elementwise), the GPU's interconnect spec
@@ -41,35 +42,44 @@ from des.catalog.efficiency import PROVENANCE_ORDER, UNCERTAINTY_GROUPS, Efficie
 
 if TYPE_CHECKING:
     from des.catalog.specs import GPUSpec
-    from des.scenario import Scenario
-
-#: A source of sds: ``(gpu, efficiency, scenario or None) -> {group: sd}`` (see the module).
-SdSource = Callable[["GPUSpec", Efficiency, "Scenario | None"], Mapping[UncertaintyGroup, float]]
+    from des.cost.base import CostKind
+    from des.cost.frontend import FrontendSpec
 
 
-def _efficiency_sds(
-    gpu: GPUSpec, efficiency: Efficiency, scenario: Scenario | None
-) -> Mapping[UncertaintyGroup, float]:
+@dataclass(frozen=True)
+class RunHardware:
+    """What of a run the sds of its GPUs depend on: its pools' ``(gpu, tp)`` pairs, in pool
+    order, and its serving ``frontend`` (None: the cost model has no serving stack)."""
+
+    pools: tuple[tuple[GPUSpec, int], ...]
+    frontend: FrontendSpec | None = None
+
+
+#: A source of sds: ``(gpu, efficiency, run or None) -> {group: sd}`` (see the module).
+SdSource = Callable[["GPUSpec", Efficiency, "RunHardware | None"], Mapping[UncertaintyGroup, float]]
+
+
+def _efficiency_sds(gpu: GPUSpec, efficiency: Efficiency, run: RunHardware | None) -> Mapping[UncertaintyGroup, float]:
     """The residual sds the efficiency factors carry (``Efficiency.uncertainty``)."""
     return efficiency.uncertainty
 
 
 def _interconnect_sds(
-    gpu: GPUSpec, efficiency: Efficiency, scenario: Scenario | None
+    gpu: GPUSpec, efficiency: Efficiency, run: RunHardware | None
 ) -> Mapping[UncertaintyGroup, float]:
     """The tensor-parallel all-reduce's sd, from the GPU's interconnect spec (fitted to NCCL
     profiles, or a transfer rule's wider band: :mod:`des.catalog.interconnect`), where the
     run has such GPUs in a tensor-parallel group (alone, one runs no all-reduce)."""
-    if scenario is None or all(p.tp == 1 for p in scenario.plan().pools if p.gpu.name == gpu.name):
+    if run is None or all(tp == 1 for pool_gpu, tp in run.pools if pool_gpu.name == gpu.name):
         return {}
     return {"communication": gpu.link.uncertainty}
 
 
-def _frontend_sds(gpu: GPUSpec, efficiency: Efficiency, scenario: Scenario | None) -> Mapping[UncertaintyGroup, float]:
+def _frontend_sds(gpu: GPUSpec, efficiency: Efficiency, run: RunHardware | None) -> Mapping[UncertaintyGroup, float]:
     """The CPU time's sd: the serving front-end's (:mod:`des.cost.frontend`), which carries
     the larger and less certain share of it, combined in quadrature with the engine core's
     (``Efficiency.uncertainty['cpu']``, if any); the engine core's alone without a front-end."""
-    frontend = scenario.frontend if scenario is not None else None
+    frontend = run.frontend if run is not None else None
     if frontend is None:
         return {}
     core = efficiency.uncertainty.get("cpu", 0.0)
@@ -114,34 +124,28 @@ class FactorSource:
         return text + (f"; sd of ln(time): {', '.join(sds)}" if sds else "; no uncertainty stated")
 
 
-def factor_source(gpu: GPUSpec, efficiency: Efficiency | None = None, scenario: Scenario | None = None) -> FactorSource:
+def factor_source(gpu: GPUSpec, efficiency: Efficiency | None = None, run: RunHardware | None = None) -> FactorSource:
     """The factor source of ``gpu`` whose cost model uses ``efficiency`` (default: the
-    GPU's own), its sds gathered from :data:`SD_SOURCES` (``scenario``: the run's, when
+    GPU's own), its sds gathered from :data:`SD_SOURCES` (``run``: the run's hardware, when
     there is one; ``des costmodel`` has none)."""
     efficiency = efficiency or gpu.efficiency
     sds: dict[UncertaintyGroup, float] = {}
     for source in SD_SOURCES:
-        sds.update(source(gpu, efficiency, scenario))
+        sds.update(source(gpu, efficiency, run))
     return FactorSource(gpu, efficiency, efficiency.provenance, efficiency.basis, sds)
 
 
-def scenario_source(gpu: GPUSpec, scenario: Scenario) -> FactorSource:
-    """The factor source of ``gpu`` under ``scenario``'s cost model: a roofline's
-    ``efficiency`` overrides the GPU's (as :func:`des.cost.roofline.build_roofline` does);
-    a constant or linear step time uses no factors."""
-    cost = scenario.cost_model
-    if cost.kind != "roofline":
-        return FactorSource(gpu, None, "spec", f"step times set by the {cost.kind} cost model")
-    return factor_source(gpu, getattr(cost, "efficiency", None), scenario)
-
-
-def factor_sources(scenario: Scenario) -> list[FactorSource]:
-    """One :class:`FactorSource` per distinct GPU type of ``scenario``'s pools, in pool order."""
+def factor_sources(cost: CostKind, run: RunHardware) -> tuple[FactorSource, ...]:
+    """One :class:`FactorSource` per distinct GPU type of ``run``'s pools, in pool order, for
+    the cost model ``cost``: its ``efficiency`` over the GPU's (as
+    :func:`des.cost.roofline.build_roofline` does); a constant or linear step time uses no factors."""
     gpus: list[GPUSpec] = []
-    for pool in scenario.plan().pools:
-        if pool.gpu not in gpus:
-            gpus.append(pool.gpu)
-    return [scenario_source(gpu, scenario) for gpu in gpus]
+    for gpu, _ in run.pools:
+        if gpu not in gpus:
+            gpus.append(gpu)
+    if cost.kind != "roofline":
+        return tuple(FactorSource(g, None, "spec", f"step times set by the {cost.kind} cost model") for g in gpus)
+    return tuple(factor_source(g, getattr(cost, "efficiency", None), run) for g in gpus)
 
 
 def run_provenance(sources: Sequence[FactorSource]) -> Provenance:
@@ -195,14 +199,6 @@ def draw(sources: Sequence[FactorSource], rng: np.random.Generator) -> ModelDraw
     return ModelDraws(tuple(out))
 
 
-def scenario_draws(scenario: Scenario, rng: np.random.Generator) -> ModelDraws | None:
-    """The draw of a run of ``scenario`` from its ``model`` stream; None when
-    ``model_uncertainty`` is off (the fitted model as it is)."""
-    if not scenario.model_uncertainty:
-        return None
-    return draw(factor_sources(scenario), rng)
-
-
 __all__ = [
     "SD_SOURCES",
     "FactorSource",
@@ -211,7 +207,6 @@ __all__ = [
     "factor_source",
     "factor_sources",
     "no_uncertainty_note",
-    "scenario_source",
+    "RunHardware",
     "run_provenance",
-    "scenario_draws",
 ]

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     from des.engine.instance import Instance
 
-#: The most instances an autoscaled pool may have (as :data:`des.engine.plan.MAX_INSTANCES`).
+#: The most instances an autoscaled pool may have (as :data:`des.engine.layout.MAX_INSTANCES`).
 MAX_INSTANCES = 10_000
 
 Metric = Literal["queue_length", "kv_use", "running", "utilization", "arrival_rate"]

@@ -34,8 +34,8 @@ from des.cost.base import CostKind
 from des.cost.frontend import FrontendSpec
 from des.cost.uncertainty import ModelDraws
 from des.engine.instance import BuildContext, Instance
+from des.engine.layout import Deployment
 from des.engine.ledger import RequestLog
-from des.engine.plan import Plan
 from des.engine.request import COMPLETED, REJECTED, Request
 from des.engine.steplog import StepLog
 from des.engine.topology import build_topology
@@ -44,7 +44,7 @@ from des.workload.spec import RequestSpec
 
 
 class Cluster:
-    """The pools ``plan`` asks for (of ``model`` at ``precision``, step times from
+    """The pools of ``deployment`` (of ``model`` at ``precision``, step times from
     ``cost``, behind ``frontend``, scaled by ``draws`` when the run draws the model's
     error), router ``i`` drawing from ``routers[i]``, speculative decoding's accepted tokens
     from ``speculative``; every step logged."""
@@ -52,7 +52,7 @@ class Cluster:
     def __init__(
         self,
         env: simpy.Environment,
-        plan: Plan,
+        deployment: Deployment,
         model: ModelSpec,
         precision: Precision,
         cost: CostKind,
@@ -63,7 +63,7 @@ class Cluster:
         speculative: np.random.Generator | None = None,
     ):
         self.env = env
-        self.plan = plan
+        self.deployment = deployment
         self.frontend = frontend
         self.draws = draws
         self.log = StepLog()
@@ -81,7 +81,7 @@ class Cluster:
             draws,
             speculative,
         )
-        self.topology = build_topology(ctx, plan, routers)
+        self.topology = build_topology(ctx, deployment, routers)
         self.ledger = RequestLog()
         self.in_system = 0  # admitted requests not yet completed
         self.closed = False  # no more arrivals

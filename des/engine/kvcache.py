@@ -54,12 +54,6 @@ class CacheConfig(Strict):
     max_model_len: int | None = Field(None, ge=1)
     num_gpu_blocks_override: int | None = Field(None, ge=1)
 
-    def setting_path(self, role: str, name: str) -> str | None:
-        """Where, below the scheduler section, the setting ``name`` of the pool playing
-        ``role`` is written (None: outside the section, e.g. ``cluster.tp``): here, at its
-        top level for every pool."""
-        return name if name in type(self).model_fields else None
-
 
 IntOrArray = TypeVar("IntOrArray", int, "np.ndarray")
 

@@ -1,7 +1,7 @@
 """The interface every batching policy implements, and what the policies share.
 
 (The policies themselves live in :mod:`des.engine.schedulers`; this module sits below
-them and below :mod:`des.engine.plan`, which plans pools of them.)
+them and below :mod:`des.engine.layout`, which lays out pools of them.)
 
 An instance calls ``schedule(now)`` before every step; the scheduler re-decides the
 batch and returns a :class:`Step` (or ``None`` when nothing can run now). Under async
@@ -29,6 +29,7 @@ import numpy as np
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager
 from des.engine.request import Request
+from des.engine.speculative import SpeculativeConfig
 
 Items = TypeVar("Items")
 Role = Literal["colocated", "prefill", "decode"]
@@ -133,6 +134,11 @@ class PolicyConfig(Protocol):
     @property
     def prefix_caching(self) -> bool:
         """Whether the instance's KV blocks are cached for reuse by content."""
+        ...
+
+    @property
+    def speculative(self) -> SpeculativeConfig | None:
+        """How the policy's decodes speculate (None: they do not)."""
         ...
 
     def build(

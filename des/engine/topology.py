@@ -1,6 +1,6 @@
-"""The pools of a cluster and the route between them, built from a scheduler kind's plan.
+"""The pools of a cluster and the route between them, built from the resolved deployment.
 
-:func:`build_pools` turns a :class:`~des.engine.plan.Plan` into SimPy objects: for
+:func:`build_pools` turns a :class:`~des.engine.layout.Deployment` into SimPy objects: for
 each pool its instances (numbered across the cluster in pool order), each with its
 own KV cache sized by the pool's memory plan, its own scheduler and the pool's cost
 model, and a router; then the :class:`Topology` that routes a request leaving an
@@ -24,10 +24,10 @@ from des.cost.work import StepWork, step_work
 from des.engine.autoscaler import Autoscaler, Fleet, Timeline, cold_start_seconds
 from des.engine.instance import BuildContext, Instance
 from des.engine.kvcache import BlockManager
+from des.engine.layout import Deployment, PoolLayout, ResolvedPool
 from des.engine.link import KVLink
 from des.engine.lockstep import LockstepGroup
 from des.engine.pipeline import Pipelined, PipelineInstance, send_cost, stage_costs
-from des.engine.plan import Plan, PoolPlan
 from des.engine.policy import Role
 from des.engine.prefix_cache import PrefixCache
 from des.engine.request import Request
@@ -90,7 +90,7 @@ class Pool:
         role: Role,
         instances: list[Instance],
         router: Router,
-        plan: PoolPlan,
+        layout: PoolLayout,
         memory: MemoryPlan,
         work: StepWork,
         fleet: Fleet | None = None,
@@ -99,12 +99,12 @@ class Pool:
         self.work = work
         self.instances = instances
         self.router = router
-        self.plan = plan
+        self.layout = layout
         self.memory = memory
         self.fleet = fleet
         #: The instances the router picks from: every one, or an autoscaled pool's serving ones.
         self.active = fleet.active if fleet is not None else instances
-        dp = plan.parallel.dp
+        dp = layout.parallel.dp
         self.servers = [Server(instances[i : i + dp]) for i in range(0, len(instances), dp)] if dp > 1 else []
         self.balance = DataParallelBalance()
 
@@ -136,11 +136,11 @@ class Pool:
         return self.instances[0].scheduler.rejection(req)
 
     def facts(self) -> PoolFacts:
-        policy, memory = self.plan.policy, self.memory
+        policy, memory, layout = self.layout.policy, self.memory, self.layout
         return PoolFacts(
             self.role, len(self.instances), self.work.peak_flops, self.work.peak_bandwidth, policy.max_batch,
-            policy.token_budget, memory.num_blocks, memory.kv_capacity_tokens, self.plan.gpu.name,
-            self.plan.tp * self.plan.parallel.pp,
+            policy.token_budget, memory.num_blocks, memory.kv_capacity_tokens, layout.gpu.name,
+            layout.tp * layout.parallel.pp,
             self.fleet.timeline if self.fleet is not None else None,
             (self.fleet.scale_ups, self.fleet.scale_downs) if self.fleet is not None else (0, 0),
         )  # fmt: skip
@@ -185,26 +185,27 @@ class Topology:
         return None
 
 
-def build_topology(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Generator]) -> Topology:
-    """The pools of ``plan``, every instance leaving through ``ctx.leave``, and a link out of
-    every instance of the first pool into the second when the plan has one."""
-    pools = build_pools(ctx, plan, routers)
+def build_topology(ctx: BuildContext, deployment: Deployment, routers: Sequence[np.random.Generator]) -> Topology:
+    """The pools of ``deployment``, every instance leaving through ``ctx.leave``, and a link out
+    of every instance of the first pool into the second when its layout has one."""
+    pools = build_pools(ctx, deployment, routers)
     links: dict[int, Stage] = {}
-    if plan.link is not None:
+    layout = deployment.layout
+    if layout.link is not None:
         kv_bytes = ctx.model.kv_bytes_per_token(ctx.precision.kv_bytes)
         source, dest = pools[0], pools[1]
         for inst in source.instances:
-            link = plan.link
+            link = layout.link
             reserve_at: Literal["start", "end"] = "start" if link.mode == "push" else "end"
             links[inst.index] = KVLink(
                 ctx.env, inst, dest.pick, link.bandwidth, link.latency, kv_bytes, ctx.transfers,
-                plan.first_token_from, reserve_at, link.overlap, ctx.model.num_layers,
+                layout.first_token_from, reserve_at, link.overlap, ctx.model.num_layers,
             )  # fmt: skip
     return Topology(pools, links)
 
 
 def _pipelined(
-    ctx: BuildContext, index: int, plan: PoolPlan, kv: BlockManager, cost: CostModel, work: StepWork
+    ctx: BuildContext, index: int, plan: PoolLayout, kv: BlockManager, cost: CostModel, work: StepWork
 ) -> Instance:
     """An engine of ``plan.parallel.pp`` pipeline stages (:mod:`des.engine.pipeline`): one
     scheduler per batch in flight, each with ``max_num_seqs / pp`` sequences."""
@@ -220,57 +221,71 @@ def _pipelined(
     )  # fmt: skip
 
 
-def build_pools(ctx: BuildContext, plan: Plan, routers: Sequence[np.random.Generator]) -> list[Pool]:
-    """The pools of ``plan``: instances numbered in pool order, router ``i`` drawing from ``routers[i]``."""
+def _pool_cost(ctx: BuildContext, pool: ResolvedPool) -> CostModel:
+    """The step-time model of the pool's engines: the cost model on its GPUs (with the run's
+    draw of the model's error), verifying speculative decoding's drafts where it speculates."""
+    plan, model, precision = pool.layout, ctx.model, ctx.precision
+    multipliers = ctx.draws.for_gpu(plan.gpu) if ctx.draws is not None else None
+    par = plan.parallel
+    cost_ctx = CostContext(
+        plan.gpu, model, precision, plan.tp, ctx.frontend, multipliers,
+        moe_group=par.moe_group(model), all2all=par.all2all,
+    )  # fmt: skip
+    spec = plan.policy.speculative
+    if spec is not None and spec.active and isinstance(ctx.cost, RooflineConfig):
+        proposer = pool.proposer
+        draft = None
+        if proposer is not None:
+            draft = CostContext(plan.gpu, proposer.spec, proposer.precision, plan.tp, None, multipliers)
+        return build_verification(ctx.cost, cost_ctx, spec.num_speculative_tokens, draft)
+    return ctx.cost.build(cost_ctx)  # a constant or linear step time takes the verification step's rows as any tokens
+
+
+def _engines(ctx: BuildContext, pool: ResolvedPool, first: int, cost: CostModel, work: StepWork) -> list[Instance]:
+    """The pool's engines (an autoscaled pool's most), numbered from ``first``, each with its own
+    KV cache and scheduler; the ranks of a data-parallel MoE group stepping together."""
+    plan, memory, model = pool.layout, pool.memory, ctx.model
+    group = plan.parallel.moe_group(model)  # ranks stepping together (1: each on its own)
+    scaling = plan.autoscaler
+    count = scaling.max_instances if scaling is not None else plan.engines
+    instances = []
+    for index in range(first, first + count):
+        manager = PrefixCache if plan.policy.prefix_caching else BlockManager
+        kv = manager(memory.num_blocks, memory.block_size, ctx.env, model.window or 0)
+        if plan.parallel.pp > 1:
+            instances.append(_pipelined(ctx, index, plan, kv, cost, work))
+        else:
+            sched = plan.policy.build(kv, model.max_model_len, plan.role, ctx.speculative)
+            instances.append(Instance(ctx, index, plan.role, sched, kv, cost, work, group == 1))
+    if group > 1:
+        for i in range(0, len(instances), group):
+            LockstepGroup(ctx.env, instances[i : i + group], cost, ctx.cost.async_scheduling)
+    return instances
+
+
+def _fleet(ctx: BuildContext, plan: PoolLayout, instances: list[Instance]) -> Fleet | None:
+    """An autoscaled pool's fleet and its autoscaler (None: a fixed pool)."""
+    scaling = plan.autoscaler
+    if scaling is None:
+        return None
+    graphs = not (isinstance(ctx.cost, RooflineConfig) and ctx.cost.enforce_eager)  # constant, linear: no engine
+    cold = cold_start_seconds(scaling, weight_bytes(ctx.model, ctx.precision), graphs)
+    fleet = Fleet(ctx.env, instances, plan.instances, cold)
+    fleet.autoscaler = Autoscaler(ctx.env, fleet, scaling)
+    return fleet
+
+
+def build_pools(ctx: BuildContext, deployment: Deployment, routers: Sequence[np.random.Generator]) -> list[Pool]:
+    """The pools of ``deployment``: instances numbered in pool order, router ``i`` drawing from ``routers[i]``."""
     model, precision = ctx.model, ctx.precision
     pools = []
     index = 0
-    for pool_plan, rng in zip(plan.pools, routers[: len(plan.pools)], strict=True):
-        memory = pool_plan.memory(model, precision)
-        multipliers = ctx.draws.for_gpu(pool_plan.gpu) if ctx.draws is not None else None
-        par = pool_plan.parallel
-        group = par.moe_group(model)  # ranks stepping together (1: each on its own)
-        cost_ctx = CostContext(
-            pool_plan.gpu,
-            model,
-            precision,
-            pool_plan.tp,
-            ctx.frontend,
-            multipliers,
-            moe_group=group,
-            all2all=par.all2all,
-        )
-        spec = getattr(pool_plan.policy, "speculative", None)
-        if spec is not None and spec.active and isinstance(ctx.cost, RooflineConfig):
-            proposer = spec.proposer(model, precision, pool_plan.tp)
-            draft = None
-            if proposer is not None:
-                draft = CostContext(pool_plan.gpu, proposer.spec, proposer.precision, pool_plan.tp, None, multipliers)
-            cost_model: CostModel = build_verification(ctx.cost, cost_ctx, spec.num_speculative_tokens, draft)
-        else:  # a constant or linear step time takes the verification step's rows as any tokens
-            cost_model = ctx.cost.build(cost_ctx)
-        work = step_work(pool_plan.gpu, model, precision, pool_plan.tp, group)
-        instances = []
-        scaling = pool_plan.autoscaler
-        engines = scaling.max_instances if scaling is not None else pool_plan.engines
-        for _ in range(engines):
-            manager = PrefixCache if pool_plan.policy.prefix_caching else BlockManager
-            kv = manager(memory.num_blocks, memory.block_size, ctx.env, model.window or 0)
-            if par.pp > 1:
-                instances.append(_pipelined(ctx, index, pool_plan, kv, cost_model, work))
-            else:
-                sched = pool_plan.policy.build(kv, model.max_model_len, pool_plan.role, ctx.speculative)
-                instances.append(Instance(ctx, index, pool_plan.role, sched, kv, cost_model, work, group == 1))
-            index += 1
-        if group > 1:
-            for i in range(0, len(instances), group):
-                LockstepGroup(ctx.env, instances[i : i + group], cost_model, ctx.cost.async_scheduling)
-        fleet = None
-        if scaling is not None:
-            eager = getattr(ctx.cost, "enforce_eager", False)
-            cold = cold_start_seconds(scaling, weight_bytes(model, precision), not eager)
-            fleet = Fleet(ctx.env, instances, pool_plan.instances, cold)
-            fleet.autoscaler = Autoscaler(ctx.env, fleet, scaling)
-        router = ROUTERS.get(pool_plan.router)(rng)
-        pools.append(Pool(pool_plan.role, instances, router, pool_plan, memory, work, fleet))
+    for pool, rng in zip(deployment.pools, routers[: len(deployment.pools)], strict=True):
+        plan = pool.layout
+        cost = _pool_cost(ctx, pool)
+        work = step_work(plan.gpu, model, precision, plan.tp, plan.parallel.moe_group(model))
+        instances = _engines(ctx, pool, index, cost, work)
+        index += len(instances)
+        router = ROUTERS.get(plan.router)(rng)
+        pools.append(Pool(plan.role, instances, router, plan, pool.memory, work, _fleet(ctx, plan, instances)))
     return pools

@@ -67,7 +67,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     ``factor_provenance`` is the least-fitted provenance of the run's GPUs' step-time
     factors (:func:`des.cost.uncertainty.run_provenance`).
     """
-    from des.cost.uncertainty import factor_sources, run_provenance
+    from des.cost.uncertainty import run_provenance
 
     cluster.settle()
     requests = requests_table(cluster.ledger)
@@ -94,7 +94,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     summary.update(cache_metrics(steps, scenario.warmup, end))
     summary.update(itl_metrics(gap_logs(cluster), scenario.warmup, end))
     summary.update(second_token_metrics(requests.loc[measured_mask(requests, scenario.warmup, end)]))
-    summary["factor_provenance"] = run_provenance(factor_sources(scenario))
+    summary["factor_provenance"] = run_provenance(scenario.deployment.factors)
     prices = scenario.price_book()
     slo = scenario.slo
     windows = windows_table(
@@ -104,11 +104,12 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     completed_tokens = float(requests.loc[requests["status"] == "completed", "output_tokens"].sum())
     summary.update(day_metrics(pools, end_time, completed_tokens, prices))
     summary.update(stationarity(summary, windows, scenario.workload.arrival))
-    split = cluster.plan.link is not None
+    layout = cluster.deployment.layout
+    split = layout.link is not None
     start, arrivals_end = summary["arrival_window_start"], summary["arrival_window_end"]
     summary["decode_full_share"] = (
         decode_full_share(
-            transfers, requests, steps, start, arrivals_end, end_time, cluster.plan.first_token_from == "prefill"
+            transfers, requests, steps, start, arrivals_end, end_time, layout.first_token_from == "prefill"
         )
         if split
         else None

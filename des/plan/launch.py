@@ -1,7 +1,7 @@
 """The ``vllm serve`` commands a scenario corresponds to: what to run so that the servers
 are the engines des simulated.
 
-:func:`launch_commands` turns each pool of ``scenario.plan()`` into one
+:func:`launch_commands` turns each pool of ``scenario.layout`` into one
 :class:`LaunchCommand`: the colocated pool of ``continuous`` serving, or the prefill and
 the decode pool of ``disaggregated`` serving, each started ``instances`` times. Every
 option name is vLLM 0.19.1's (:mod:`des.plan.vllm_args`, read from its
@@ -78,7 +78,7 @@ from des import catalog
 from des.catalog.memory import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.roofline import RooflineConfig
-from des.engine.plan import Plan, PoolPlan
+from des.engine.layout import Layout, PoolLayout
 from des.engine.policy import Role
 from des.engine.schedulers.continuous import ContinuousSettings
 from des.engine.speculative import SpeculativeConfig
@@ -150,7 +150,7 @@ class LaunchCommand:
 
 
 def launch_commands(scenario: Scenario) -> list[LaunchCommand]:
-    """The ``vllm serve`` command of each pool of ``scenario.plan()``, in the plan's order
+    """The ``vllm serve`` command of each pool of ``scenario.layout``, in the plan's order
     (one for colocated serving; prefill, then decode for disaggregated serving).
 
     Raises :class:`ScenarioError` naming the field when des can simulate the scenario but no
@@ -159,7 +159,7 @@ def launch_commands(scenario: Scenario) -> list[LaunchCommand]:
     do, an all-to-all exchange without expert parallelism, a token budget below
     ``max_num_seqs`` (``vllm/config/scheduler.py`` refuses it).
     """
-    plan = scenario.plan()
+    plan = scenario.layout
     if not all(isinstance(pool.policy, ContinuousSettings) for pool in plan.pools):
         raise ScenarioError((
             "scheduler.kind",
@@ -250,7 +250,7 @@ def _catalog_architecture(model: ModelSpec, where: str) -> None:
         ))  # fmt: skip
 
 
-def _check_link(plan: Plan) -> None:
+def _check_link(plan: Layout) -> None:
     """A KV transfer vLLM's NIXL connector does: pulled once the prompt is done."""
     link = plan.link
     if link is None:
@@ -263,15 +263,23 @@ def _check_link(plan: Plan) -> None:
         ))  # fmt: skip
 
 
-def _command(scenario: Scenario, plan: Plan, pool: PoolPlan, repo: str, checkpoint_flags: list[str]) -> LaunchCommand:
+def _setting(scenario: Scenario, pool: PoolLayout, name: str) -> str:
+    """Where the batching setting ``name`` of ``pool`` is written: the pool's own, else the policy's."""
+    i = scenario.layout.pools.index(pool)
+    own = name in scenario.cluster.pools[i].overrides
+    return f"cluster.pools.{i}.scheduler.{name}" if own else f"scheduler.{name}"
+
+
+def _command(
+    scenario: Scenario, plan: Layout, pool: PoolLayout, repo: str, checkpoint_flags: list[str]
+) -> LaunchCommand:
     """The command of one pool."""
     policy = pool.policy
     assert isinstance(policy, ContinuousSettings)  # other batching was refused
     model, par = scenario.model, pool.parallel
     if policy.max_num_batched_tokens < policy.max_num_seqs:
-        where = scenario.scheduler.setting_path(pool.role, "max_num_batched_tokens")
         raise ScenarioError((
-            f"scheduler.{where}",
+            _setting(scenario, pool, "max_num_batched_tokens"),
             f"{policy.max_num_batched_tokens} tokens is fewer than max_num_seqs ({policy.max_num_seqs}), which vLLM "
             "refuses at start-up (SchedulerConfig: 'max_num_batched_tokens must be greater than or equal to "
             "max_num_seqs')",
@@ -342,7 +350,7 @@ def _speculative(spec: SpeculativeConfig) -> str:
     return json.dumps(config, separators=(",", ":"))
 
 
-def _note(scenario: Scenario, plan: Plan, pool: PoolPlan) -> str:
+def _note(scenario: Scenario, plan: Layout, pool: PoolLayout) -> str:
     """What the deployment needs besides the command."""
     notes = []
     if pool.role == "colocated" and pool.instances > 1:

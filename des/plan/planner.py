@@ -75,7 +75,7 @@ class Outcome:
     def watts(self) -> float:
         """Board power of the candidate's GPUs (W; :mod:`des.catalog.prices`: an upper bound on their draw)."""
         assert self.scenario is not None
-        return sum((p.gpu.board_power_w or 0.0) * p.num_gpus for p in self.scenario.plan().pools)
+        return sum((p.gpu.board_power_w or 0.0) * p.num_gpus for p in self.scenario.layout.pools)
 
     def row(self, slos: Sequence[SLOTerm], rate: float, mean_output: float | None) -> dict[str, Any]:
         c = self.candidate
@@ -99,7 +99,7 @@ class Outcome:
             "reason": self.reason,
         }
         if self.scenario is not None:
-            policy = self.scenario.plan().pools[-1].policy
+            policy = self.scenario.layout.pools[-1].policy
             row["max_num_seqs"] = getattr(policy, "max_num_seqs", None)
             row["max_num_batched_tokens"] = getattr(policy, "max_num_batched_tokens", None)
         ev = self.evaluation

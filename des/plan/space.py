@@ -218,7 +218,7 @@ def throughput_bound(sc: Scenario) -> float:
         return math.inf  # a constant or linear step time owes nothing to the GPU's peaks
     prompt, output = workload.prompt_tokens.moments()[0], workload.output_tokens.moments()
     out_mean, out_var = output
-    pools = sc.plan().pools
+    pools = sc.layout.pools
     # a prompt computes nothing only where the prefix cache can hit: a shared prefix, a chat
     # history, a replay's hashed blocks (des's other prompts hold content of their own)
     caching = any(getattr(p.policy, "prefix_caching", False) for p in pools)

@@ -366,7 +366,7 @@ def _probes(spec: StudySpec, base: dict[str, Any]) -> tuple[list[RunSpec], list[
             except ScenarioError as exc:
                 problems += exc.problems
                 continue
-            users = 2 * sum(pool.engines * pool.policy.max_batch for pool in engine.plan().pools)
+            users = 2 * sum(pool.engines * pool.policy.max_batch for pool in engine.layout.pools)
             closed = {"process": "closed", "concurrency": users, "think_time": 0.0}
             s = point_scenario(merged, [*keys, (ARRIVAL, closed)], where)
             s["model_uncertainty"] = False  # a probe sets the loads: the model as fitted
@@ -429,7 +429,7 @@ def uses_model_uncertainty(scenario: Mapping[str, Any]) -> bool:
 def model_notes(study: Study) -> list[str]:
     """Warnings for a study whose runs draw the model's error: too few replications for
     intervals that rest on their spread; no GPU stating an uncertainty (said once)."""
-    from des.cost.uncertainty import factor_sources, no_uncertainty_note
+    from des.cost.uncertainty import FactorSource, no_uncertainty_note
 
     drawing = [r for r in study.runs if r.replication == 0 and uses_model_uncertainty(r.scenario)]
     if not drawing:
@@ -442,12 +442,13 @@ def model_notes(study: Study) -> list[str]:
             f"(the t factor {_t_factor(n)} against 1.96 with many): give {MODEL_REPLICATIONS} or more"
         )
     seen: set[str] = set()
-    sources = []
+    sources: list[FactorSource] = []
     for run in drawing:
-        key = json.dumps([run.scenario["gpu"], run.scenario["cost_model"], run.scenario["scheduler"]], sort_keys=True)
+        parts = [run.scenario.get(k) for k in ("gpu", "cost_model", "scheduler", "cluster")]
+        key = json.dumps(parts, sort_keys=True)
         if key not in seen:
             seen.add(key)
-            sources += factor_sources(load_scenario(run.scenario))
+            sources += load_scenario(run.scenario).deployment.factors
     none = no_uncertainty_note(sources)
     if none:
         notes.append(f"model_uncertainty: {none}")

@@ -35,14 +35,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from pydantic import Field
 
 from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager, CacheConfig, ceil_div
-from des.engine.plan import Plan, PlanContext, colocated
 from des.engine.policy import Role, Step, held_tokens, length_rejection
 from des.engine.request import Request
 from tests.oracle.running import RunningSet
@@ -79,16 +78,6 @@ class ContinuousSettings(CacheConfig):
         self, kv: BlockManager, max_model_len: int, role: Role = "colocated", rng: Any = None
     ) -> ContinuousScheduler:
         return ContinuousScheduler(self, kv, self.max_model_len or max_model_len, role)
-
-
-class ContinuousConfig(ContinuousSettings):
-    """Continuous batching on ``cluster.replicas`` colocated instances."""
-
-    kind: Literal["continuous"] = "continuous"
-
-    def plan(self, ctx: PlanContext) -> Plan:
-        """One pool of ``cluster.replicas`` instances serving whole requests."""
-        return colocated(self, ctx)
 
 
 def _by_id(req: Request) -> int:

@@ -1,38 +1,52 @@
 """Batching policies, registered by ``scheduler.kind``.
 
-``SCHEDULERS`` holds each kind's configuration class (a :class:`SchedulerKind`), whose
-``plan(ctx)`` says which pools of instances to build (:mod:`des.engine.plan`); a
-pool's policy configuration ``build``s each instance's scheduler. ``SchedulerConfig`` is the tagged
-union the scenario validates ``scheduler`` with, written out so a type checker sees its
-members (checked against the registry at import).
+``SCHEDULERS`` holds each kind's configuration class (a :class:`PolicyKind`): the
+scenario's ``scheduler``, every pool's batching policy, whose ``policy(overrides,
+speculative)`` gives one pool's settings (the pool's own over it), which ``build`` each
+instance's scheduler. Where requests are served, by how many instances of which GPUs,
+is the deployment's (:mod:`des.engine.deployment`), not the policy's. ``SchedulerConfig``
+is the tagged union the scenario validates ``scheduler`` with, written out so a type
+checker sees its members (checked against the registry at import).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
-from des.engine.plan import SchedulerKind
-from des.engine.policy import Scheduler, Step
-from des.engine.schedulers.continuous import ContinuousConfig, ContinuousScheduler
-from des.engine.schedulers.disaggregated import DisaggregatedConfig
+from des.engine.policy import PolicyConfig, Scheduler, Step
+from des.engine.schedulers.continuous import ContinuousConfig, ContinuousScheduler, ContinuousSettings
 from des.engine.schedulers.static import StaticConfig, StaticScheduler
+from des.engine.speculative import SpeculativeConfig
 from des.registry import Registry, check_union, config_registrar
 
-SCHEDULERS: Registry[type[SchedulerKind]] = Registry("scheduler kind")
+
+class PolicyKind(Protocol):
+    """What the scheduler registry holds: a batching policy's configuration, the defaults of
+    every pool."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def policy(self, overrides: Mapping[str, Any], speculative: SpeculativeConfig | None) -> PolicyConfig:
+        """One pool's settings: ``overrides`` over these, with ``speculative``."""
+        ...
+
+
+SCHEDULERS: Registry[type[PolicyKind]] = Registry("scheduler kind")
 register = config_registrar(SCHEDULERS)
 register(StaticConfig)
 register(ContinuousConfig)
-register(DisaggregatedConfig)
 
-SchedulerConfig = Annotated[StaticConfig | ContinuousConfig | DisaggregatedConfig, Field(discriminator="kind")]
+SchedulerConfig = Annotated[StaticConfig | ContinuousConfig, Field(discriminator="kind")]
 check_union(SchedulerConfig, SCHEDULERS)
 
 __all__ = [
     "SCHEDULERS",
     "SchedulerConfig",
-    "SchedulerKind",
+    "PolicyKind",
     "register",
     "Scheduler",
     "Step",
@@ -40,5 +54,5 @@ __all__ = [
     "StaticScheduler",
     "ContinuousConfig",
     "ContinuousScheduler",
-    "DisaggregatedConfig",
+    "ContinuousSettings",
 ]

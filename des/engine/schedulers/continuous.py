@@ -65,9 +65,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -75,21 +75,19 @@ from pydantic import Field
 from des.cost.base import BatchShape
 from des.engine.itl import ItlLog
 from des.engine.kvcache import BlockManager, CacheConfig
-from des.engine.plan import Plan, PlanContext, colocated
 from des.engine.policy import Role, Step, length_rejection
 from des.engine.request import Request
 from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
 from des.engine.speculative import SpeculativeConfig
 
 
-class ContinuousSettings(CacheConfig):
-    """vLLM-style engine arguments of a continuous-batching instance. Sizes in tokens."""
+class ContinuousBatching(CacheConfig):
+    """vLLM-style engine arguments of continuous batching. Sizes in tokens."""
 
     max_num_seqs: int = Field(128, ge=1)
     max_num_batched_tokens: int = Field(2048, ge=1)
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
-    speculative: SpeculativeConfig | None = None
 
     @property
     def max_batch(self) -> int:
@@ -110,6 +108,13 @@ class ContinuousSettings(CacheConfig):
     def prefix_caching(self) -> bool:
         return self.enable_prefix_caching
 
+
+class ContinuousSettings(ContinuousBatching):
+    """What one pool's continuous-batching instances run: the policy's settings (the
+    scenario's ``scheduler`` with the pool's own over it) and the scenario's ``speculative``."""
+
+    speculative: SpeculativeConfig | None = None
+
     def build(
         self, kv: BlockManager, max_model_len: int, role: Role = "colocated", rng: np.random.Generator | None = None
     ) -> ContinuousScheduler:
@@ -125,14 +130,15 @@ class ContinuousSettings(CacheConfig):
         return ContinuousScheduler(self, kv, limit, role)
 
 
-class ContinuousConfig(ContinuousSettings):
-    """Continuous batching on ``cluster.replicas`` colocated instances."""
+class ContinuousConfig(ContinuousBatching):
+    """Continuous batching (the scenario's ``scheduler``: every pool's policy)."""
 
     kind: Literal["continuous"] = "continuous"
 
-    def plan(self, ctx: PlanContext) -> Plan:
-        """One pool of ``cluster.replicas`` instances serving whole requests."""
-        return colocated(self, ctx)
+    def policy(self, overrides: Mapping[str, Any], speculative: SpeculativeConfig | None) -> ContinuousSettings:
+        """A pool's settings: ``overrides`` over these, with ``speculative`` (validated as one)."""
+        own = self.model_dump(exclude={"kind"})
+        return ContinuousSettings.model_validate({**own, **overrides, "speculative": speculative})
 
 
 @dataclass(slots=True)

@@ -16,15 +16,15 @@ Static batching serves whole requests: its instances are ``colocated`` only.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeFloat, model_validator
+from pydantic import Field, NonNegativeFloat
 
 from des.cost.base import BatchShape
 from des.engine.itl import ItlLog
 from des.engine.kvcache import BlockManager, CacheConfig
-from des.engine.plan import Plan, PlanContext, colocated
 from des.engine.policy import Role, Step, length_rejection
 from des.engine.request import Request
 
@@ -36,16 +36,6 @@ class StaticConfig(CacheConfig):
     max_batch_size: int = Field(8, ge=1)
     max_wait: NonNegativeFloat = 0.0
     release_on: Literal["batch_end", "finish"] = "batch_end"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_speculation(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("speculative") is not None:
-            raise ValueError(
-                "speculative: static batching does not speculate (a padded batch runs its rows in lockstep); "
-                "use kind: continuous"
-            )
-        return data
 
     @property
     def max_batch(self) -> int:
@@ -67,9 +57,15 @@ class StaticConfig(CacheConfig):
         """None: a static batch computes its whole padded prompt in one step."""
         return None
 
-    def plan(self, ctx: PlanContext) -> Plan:
-        """One pool of ``cluster.replicas`` instances serving whole requests."""
-        return colocated(self, ctx)
+    @property
+    def speculative(self) -> None:
+        """None: a padded batch runs its rows in lockstep, and does not speculate."""
+        return None
+
+    def policy(self, overrides: Mapping[str, Any], speculative: object = None) -> StaticConfig:
+        """A pool's settings: ``overrides`` over these (validated as one). (``speculative``:
+        refused for static batching by the scenario, :mod:`des.engine.features`.)"""
+        return self.model_validate({**self.model_dump(), **overrides}) if overrides else self
 
     def build(
         self, kv: BlockManager, max_model_len: int, role: Role = "colocated", rng: np.random.Generator | None = None

@@ -1,23 +1,28 @@
-"""What a scheduler kind asks to be built: pools of instances, and the way between them.
+"""The engine's layout: the pools a request passes through, and the link between them,
+resolved once with what each pool needs to be built.
 
-A :class:`Plan` is plain data. Colocated kinds (``static``, ``continuous``) plan one
-pool of identical instances (:func:`colocated`); ``disaggregated`` plans a prefill
-pool, a decode pool and a KV link between them. :mod:`des.engine.topology` builds it.
-Every scheduler kind registered in :data:`des.engine.schedulers.SCHEDULERS` is a
-:class:`SchedulerKind`: a configuration with a ``plan``.
+A :class:`Layout` is plain data, made from the scenario's ``cluster.pools``
+(:mod:`des.engine.deployment`): one pool of colocated instances, or a prefill pool, a
+decode pool and a KV link between them. Resolved, it becomes a
+:class:`Deployment`, where every pool carries its KV memory plan and its speculative
+proposer, computed once (desmod's ``elaborate()``, done by the scenario's validation:
+:attr:`des.scenario.Scenario.deployment`): validation, the engine
+(:mod:`des.engine.topology`), the planner, the launcher and the result read those
+records, and nothing recomputes them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, get_args
+from typing import Literal, get_args
 
 from des.catalog.memory import GraphCapture, MemoryPlan, Precision, plan_memory
 from des.catalog.specs import GPUSpec, ModelSpec
+from des.cost.uncertainty import FactorSource
 from des.engine.autoscaler import MAX_INSTANCES as AUTOSCALED_MAX
 from des.engine.autoscaler import AutoscalerConfig
 from des.engine.policy import PolicyConfig, Role
-from des.errors import ScenarioError
+from des.engine.speculative import Proposer
 
 #: The most instances a pool may have: each is a SimPy process with its own KV cache and
 #: scheduler (10,000 build in about 2 s and 100 MB; 1e29 would never be built).
@@ -51,28 +56,12 @@ class Parallelism:
 
 
 @dataclass(frozen=True)
-class PlanContext:
-    """The scenario's defaults a scheduler kind plans with: hardware, model, cluster and
-    the CUDA graphs the engine captures (for the memory plan)."""
-
-    gpu: GPUSpec
-    model: ModelSpec
-    precision: Precision
-    replicas: int = 1
-    tp: int = 1
-    router: str = "round_robin"
-    graphs: GraphCapture = GraphCapture()
-    parallel: Parallelism = Parallelism()
-    autoscaler: AutoscalerConfig | None = None
-
-
-@dataclass(frozen=True)
-class PoolPlan:
+class PoolLayout:
     """``instances`` servers of ``parallel.dp`` data-parallel engines (ranks) of ``tp`` x
     ``gpu`` each, playing ``role`` with batching ``policy``, capturing the CUDA graphs
     ``graphs``; ``router`` picks a server, vLLM's data-parallel balancing a rank within it.
     With an ``autoscaler``, ``instances`` serve at t = 0 and the autoscaler sets how many
-    serve after (:mod:`des.engine.autoscaler`)."""
+    serve after (:mod:`des.engine.autoscaler`). ``name``: the scenario's name of the pool."""
 
     role: Role
     instances: int
@@ -83,6 +72,7 @@ class PoolPlan:
     graphs: GraphCapture = GraphCapture()
     parallel: Parallelism = Parallelism()
     autoscaler: AutoscalerConfig | None = None
+    name: str = ""
 
     @property
     def dp(self) -> int:
@@ -93,19 +83,23 @@ class PoolPlan:
         """Engines (each with its own scheduler and KV cache) the pool runs: servers × ranks."""
         return self.instances * self.parallel.dp
 
-    def memory(self, model: ModelSpec, precision: Precision) -> MemoryPlan:
-        """The KV cache of one instance (the speculative proposer's weights and KV, if any,
-        beside the model's); raises ScenarioError if the model does not fit."""
+    @property
+    def num_gpus(self) -> int:
+        return self.engines * self.tp * self.parallel.pp
+
+    def proposer(self, model: ModelSpec, precision: Precision) -> Proposer | None:
+        """The speculative proposer of the pool's policy (None: no speculation, or n-gram
+        lookup, which has no model); raises ValueError when the method has none for ``model``."""
+        spec = self.policy.speculative
+        if spec is None or not spec.active:
+            return None
+        return spec.proposer(model, precision, self.tp)
+
+    def memory(self, model: ModelSpec, precision: Precision, proposer: Proposer | None = None) -> MemoryPlan:
+        """The KV cache of one instance (``proposer``'s weights and KV, if any, beside the
+        model's); raises ScenarioError if the model does not fit."""
         p = self.policy
-        extra_weights = extra_kv = 0
-        spec = getattr(p, "speculative", None)
-        if spec is not None and spec.active:
-            try:
-                proposer = spec.proposer(model, precision, self.tp)
-            except ValueError as exc:
-                raise ScenarioError(("scheduler.speculative.method", str(exc))) from None
-            if proposer is not None:
-                extra_weights, extra_kv = proposer.weight_bytes, proposer.kv_bytes_per_token
+        extra_weights, extra_kv = (proposer.weight_bytes, proposer.kv_bytes_per_token) if proposer else (0, 0)
         return plan_memory(
             self.gpu,
             model,
@@ -123,13 +117,9 @@ class PoolPlan:
             pp=self.parallel.pp,
         )
 
-    @property
-    def num_gpus(self) -> int:
-        return self.engines * self.tp * self.parallel.pp
-
 
 @dataclass(frozen=True)
-class LinkPlan:
+class LinkLayout:
     """A KV link per prefill instance: ``bandwidth`` bytes/s of one transfer (every
     tensor-parallel rank's share at once), ``latency`` seconds per transfer, over ``path``
     (:mod:`des.catalog.kv_link`; None: a bandwidth given without one), reserving decode
@@ -143,11 +133,11 @@ class LinkPlan:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Layout:
     """The pools a request passes through, in order, and the link between consecutive ones."""
 
-    pools: tuple[PoolPlan, ...]
-    link: LinkPlan | None = None
+    pools: tuple[PoolLayout, ...]
+    link: LinkLayout | None = None
     first_token_from: Literal["prefill", "decode"] = "prefill"
 
     @property
@@ -159,23 +149,32 @@ class Plan:
         return min(pool.policy.max_model_len or model.max_model_len for pool in self.pools)
 
 
-class SchedulerKind(Protocol):
-    """What the scheduler registry holds: a configuration that plans the cluster's pools."""
+@dataclass(frozen=True)
+class ResolvedPool:
+    """One pool of the layout with what building it needs, computed once: one instance's KV
+    ``memory`` plan and the speculative ``proposer`` (None: none, or n-gram lookup)."""
+
+    layout: PoolLayout
+    memory: MemoryPlan
+    proposer: Proposer | None = None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A layout resolved: every pool's record (:class:`ResolvedPool`), in pool order, and
+    where the step-time factors of each of its GPU types come from (``factors``:
+    :mod:`des.cost.uncertainty`)."""
+
+    layout: Layout
+    pools: tuple[ResolvedPool, ...]
+    factors: tuple[FactorSource, ...] = ()
 
     @property
-    def kind(self) -> str: ...
+    def memory_plans(self) -> list[MemoryPlan]:
+        """One instance's KV cache of each pool, in pool order."""
+        return [p.memory for p in self.pools]
 
-    def plan(self, ctx: PlanContext) -> Plan: ...
-
-    def setting_path(self, role: str, name: str) -> str | None:
-        """Where, below the scheduler section, the setting ``name`` of the pool playing
-        ``role`` is written (None: outside the section), for errors to name it."""
-        ...
-
-
-def colocated(policy: PolicyConfig, ctx: PlanContext) -> Plan:
-    """One pool of ``ctx.replicas`` identical instances serving whole requests with ``policy``."""
-    pool = PoolPlan(
-        "colocated", ctx.replicas, policy, ctx.gpu, ctx.tp, ctx.router, ctx.graphs, ctx.parallel, ctx.autoscaler
-    )
-    return Plan((pool,))
+    @property
+    def finishing(self) -> ResolvedPool:
+        """The pool requests finish in (the only pool of colocated serving, the decode pool of a split)."""
+        return self.pools[-1]
