@@ -25,6 +25,7 @@ from des.engine.cluster import Cluster
 from des.engine.events import StopAt
 from des.scenario import Scenario
 from des.workload.build import arrival_processes
+from des.workload.client import CLIENTS
 
 if TYPE_CHECKING:
     from des.metrics import Result
@@ -80,9 +81,8 @@ def build(scenario: Scenario, fast_forward: bool = True) -> tuple[simpy.Environm
     h = scenario.horizon
     duration = h.duration if h.duration is not None else math.inf
     limit = deployment.layout.context_limit(scenario.model)
-    procs = arrival_processes(
-        env, scenario.workload, streams, cluster.submit, duration, h.num_requests, limit, frontend
-    )
+    client = CLIENTS[scenario.serving.frontend] if scenario.serving is not None else None
+    procs = arrival_processes(env, scenario.workload, streams, cluster.submit, duration, h.num_requests, limit, client)
     return env, cluster, procs
 
 

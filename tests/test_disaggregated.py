@@ -222,19 +222,28 @@ def test_pool_settings_override_the_shared_ones():
     assert (policy(dec).max_num_seqs, policy(dec).block_size) == (256, 32)
 
 
-def test_a_pool_takes_every_continuous_setting_and_nothing_else():
-    """A pool's overrides are generated from ContinuousSettings: the same field names, each
-    optional and checked as at the top level, the error naming the pool's path."""
-    from des.engine.schedulers.disaggregated import PoolConfig
+def test_a_pool_takes_every_batching_setting_and_nothing_else():
+    """A pool's ``scheduler`` is generated from the policies' settings: the same field names,
+    each optional and checked as at the top level, the error naming the pool's path (in the
+    old shape, where it was written)."""
+    from des.engine.deployment import PoolSettings, PoolSpec
+    from des.engine.schedulers import StaticConfig
 
-    settings = set(ContinuousSettings.model_fields)
-    assert set(PoolConfig.model_fields) == settings | {"instances", "gpu", "tp", "autoscaler"}
-    assert all(PoolConfig.model_fields[k].default is None for k in settings)
+    settings = set(ContinuousSettings.model_fields) - {"speculative"}
+    static = set(StaticConfig.model_fields) - {"kind"}
+    assert set(PoolSettings.model_fields) == settings | static
+    assert all(f.default is None for f in PoolSettings.model_fields.values())
+    assert {"instances", "gpu", "tp", "pp", "dp", "router", "autoscaler", "scheduler"} <= set(PoolSpec.model_fields)
+    for key in ("max_num_seqs", "block_size"):
+        new = [("cluster.pools", [{"role": "prefill"}, {"role": "decode", "scheduler": {key: 0}}])]
+        with pytest.raises(des.ScenarioError) as err:
+            des.load_scenario(None, new)
+        assert [p for p, _ in err.value.problems] == [f"cluster.pools.1.scheduler.{key}"], key
     bad = {"max_num_seqs": 0, "max_num_batched_tokens": 0, "block_size": 0, "gpu_memory_utilization": 1.5,
            "max_model_len": 0, "num_gpu_blocks_override": 0, "enable_chunked_prefill": "often",
            "enable_prefix_caching": "often",
            "speculative": {"method": "ngram", "num_speculative_tokens": 1, "acceptance_rate": 0.5}}  # fmt: skip
-    assert set(bad) == settings
+    assert set(bad) == settings | {"speculative"}
     for key, value in bad.items():
         with pytest.raises(des.ScenarioError) as err:
             des.load_scenario(None, [("scheduler", {"kind": "disaggregated", "decode": {key: value}})])

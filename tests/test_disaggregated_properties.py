@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 import des
 from des import catalog
 from des.engine.request import COMPLETED, REJECTED, UNFINISHED
-from des.engine.schedulers import DisaggregatedConfig
 from des.engine.schedulers.continuous import ContinuousSettings
 from des.simulation import build, run_until, stop_event
 from tests.helpers import ledger
@@ -85,8 +84,7 @@ def disaggregated_scenarios(draw, drain: bool | None = None) -> des.Scenario:
 
 
 def expected_reason(scn: des.Scenario, prompt: int, output: int) -> str:
-    s = scn.scheduler
-    assert isinstance(s, DisaggregatedConfig)
+    assert scn.cluster.split
     pre, dec = (p.policy for p in scn.layout.pools)
     assert isinstance(pre, ContinuousSettings) and isinstance(dec, ContinuousSettings)
     blocks = [m.num_blocks for m in scn.memory_plans()]
@@ -135,8 +133,8 @@ def check(scn: des.Scenario, res: des.Result) -> None:
     moved = done[done["output_tokens"] > 1]
     ts, te = moved["transfer_start"].to_numpy(), moved["transfer_end"].to_numpy()
     assert (ts <= te).all() and (te <= moved["finish_time"].to_numpy()).all()
-    assert isinstance(scn.scheduler, DisaggregatedConfig)
-    if scn.scheduler.first_token_from == "decode":
+    assert scn.cluster.split
+    if scn.layout.first_token_from == "decode":
         assert (moved["first_token_time"].to_numpy() > te).all()  # the decode instance's first step
     else:
         first = moved["first_token_time"].to_numpy()

@@ -16,7 +16,7 @@ from des import catalog
 from des.cost.base import BatchShape
 from des.cost.frontend import FRONTENDS, Serving
 from des.cost.roofline import Engine, build_roofline
-from des.workload.build import turnaround_sampler
+from des.workload.client import CLIENTS
 from tests.helpers import des_cli
 
 G, M = catalog.gpu("rtx4090"), catalog.model("qwen2.5-7b")
@@ -181,9 +181,9 @@ def test_same_seed_same_results_and_the_client_stream_shifts_no_other():
     assert not api["arrival_time"].equals(eng["arrival_time"])
 
 
-@pytest.mark.parametrize("spec", [API, ENGINE], ids=["api_server", "engine"])
+@pytest.mark.parametrize("spec", [CLIENTS["api_server"], CLIENTS["engine"]], ids=["api_server", "engine"])
 def test_turnaround_draws_are_lognormal_with_the_stated_median_and_sigma(spec):
-    draw = turnaround_sampler(spec, np.random.default_rng(11))
+    draw = spec.sampler(np.random.default_rng(11))
     x = np.array([draw() for _ in range(40_000)])
     mu, s = spec.turnaround_mu, spec.turnaround_sigma
     mean = math.exp(mu + s * s / 2)

@@ -76,7 +76,6 @@ time there, not the pace clients see).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -98,10 +97,10 @@ class FrontendSpec:
     processing, every token) and ``stream_seq_s`` (one streamed event): a separate
     process's time per step, a floor on the step; :attr:`stage_seq_s` is their sum per
     token after ``stream_interval`` and ``api_servers``. ``ingress_s``,
-    ``ingress_s_per_token`` (per prompt token): a request's way in. ``turnaround_median``,
-    ``turnaround_sigma``: a closed-loop client's gap before its next request, lognormal
-    (median seconds, sigma of its log). ``uncertainty``: sd of ln(true / predicted) of the
-    CPU time. ``source``: where the numbers come from.
+    ``ingress_s_per_token`` (per prompt token): a request's way in. ``uncertainty``: sd of
+    ln(true / predicted) of the CPU time. ``source``: where the numbers come from. (A
+    closed-loop client's own gap between requests is the load generator's:
+    :mod:`des.workload.client`.)
     """
 
     name: str
@@ -112,8 +111,6 @@ class FrontendSpec:
     stream_seq_s: float
     ingress_s: float
     ingress_s_per_token: float
-    turnaround_median: float
-    turnaround_sigma: float
     uncertainty: float
     source: str
     stream_interval: int = 1
@@ -130,10 +127,6 @@ class FrontendSpec:
         """Seconds from a request's arrival at the server to the scheduler's queue."""
         return self.ingress_s + self.ingress_s_per_token * prompt_tokens
 
-    @property
-    def turnaround_mu(self) -> float:
-        """Mean of the log of a closed-loop client's gap (ln seconds)."""
-        return math.log(self.turnaround_median)
 
 
 #: Tokenizing and hashing a prompt, per token: HF fast tokenizers encode ~0.5-1 M tokens/s
@@ -168,12 +161,6 @@ FRONTENDS: dict[str, FrontendSpec] = {
         # add_request (~0.1 ms), a chat template rendered where used (~0.2 ms)
         ingress_s=8e-4,
         ingress_s_per_token=PROMPT_TOKEN_S,
-        # the client's side of a closed loop (vllm bench serve's aiohttp, an OpenAI SDK):
-        # the stream's end, its bookkeeping, the next request built and sent over a
-        # kept-alive connection, loopback RTT ~50 µs: ~1 ms; right-skewed (lognormal, the
-        # usual law of software latencies: scheduler and GC pauses in its tail)
-        turnaround_median=1e-3,
-        turnaround_sigma=0.5,
         # per-operation costs read off code, one uncertified profile: within a factor ~2.5
         uncertainty=0.5,
         source=(
@@ -196,9 +183,6 @@ FRONTENDS: dict[str, FrontendSpec] = {
         # InputProcessor.process_inputs and add_request, no HTTP
         ingress_s=2e-4,
         ingress_s_per_token=PROMPT_TOKEN_S,
-        # a caller's own loop handing in the next request: tens of µs
-        turnaround_median=5e-5,
-        turnaround_sigma=0.5,
         uncertainty=0.4,
         source=(
             "vLLM V1 source (vllm/v1/engine/llm_engine.py, output_processor.py, detokenizer.py) and "

@@ -316,9 +316,6 @@ def normalise(data: Any) -> tuple[Any, dict[str, str]]:
     aliases: dict[str, str] = {}
     scheduler = dict(out["scheduler"]) if isinstance(out.get("scheduler"), Mapping) else None
     cluster = dict(out["cluster"]) if isinstance(out.get("cluster"), Mapping) else None
-    if scheduler is not None and "speculative" in scheduler:
-        out["speculative"] = scheduler.pop("speculative")
-        aliases["speculative"] = "scheduler.speculative"
     pools = _pools(cluster)
     own: set[tuple[int, str]] = set()  # (pool, key) set by an old split's own pool
     if scheduler is not None and (
@@ -328,6 +325,9 @@ def normalise(data: Any) -> tuple[Any, dict[str, str]]:
         if pools is not None and not _is_split(pools) and any(k in cluster for k in LEGACY_CLUSTER):
             pools = _fold_cluster(cluster, pools, aliases, own)  # the colocated pool as the old keys leave it
         pools = _split(scheduler, cluster, pools, aliases, own)
+    if scheduler is not None and "speculative" in scheduler:
+        out["speculative"] = scheduler.pop("speculative")
+        aliases.setdefault("speculative", "scheduler.speculative")
     if cluster is not None and any(k in cluster for k in LEGACY_CLUSTER):
         pools = _fold_cluster(cluster, pools, aliases, own)
     if pools is not None:
@@ -420,7 +420,10 @@ def _split(
         for key, value in given.items():
             if value is None:
                 continue  # not given: the pool's default (or the top level's) applies
-            if key in _POOL_KEYS:
+            if key == "speculative":  # the old shape let a pool speculate: the split refuses it there
+                scheduler["speculative"] = value
+                aliases["speculative"] = f"scheduler.{role}.speculative"
+            elif key in _POOL_KEYS:
                 pools[i][key] = value
                 own.add((i, key))
                 aliases[f"cluster.pools.{i}.{key}"] = f"scheduler.{role}.{key}"

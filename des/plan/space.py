@@ -53,7 +53,7 @@ class Candidate:
 
     gpu: str
     tp: int
-    scheduler: str  # the scenario's colocated kind, or "disaggregated"
+    scheduler: str  # the scenario's batching kind, or "disaggregated" for a split
     replicas: int = 0
     prefill_instances: int = 0
     decode_instances: int = 0
@@ -99,30 +99,30 @@ class Candidate:
         return counts
 
     def overrides(self, base: dict[str, Any]) -> dict[str, Any]:
-        """The base scenario (resolved, plain data) set to this configuration."""
+        """The base scenario (resolved, plain data) set to this configuration: its GPU, its
+        engine settings, and its pools in place of the base's (a split keeps a split base's
+        pool settings, routers and link; speculative decoding is the colocated pool's only)."""
         data = dict(base)
         data["gpu"] = self.gpu
-        cluster = {k: v for k, v in dict(base.get("cluster") or {}).items() if k not in ("replicas", "autoscaler")}
-        cluster["tp"] = self.tp
-        cluster["pp"] = self.pp
-        cluster["dp"] = self.dp
-        if self.dp > 1:
-            cluster["expert_parallel"] = True
-        scheduler = dict(base["scheduler"])
+        cluster = dict(base.get("cluster") or {})
+        given = [dict(p) for p in cluster.get("pools") or [{"role": "both"}]]
+        split_base = [p.get("role") for p in given] == ["prefill", "decode"]
         if self.replicas:
-            cluster["replicas"] = self.replicas
-            if scheduler.get("kind") == "disaggregated":  # a split base planned as colocated replicas
-                scheduler = {k: v for k, v in scheduler.items() if k not in _SPLIT_ONLY}
-                scheduler["kind"] = "continuous"
+            own = {k: v for k, v in given[0].items() if k not in _PLACED} if not split_base else {}
+            if self.dp > 1:
+                own["expert_parallel"] = True
+            pools = [{**own, "role": "both", "instances": self.replicas, "tp": self.tp, "pp": self.pp, "dp": self.dp}]
+            cluster.pop("kv_transfer", None)
         else:
-            cluster["replicas"] = 1
-            cluster["router"] = "round_robin"
-            scheduler = {k: v for k, v in scheduler.items() if k not in _COLOCATED_ONLY}
-            scheduler["kind"] = "disaggregated"
-            pools = {"prefill": (self.prefill_instances, None), "decode": (self.decode_instances, self.decode_gpu)}
-            for role, (n, gpu) in pools.items():
-                scheduler[role] = {**{k: v for k, v in dict(scheduler.get(role) or {}).items() if v is not None},
-                                   "instances": n, "gpu": gpu, "tp": None}  # fmt: skip
+            sizes = ((self.prefill_instances, None), (self.decode_instances, self.decode_gpu))
+            pools = []
+            for i, (role, (n, gpu)) in enumerate(zip(("prefill", "decode"), sizes, strict=True)):
+                own = {k: v for k, v in given[i].items() if k in ("router", "scheduler")} if split_base else {}
+                pools.append({**own, "role": role, "instances": n, "gpu": gpu, "tp": self.tp})
+            cluster["kv_transfer"] = cluster.get("kv_transfer") if split_base else None
+            data["speculative"] = None
+        cluster["pools"] = pools
+        scheduler = dict(base["scheduler"])
         for key in ("max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, key) is not None:
                 scheduler[key] = getattr(self, key)
@@ -140,9 +140,8 @@ class Candidate:
         return asdict(self) | {"name": self.name, "num_gpus": self.num_gpus}
 
 
-#: Scheduler keys only a split has, and only a colocated kind has.
-_SPLIT_ONLY = ("prefill", "decode", "kv_transfer", "first_token_from", "router")
-_COLOCATED_ONLY = ("speculative",)
+#: A colocated pool's keys a candidate sets (the rest, its router and settings, stay the base's).
+_PLACED = ("name", "role", "instances", "gpu", "tp", "pp", "dp", "autoscaler")
 
 
 def candidates(
@@ -163,7 +162,7 @@ def candidates(
     and in each quantised checkpoint the catalog lists for the model. Colocated engines also
     take each pipeline depth of ``pipeline`` and, for a mixture of experts, servers of 2, 4
     or 8 data-parallel ranks with expert parallelism (a dense model's ranks would be replicas)."""
-    colocated = base.scheduler.kind if base.scheduler.kind != "disaggregated" else "continuous"
+    colocated = base.scheduler.kind
     dps = [d for d in TP_DEGREES if d == 1 or base.model.is_moe]  # a dense model's ranks are replicas
     shapes: list[Candidate] = []
     for gpu in gpus:
@@ -221,7 +220,7 @@ def throughput_bound(sc: Scenario) -> float:
     pools = sc.layout.pools
     # a prompt computes nothing only where the prefix cache can hit: a shared prefix, a chat
     # history, a replay's hashed blocks (des's other prompts hold content of their own)
-    caching = any(getattr(p.policy, "prefix_caching", False) for p in pools)
+    caching = any(p.policy.prefix_caching for p in pools)
     shared = workload.shared_prefix is not None or workload.conversations is not None or workload.prompt_tokens is None
     tokens = out_mean + (0.0 if caching and shared else prompt)
     active = model.active_params if model.is_moe else model.num_params
@@ -231,7 +230,7 @@ def throughput_bound(sc: Scenario) -> float:
         flops += p.num_gpus * p.gpu.flops[dtype]
     bound = flops / (2.0 * active * tokens)
     decoding = [p for p in pools if p.role in ("colocated", "decode")]
-    speculating = any(getattr(getattr(p.policy, "speculative", None), "active", False) for p in decoding)
+    speculating = any(p.policy.speculative is not None and p.policy.speculative.active for p in decoding)
     if model.is_moe or speculating:
         return bound
     # every decode step reads the weights (but an untied embedding table, only looked up) for

@@ -11,16 +11,15 @@ the engine's ``submit``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import simpy
 from pydantic import model_validator
 
 from des.config import MAX_TIME, Strict
-from des.cost.frontend import FrontendSpec
-from des.workload._buffer import Buffered
 from des.workload.arrivals import ArrivalConfig, Closed, Trace
+from des.workload.client import ClientSpec
 from des.workload.conversations import Conversations, conversation
 from des.workload.lengths import LengthConfig, LengthStream
 from des.workload.shared_prefix import SharedPrefix
@@ -76,7 +75,7 @@ def arrival_processes(
     duration: float,
     num_requests: int | None,
     context_limit: int,
-    frontend: FrontendSpec | None = None,
+    client: ClientSpec | None = None,
 ) -> list[simpy.Process]:
     """The SimPy processes that bring ``workload``'s requests to ``submit``, until
     ``duration`` seconds or ``num_requests`` requests (None: no limit).
@@ -84,14 +83,14 @@ def arrival_processes(
     Each component draws from its own stream of ``streams``: ``prompt_tokens``,
     ``output_tokens``, ``prefix`` (a request's prefix group), ``turns`` and ``think`` (a
     conversation's length and pauses), ``arrivals`` and ``think`` (the arrival kind's
-    own), ``client`` (closed-loop clients' turnaround behind ``frontend``, lognormal:
-    :class:`~des.cost.frontend.FrontendSpec`). No conversation goes on past
+    own), ``client`` (closed-loop clients' turnaround, ``client``'s lognormal:
+    :mod:`des.workload.client`). No conversation goes on past
     ``context_limit`` tokens (prompt plus output).
     """
     w = workload
     src = Sources(env, submit, duration, Budget(num_requests), streams, ContentIds(), shared_prefix=w.shared_prefix)
-    if frontend is not None:
-        src.turnaround = turnaround_sampler(frontend, streams["client"])
+    if client is not None:
+        src.turnaround = client.sampler(streams["client"])
     if w.prompt_tokens is not None and w.output_tokens is not None:
         prompt = LengthStream(w.prompt_tokens, streams["prompt_tokens"])
         output = LengthStream(w.output_tokens, streams["output_tokens"])
@@ -99,14 +98,6 @@ def arrival_processes(
         if w.conversations is not None:
             src.start = _conversations(src, w.conversations, prompt, output, context_limit)
     return [env.process(p) for p in w.arrival.processes(src)]
-
-
-def turnaround_sampler(frontend: FrontendSpec, rng: np.random.Generator) -> Callable[[], float]:
-    """Successive gaps (seconds) a closed-loop client behind ``frontend`` leaves between an
-    answer and its next request: lognormal of median ``turnaround_median`` and log-sd
-    ``turnaround_sigma``, drawn from ``rng`` alone (the run's ``client`` stream)."""
-    mu, sigma = frontend.turnaround_mu, frontend.turnaround_sigma
-    return Buffered(lambda n: rng.lognormal(mu, sigma, n))
 
 
 def _new_requests(
