@@ -41,7 +41,7 @@ from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.cost.frontend import FrontendSpec, Serving
 from des.cost.uncertainty import RunHardware, factor_sources, no_uncertainty_note
 from des.dotted import deep_copy, set_dotted
-from des.engine.deployment import ClusterConfig, in_words_written, normalise
+from des.engine.deployment import ClusterConfig, in_words_written, normalise, written_as
 from des.engine.features import Deployed, problems
 from des.engine.layout import Deployment, Layout, PoolLayout, ResolvedPool
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
@@ -133,6 +133,7 @@ class Scenario(Strict):
     prices: dict[str, PositiveFloat] = Field(default_factory=dict)
     model_uncertainty: Flag = False
     _deployment: Deployment | None = PrivateAttr(None)
+    _aliases: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -240,7 +241,18 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _features_combine(self) -> Scenario:
-        """Every feature's refusals of what it cannot run with (:mod:`des.engine.features`)."""
+        """Every pool's batching settings are its policy's, and no feature refuses what it is
+        asked to run with (:mod:`des.engine.features`)."""
+        kind = type(self.scheduler)
+        found = [
+            (f"cluster.pools.{i}.scheduler.{key}", f"unknown key for {self.scheduler.kind} batching"
+             + did_you_mean(key, [k for k in kind.model_fields if k != "kind"]))
+            for i, pool in enumerate(self.cluster.pools)
+            for key in pool.overrides
+            if key not in kind.model_fields
+        ]  # fmt: skip
+        if found:
+            raise ScenarioError(found)
         found = problems(self._deployed())
         if found:
             raise ScenarioError(found)
@@ -348,6 +360,11 @@ class Scenario(Strict):
         memory plan and proposer (:mod:`des.engine.layout`)."""
         assert self._deployment is not None, "a Scenario is made by validation"
         return self._deployment
+
+    def named(self, path: str) -> str:
+        """``path`` (a key in the one shape of pools) as the scenario's file wrote it (an
+        old shape's key, where :func:`load_scenario` read one), for a problem found later."""
+        return written_as(path, self._aliases)
 
     @property
     def layout(self) -> Layout:
@@ -582,7 +599,9 @@ def load_scenario(
     try:
         data, moved = normalise(data)
         aliases.update(moved)
-        return Scenario.model_validate(data, context={"base_dir": base_dir})
+        scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
+        scenario._aliases = aliases
+        return scenario
     except ValidationError as exc:
         raise ScenarioError(in_words_written(problems_of(exc), aliases)) from None
     except ScenarioError as exc:

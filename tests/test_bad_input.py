@@ -165,7 +165,7 @@ def test_base_scenario_is_valid():
 def test_valid_override_is_applied():
     sc = des.load_scenario(base(), ["workload.arrival.rate=3.5", ("cluster.replicas", 2)])
     assert isinstance(sc.workload.arrival, Poisson) and sc.workload.arrival.rate == 3.5
-    assert sc.cluster.replicas == 2
+    assert sc.cluster.pools[0].instances == 2
 
 
 def test_good_trace_and_empirical_files_load(tmp_path):

@@ -47,9 +47,10 @@ def legacy(resolved: dict[str, Any]) -> dict[str, Any]:
                 own["tp"] = pool["tp"]
             scheduler[pool["role"]] = {**own, **pool["scheduler"]}
         scheduler["router"] = {p["role"]: p["router"] for p in pools}
-        link = dict(cluster["kv_transfer"] or {})
-        scheduler["first_token_from"] = link.pop("first_token_from", "prefill")
-        scheduler["kv_transfer"] = link or None
+        if cluster["kv_transfer"] is not None:
+            link = dict(cluster["kv_transfer"])
+            scheduler["first_token_from"] = link.pop("first_token_from")
+            scheduler["kv_transfer"] = link
     data["scheduler"] = scheduler
     return data
 
@@ -153,15 +154,15 @@ def test_dotted_paths_walk_lists_by_index_and_name():
 def test_errors_name_the_key_as_written():
     """A problem names the key in the shape the scenario was written in: ``cluster.tp`` in the
     old one (and in a hint), ``cluster.pools.0.tp`` in the new one."""
-    with pytest.raises(des.ScenarioError) as old:
-        des.load_scenario(None, ["cluster.tp=3"])
-    assert old.value.problems[0][0] == "cluster.tp"
     doc = des.load_scenario(None).resolved()
+    with pytest.raises(des.ScenarioError) as old:
+        des.load_scenario(legacy(doc), ["cluster.tp=3"])
+    assert old.value.problems[0][0] == "cluster.tp"
     with pytest.raises(des.ScenarioError) as new:
         des.load_scenario(doc, ["cluster.pools.0.tp=3"])
     assert new.value.problems[0][0] == "cluster.pools.0.tp"
     with pytest.raises(des.ScenarioError) as hint:
-        des.load_scenario(None, ["model=qwen2.5-14b", "gpu=rtx4090"])
+        des.load_scenario(legacy(doc), ["model=qwen2.5-14b"])
     assert "cluster.tp: 2" in hint.value.problems[0][1]
     with pytest.raises(des.ScenarioError) as hint_new:
         des.load_scenario(doc, ["model=qwen2.5-14b"])
@@ -174,7 +175,9 @@ def test_pools_take_only_the_shapes_des_models():
             des.load_scenario(None, [("cluster.pools", [{"role": r} for r in roles])])
         assert err.value.problems[0][0] == "cluster.pools"
     with pytest.raises(des.ScenarioError) as err:
-        des.load_scenario(None, [("cluster.pools", [{"role": "prefill", "name": "a"}, {"role": "decode", "name": "a"}])])
+        des.load_scenario(
+            None, [("cluster.pools", [{"role": "prefill", "name": "a"}, {"role": "decode", "name": "a"}])]
+        )
     assert "repeat" in err.value.problems[0][1]
 
 
@@ -186,9 +189,14 @@ def test_the_deployment_is_resolved_once(monkeypatch):
     from des.engine import layout
 
     sc = des.load_scenario(None, ["horizon.duration=20", "warmup=0"])
-    calls = []
+    calls: list[int] = []
     real = memory.plan_memory
-    monkeypatch.setattr(layout, "plan_memory", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(layout, "plan_memory", counted)
     result = des.simulate(sc)
     render.summary_rows(sc, result)
     assert calls == []

@@ -161,7 +161,7 @@ def check(scn: des.Scenario, res: des.Result) -> None:
     if scn.horizon.drain:
         assert set(tr["request_id"]) == set(moved["request_id"])
         # with the first token from the decode instance, the prefill instance's token is dropped
-        dropped = len(moved) if scn.scheduler.first_token_from == "decode" else 0
+        dropped = len(moved) if scn.layout.first_token_from == "decode" else 0
         assert int(steps["tokens_emitted"].sum()) == int(done["output_tokens"].sum()) + dropped
 
 

@@ -25,10 +25,8 @@ from des.cost.uncertainty import (
     FactorSource,
     draw,
     factor_source,
-    factor_sources,
     no_uncertainty_note,
     run_provenance,
-    scenario_draws,
 )
 from des.errors import ScenarioError
 from des.simulation import STREAMS, _generators, build
@@ -209,11 +207,11 @@ def test_every_instance_of_a_gpu_type_shares_its_draw_and_each_type_has_its_own(
     _, cluster, _ = build(sc)
     draws = cluster.draws
     assert draws is not None
-    assert [s.gpu.efficiency.basis for s in factor_sources(sc)] == ["prefill card", "a test profile"]
+    assert [s.gpu.efficiency.basis for s in sc.deployment.factors] == ["prefill card", "a test profile"]
     assert len(draws.draws) == 2 and draws.draws[0][1] != draws.draws[1][1]
     prefill, decode = cluster.topology.pools
     assert len({id(i.cost) for i in prefill.instances}) == 1 and len({id(i.cost) for i in decode.instances}) == 1
-    gpu, model = prefill.plan.gpu, sc.model
+    gpu, model = prefill.layout.gpu, sc.model
     expected = build_roofline(gpu, model, sc.precision, frontend=sc.frontend, multipliers=draws.for_gpu(gpu))
     assert prefill.instances[0].cost == expected
 
@@ -223,7 +221,7 @@ def test_the_multipliers_are_lognormal_with_the_stated_sds():
     chi-square law's 4-sigma band, over 4000 seeds."""
     sc = des.load_scenario(small(model_uncertainty=True))
     n = 4000
-    draws = [scenario_draws(sc, _generators(s)["model"]) for s in range(n)]
+    draws = [draw(sc.deployment.factors, _generators(s)["model"]) for s in range(n)]
     logs = np.log([[d.draws[0][1][g] for g in UNCERTAINTY_GROUPS] for d in draws if d is not None])
     assert len(logs) == n
     for i, group in enumerate(UNCERTAINTY_GROUPS):
@@ -268,14 +266,14 @@ def test_the_summary_carries_the_runs_factor_provenance():
     del constant["serving"]  # a constant step time has no serving stack
     sc = des.load_scenario(constant)
     assert des.simulate(sc).summary["factor_provenance"] == "spec"
-    assert factor_sources(sc)[0].describe() == "rtx4090: spec only (step times set by the constant cost model); " + (
+    assert sc.deployment.factors[0].describe() == "rtx4090: spec only (step times set by the constant cost model); " + (
         "no uncertainty stated"
     )
 
 
 def test_the_sds_come_from_the_efficiency_and_the_hooks_in_one_place():
     assert len(SD_SOURCES) >= 1
-    (source,) = factor_sources(des.load_scenario(small()))
+    (source,) = des.load_scenario(small()).deployment.factors
     assert source.sds == SDS and source.provenance == "fitted" and source.basis == "a test profile"
     text = source.describe()
     assert text == (
@@ -283,7 +281,7 @@ def test_the_sds_come_from_the_efficiency_and_the_hooks_in_one_place():
     )
     # a roofline's own efficiency block overrides the GPU's, provenance included
     own = small(cost_model={"kind": "roofline", "efficiency": {**FACTORS, "provenance": "spec"}})
-    (source,) = factor_sources(des.load_scenario(own))
+    (source,) = des.load_scenario(own).deployment.factors
     assert source.provenance == "spec" and not source.uncertain
 
 
@@ -319,8 +317,8 @@ def test_on_with_every_sd_zero_is_said_once_and_is_no_error(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("every sd is 0") == 1 and "warning: model_uncertainty: no GPU" in done.stderr
     sc = des.load_scenario(path)
-    assert "rtx4090" in (no_uncertainty_note(factor_sources(sc)) or "")
-    assert no_uncertainty_note(factor_sources(des.load_scenario(small()))) is None
+    assert "rtx4090" in (no_uncertainty_note(sc.deployment.factors) or "")
+    assert no_uncertainty_note(des.load_scenario(small()).deployment.factors) is None
 
 
 def test_costmodel_says_where_the_factors_come_from():
@@ -465,7 +463,7 @@ def test_factors_set_by_hand_over_fitted_ones_are_spec_and_say_what_was_changed(
     e = hand.gpu.efficiency
     assert e.provenance == "spec" and e.basis.startswith("rtx4090's fitted (")
     assert e.basis.endswith("factors with gemm_knee, mbu set by hand")
-    assert run_provenance(factor_sources(hand)) == "spec"
+    assert run_provenance(hand.deployment.factors) == "spec"
     # the same value as the catalog's changes nothing; a stated provenance is kept
     same = des.load_scenario(None, [("gpu", {"base": "rtx4090", "efficiency": {"gemm_knee": 0.3547}})])
     assert same.gpu.efficiency.provenance == "fitted"

@@ -94,15 +94,15 @@ def test_a_key_close_to_nothing_gets_no_guess():
     [
         (
             "qwen2.5-14b",
-            "it fits with cluster.tp: 2 (2 x rtx4090) or with cluster.pp: 2 (2 x rtx4090) or with "
+            "it fits with cluster.pools.0.tp: 2 (2 x rtx4090) or with cluster.pools.0.pp: 2 (2 x rtx4090) or with "
             "precision.weights: fp8",
         ),
         (
             "qwen2.5-32b",
-            "it fits with cluster.tp: 4 (4 x rtx4090) or with cluster.pp: 4 (4 x rtx4090) or with "
+            "it fits with cluster.pools.0.tp: 4 (4 x rtx4090) or with cluster.pools.0.pp: 4 (4 x rtx4090) or with "
             "precision.weights: int4-awq",
         ),
-        ("qwen2.5-72b", "it fits with cluster.tp: 8 (8 x rtx4090) or with cluster.pp: 8 (8 x rtx4090)"),
+        ("qwen2.5-72b", "it fits with cluster.pools.0.tp: 8 (8 x rtx4090) or with cluster.pools.0.pp: 8 (8 x rtx4090)"),
     ],
 )
 def test_a_model_that_does_not_fit_says_what_would(model, fits):
@@ -110,7 +110,7 @@ def test_a_model_that_does_not_fit_says_what_would(model, fits):
         des.load_scenario(None, [f"model={model}"])
     [(where, message)] = err.value.problems
     assert where == "model" and message.endswith(fits)
-    tp = int(re.search(r"cluster.tp: (\d+)", fits).group(1))  # type: ignore[union-attr]
+    tp = int(re.search(r"cluster.pools.0.tp: (\d+)", fits).group(1))  # type: ignore[union-attr]
     assert des.load_scenario(None, [f"model={model}", f"cluster.tp={tp}"]).layout.pools[0].tp == tp
     assert des.load_scenario(None, [f"model={model}", f"cluster.pp={tp}"]).layout.num_gpus == tp
     if tp > 2:  # and not with half as many: the smallest degree is named
@@ -180,8 +180,8 @@ def test_a_colocated_scenario_switches_to_a_split_by_unsetting_its_cluster():
         des.load_scenario(path, ["scheduler.kind=disaggregated"])
     assert "null unsets it" in err.value.problems[0][1]
     sc = des.load_scenario(path, ["scheduler.kind=disaggregated", "cluster.replicas=null", "cluster.router=null"])
-    assert (sc.cluster.replicas, sc.cluster.router) == (1, "round_robin")  # their defaults
     assert [p.role for p in sc.layout.pools] == ["prefill", "decode"]
+    assert [p.router for p in sc.layout.pools] == ["least_outstanding", "least_kv"]  # the split's defaults
 
 
 def test_null_unsets_only_keys_that_take_no_null():

@@ -149,4 +149,4 @@ def test_bad_pipeline_splits_are_one_line_exit_2(sets: list[str], words: str) ->
 def test_a_model_too_big_for_one_gpu_is_told_about_pp() -> None:
     out = des_cli("run", "--out", "/nonexistent/never", "--set", "model=qwen2.5-14b")
     assert out.returncode == 2
-    assert "cluster.pp: 2" in out.stderr, out.stderr
+    assert "cluster.pools.0.pp: 2" in out.stderr, out.stderr

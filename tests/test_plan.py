@@ -143,7 +143,7 @@ def test_the_cli_writes_the_plan_and_says_why_cheaper_ones_failed(tmp_path):
     assert "--max-num-seqs" in launch["argv"] and "--gpu-memory-utilization" in launch["argv"]
     # the winner's scenario file runs as it is
     rerun = des.load_scenario(Path(out / win["scenario"]))
-    assert rerun.cluster.replicas == 2 and rerun.gpu.name == "rtx4090"
+    assert rerun.cluster.pools[0].instances == 2 and rerun.gpu.name == "rtx4090"
 
 
 def test_an_slo_nothing_meets_names_the_closest(tmp_path):
@@ -197,7 +197,7 @@ def test_the_space_counts_shapes_mixed_splits_and_engine_settings():
     deep = candidates(moe, ["rtx4090"], 4, splits=False, pipeline=(1, 2))
     assert {(c.dp, c.pp) for c in deep} == {(1, 1), (2, 1), (4, 1), (1, 2), (2, 2)}
     ranked = [c for c in deep if c.dp == 2 and c.pp == 1 and c.replicas == 1][0]
-    assert ranked.num_gpus == 2 and des.load_scenario(ranked.overrides(moe.resolved())).cluster.expert_parallel
+    assert ranked.num_gpus == 2 and des.load_scenario(ranked.overrides(moe.resolved())).cluster.pools[0].expert_parallel
     hetero = des.load_scenario(split[0].overrides(base.resolved()))
     assert [p.gpu.name for p in hetero.layout.pools] == [split[0].gpu, split[0].decode_gpu]
 

@@ -311,9 +311,9 @@ def check_accounting(scn, res) -> None:
     assert rej[["scheduled_time", "first_token_time", "finish_time"]].isna().all().all()
     assert (rej["preemptions"] == 0).all()
     adm = req[~rejected]
-    assert adm["instance"].between(0, scn.cluster.replicas - 1).all()
-    if scn.cluster.router == "round_robin":
-        assert list(adm["instance"]) == [i % scn.cluster.replicas for i in range(len(adm))]
+    assert adm["instance"].between(0, scn.layout.pools[0].instances - 1).all()
+    if scn.layout.pools[0].router == "round_robin":
+        assert list(adm["instance"]) == [i % scn.layout.pools[0].instances for i in range(len(adm))]
     assert summ["preemptions"] == int(req["preemptions"].sum())
     assert summ["num_steps"] == len(res.steps)
     if scn.horizon.drain:
@@ -402,7 +402,7 @@ def check_tokens(scn, res) -> None:
 def check_steps(scn, res) -> None:
     steps, s = res.steps, scn.scheduler
     assert (steps["duration"] > 0).all()
-    assert steps["instance"].between(0, scn.cluster.replicas - 1).all()
+    assert steps["instance"].between(0, scn.layout.pools[0].instances - 1).all()
     assert (steps["batch_size"] >= 1).all()
     assert (steps["batch_size"] <= steps["batch_width"]).all()
     if scn.cost_model.kind == "constant":

@@ -65,6 +65,8 @@ def test_the_form_is_the_default_scenario_and_its_fields_exist():
         if f["kind"] == "select" and f["path"].split(".")[-1] in ("kind", "process", "dist"):
             parent = f["path"].rpartition(".")[0]
             assert set(f["options"]) <= set(form.TEMPLATES[parent]), f["path"]
+        if "replaces" in f:
+            assert set(f["options"]) == set(form.TEMPLATES[f["replaces"]]), f["path"]
     assert load_scenario(form.default_document()) == load_scenario(None)
 
 

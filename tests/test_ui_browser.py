@@ -254,7 +254,7 @@ def test_two_tabs_and_a_cancelled_sweep_leave_the_server_answering(browser: Any,
 def test_two_configurations_pinned_side_by_side(page: Any):
     page.click("#pin-a")
     page.wait_for_selector("#pins td[data-pin=A]", timeout=SLOW)
-    page.select_option("[data-path='scheduler.kind']", "disaggregated")
+    page.select_option("[data-path='cluster.pools.0.role']", "prefill")
     wait_for_current(page)
     assert "1P+1D" in page.inner_text("#summary-rows") or "disaggregated" in page.inner_text("#summary-rows")
     page.click("#pin-b")
@@ -268,9 +268,9 @@ def test_two_configurations_pinned_side_by_side(page: Any):
         assert page.inner_text(f"{row} td[data-pin=A]") == page.evaluate("v => fmt(v)", a[key])
         assert page.inner_text(f"{row} td[data-pin=B]") == page.evaluate("v => fmt(v)", b[key])
     assert page.inner_text("#pins tr[data-row=scheduler] td[data-pin=B]").startswith(
-        "disaggregated: max_num_seqs 128, max_num_batched_tokens 2048, "
+        "continuous: max_num_seqs 128, max_num_batched_tokens 2048, "
     )
-    assert "prefill {instances 1}, decode {instances 1}" in page.inner_text(
+    assert "pools prefill {instances 1}, decode {instances 1}" in page.inner_text(
         "#pins tr[data-row=scheduler] td[data-pin=B]"
     )
     page.click("#pins button:text('Load A')")  # back to A's configuration, and its answer

@@ -94,8 +94,8 @@ def test_a_prediction_is_a_des_run_of_the_one_request():
         metric="output_rate", value=1.0, source="s", url="https://example.org", where="w",
     )  # fmt: skip
     sc = v.one_request_scenario(m)
-    assert sc.horizon.num_requests == 1 and sc.cluster.tp == 1
-    cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.cluster.tp, sc.frontend))
+    assert sc.horizon.num_requests == 1 and sc.layout.pools[0].tp == 1
+    cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.layout.pools[0].tp, sc.frontend))
     # behind a serving front-end the request reaches the scheduler its ingress time late
     ingress = sc.frontend.ingress(100) if sc.frontend is not None else 0.0
     prefill = BatchShape()
@@ -124,7 +124,7 @@ def test_a_batch_is_submitted_at_once_and_timed_to_its_last_token():
         output_tokens=20, metric="e2e", value=1.0, source="s", url="https://example.org", where="w",
     )  # fmt: skip
     sc = v.one_request_scenario(m)
-    cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.cluster.tp, sc.frontend))
+    cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.layout.pools[0].tp, sc.frontend))
     prefill = BatchShape()
     for _ in range(4):
         prefill.add_chunk(0, 32, True)

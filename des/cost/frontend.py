@@ -128,7 +128,6 @@ class FrontendSpec:
         return self.ingress_s + self.ingress_s_per_token * prompt_tokens
 
 
-
 #: Tokenizing and hashing a prompt, per token: HF fast tokenizers encode ~0.5-1 M tokens/s
 #: on one core (1-2 µs a token: Rust BPE after pre-tokenization), and the engine core
 #: hashes every full 16-token block for prefix caching (``vllm/v1/core/kv_cache_utils.py``:

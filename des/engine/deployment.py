@@ -354,6 +354,8 @@ def _old_names(pools: list[Any] | None, aliases: dict[str, str]) -> None:
             aliases.setdefault(f"cluster.pools.{i}.router", f"scheduler.router.{role}")
             for key in _EVERY_POOL:
                 aliases.setdefault(f"cluster.pools.{i}.{key}", f"cluster.{key}")
+        aliases.setdefault("cluster.kv_transfer", "scheduler.kv_transfer")
+        aliases.setdefault("cluster.kv_transfer.first_token_from", "scheduler.first_token_from")
         return
     for key, field in LEGACY_CLUSTER.items():
         aliases.setdefault(f"cluster.pools.0.{field}", f"cluster.{key}")
@@ -452,6 +454,7 @@ def _split(
         if first is not None:
             cluster["kv_transfer"] = {**dict(cluster.get("kv_transfer") or {}), "first_token_from": first}
         aliases["cluster.kv_transfer.first_token_from"] = "scheduler.first_token_from"
+    _old_names(pools, aliases)  # written in the old shape of a split: its keys named in it
     return pools
 
 
@@ -488,6 +491,7 @@ def _fold_cluster(
         else:
             pool[field] = value
         aliases[f"cluster.pools.0.{field}"] = f"cluster.{key}"
+    _old_names(pools, aliases)  # written in the old shape: the pool's keys named in it
     return pools
 
 

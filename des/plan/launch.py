@@ -173,7 +173,7 @@ def launch_commands(scenario: Scenario) -> list[LaunchCommand]:
             "(use api_server)",
         ))  # fmt: skip
     repo, checkpoint_flags = checkpoint(scenario.model, scenario.precision)
-    _check_link(plan)
+    _check_link(scenario, plan)
     return [_command(scenario, plan, pool, repo, checkpoint_flags) for pool in plan.pools]
 
 
@@ -250,14 +250,14 @@ def _catalog_architecture(model: ModelSpec, where: str) -> None:
         ))  # fmt: skip
 
 
-def _check_link(plan: Layout) -> None:
+def _check_link(scenario: Scenario, plan: Layout) -> None:
     """A KV transfer vLLM's NIXL connector does: pulled once the prompt is done."""
     link = plan.link
     if link is None:
         return
     if link.mode != "pull":
         raise ScenarioError((
-            "scheduler.kv_transfer.mode",
+            scenario.named("cluster.kv_transfer.mode"),
             f"{link.mode!r} reserves decode blocks as the prefill starts (SGLang's, Dynamo's); vLLM's NixlConnector "
             "pulls the KV once the prompt is done (use pull)",
         ))  # fmt: skip
@@ -267,7 +267,7 @@ def _setting(scenario: Scenario, pool: PoolLayout, name: str) -> str:
     """Where the batching setting ``name`` of ``pool`` is written: the pool's own, else the policy's."""
     i = scenario.layout.pools.index(pool)
     own = name in scenario.cluster.pools[i].overrides
-    return f"cluster.pools.{i}.scheduler.{name}" if own else f"scheduler.{name}"
+    return scenario.named(f"cluster.pools.{i}.scheduler.{name}" if own else f"scheduler.{name}")
 
 
 def _command(
@@ -293,9 +293,9 @@ def _command(
             argv += ["--all2all-backend", ALL2ALL_BACKEND[par.all2all]]
     elif par.all2all != "allgather_reducescatter" and par.moe_group(model) > 1:
         raise ScenarioError((
-            "cluster.all2all_backend",
+            scenario.named(f"cluster.pools.{plan.pools.index(pool)}.all2all_backend"),
             f"{par.all2all!r}: vLLM exchanges tokens all-to-all only with expert parallelism "
-            "(FusedMoEParallelConfig.use_all2all_kernels; set cluster.expert_parallel: true)",
+            "(FusedMoEParallelConfig.use_all2all_kernels; set expert_parallel: true)",
         ))  # fmt: skip
     argv += ["--max-num-seqs", str(policy.max_num_seqs), "--max-num-batched-tokens", str(policy.max_num_batched_tokens)]
     argv += ["--gpu-memory-utilization", repr(policy.gpu_memory_utilization), "--block-size", str(policy.block_size)]
@@ -317,7 +317,7 @@ def _command(
     if isinstance(cost, RooflineConfig) and not cost.async_scheduling:
         argv.append("--no-async-scheduling")
     if policy.speculative is not None and policy.speculative.active:
-        argv += ["--speculative-config", _speculative(policy.speculative)]
+        argv += ["--speculative-config", _speculative(policy.speculative, scenario.named("speculative.model"))]
     serving = scenario.serving
     if serving is not None:
         if serving.stream_interval != 1:
@@ -337,13 +337,13 @@ def _command(
     )
 
 
-def _speculative(spec: SpeculativeConfig) -> str:
+def _speculative(spec: SpeculativeConfig, where: str = "speculative.model") -> str:
     """``--speculative-config``'s JSON: vLLM's method, the proposer's repository where it
     has one (a catalog draft model's checkpoint, an EAGLE head as named), the tokens proposed."""
     config: dict[str, Any] = {"method": SPECULATIVE_METHOD[spec.method]}
     if spec.method == "draft":
         assert spec.model is not None
-        config["model"] = checkpoint(catalog.model(spec.model), Precision(), "scheduler.speculative.model")[0]
+        config["model"] = checkpoint(catalog.model(spec.model), Precision(), where)[0]
     elif spec.method == "eagle":
         config["model"] = spec.model
     config["num_speculative_tokens"] = spec.num_speculative_tokens

@@ -1,11 +1,13 @@
 """The what-if page's form: which scenario fields it shows, and the scenario document.
 
-The page edits a scenario *document*, the same mapping a scenario YAML file holds. Each
-field of the form is bound to one dotted path of it (:data:`FIELDS`); a field that picks a
-kind (``scheduler.kind``, ``workload.arrival.process``, a length law's ``dist``) replaces
-the mapping it sits in by that kind's template (:data:`TEMPLATES`), keeping the keys both
-share; a toggle adds or removes an optional mapping (``slo``, ``workload.shared_prefix``,
-``workload.conversations``). Anything the form has no field for is edited as YAML. The
+The page edits a scenario *document*, the same mapping a scenario YAML file holds (in the
+one shape of pools: an uploaded file in an old shape is normalised). Each field of the
+form is bound to one dotted path of it (:data:`FIELDS`); a field that picks a kind
+(``scheduler.kind``, ``workload.arrival.process``, a length law's ``dist``) replaces the
+mapping it sits in by that kind's template (:data:`TEMPLATES`), keeping the keys both
+share; the deployment's field (the first pool's ``role``) replaces ``cluster.pools`` by one
+pool or a prefill and a decode pool, keeping their GPU and TP; a toggle adds or removes an
+optional mapping (``slo``, ``workload.shared_prefix``, ``workload.conversations``). Anything the form has no field for is edited as YAML. The
 document is validated by :func:`des.scenario.load_scenario`, as ``des run`` validates a
 file, so an error reads as the CLI's ``error: <path>: <problem>`` line.
 """
@@ -19,12 +21,13 @@ import yaml
 
 from des import catalog
 from des.catalog.memory import KVDtype, WeightDtype
+from des.engine.deployment import normalise
 from des.engine.router import ROUTERS
 from des.errors import ScenarioError
 from des.scenario import default_scenario_path, parse_yaml, read_yaml
 from des.workload.formats import TRACE_FORMATS
 
-_CONTINUOUS = ["continuous", "disaggregated"]
+_CONTINUOUS = ["continuous"]
 _LENGTHS = {
     "lognormal": {"dist": "lognormal", "mean": 512, "sigma": 0.6},
     "geometric": {"dist": "geometric", "mean": 128},
@@ -43,15 +46,11 @@ TEMPLATES: dict[str, dict[str, dict[str, Any]]] = {
             "enable_prefix_caching": True,
         },
         "static": {"kind": "static", "max_batch_size": 32, "max_wait": 0.05},
-        "disaggregated": {
-            "kind": "disaggregated",
-            "max_num_seqs": 128,
-            "max_num_batched_tokens": 2048,
-            "enable_chunked_prefill": True,
-            "enable_prefix_caching": True,
-            "prefill": {"instances": 1},
-            "decode": {"instances": 1},
-        },
+    },
+    # the deployment, by its first pool's role: one pool serving whole requests, or a split
+    "cluster.pools": {
+        "both": [{"role": "both", "instances": 1}],
+        "prefill": [{"role": "prefill", "instances": 1}, {"role": "decode", "instances": 1}],
     },
     "workload.arrival": {
         "poisson": {"process": "poisson", "rate": 4.0},
@@ -83,6 +82,7 @@ def carried() -> dict[str, list[str]]:
     for path, registry in registries.items():
         fields = [set(registry.get(kind).model_fields) for kind in TEMPLATES[path]]  # type: ignore[attr-defined]
         out[path] = sorted(set.intersection(*fields) - {"kind", "process", "dist"})
+    out["cluster.pools"] = ["gpu", "tp"]  # a pool's hardware, whatever role it plays
     return out
 
 
@@ -92,14 +92,17 @@ def _field(path: str, label: str, kind: str = "number", group: str = "", **more:
     :func:`gpu_figures` to edit); ``when``:
     shown only while each named path holds one of the listed values (``*``: is set);
     ``default``: what des takes when the field is left out (shown, never written); a
-    select's option ``""`` leaves the key out; ``slider``: [min, max, step] of a slider
-    beside a number's box, which runs the scenario as it moves."""
+    select's option ``""`` leaves the key out, ``labels`` name its options; ``replaces``:
+    the path a select replaces by its option's template (the deployment's pools);
+    ``slider``: [min, max, step] of a slider beside a number's box, which runs the
+    scenario as it moves."""
     return {"path": path, "label": label, "kind": kind, "group": group, **more}
 
 
 def fields() -> list[dict[str, Any]]:
     """The form's fields, in order, with their choices read off the catalog and registries."""
     sched = {"scheduler.kind": _CONTINUOUS}
+    one, split = {"cluster.pools.0.role": ["both"]}, {"cluster.pools.0.role": ["prefill"]}
     arrival = "workload.arrival.process"
     out = [
         _field("gpu", "GPU", "select", "hardware", options=catalog.gpu_names()),
@@ -112,11 +115,16 @@ def fields() -> list[dict[str, Any]]:
                default="(the model's own)"),
         _field("precision.kv_cache_dtype", "KV cache", "select", "hardware", options=["", *get_args(KVDtype)],
                default="(the model's own)"),
-        _field("cluster.replicas", "replicas", "int", "hardware", default=1),
-        _field("cluster.tp", "tensor parallel", "int", "hardware", default=1),
-        _field("cluster.pp", "pipeline stages", "int", "hardware", default=1),
-        _field("cluster.dp", "data-parallel ranks", "int", "hardware", default=1),
-        _field("cluster.router", "router", "select", "hardware", options=list(ROUTERS)),
+        _field("cluster.pools.0.role", "deployment", "select", "hardware", options=list(TEMPLATES["cluster.pools"]),
+               labels={"both": "one pool (colocated)", "prefill": "prefill + decode pools"},
+               replaces="cluster.pools"),
+        _field("cluster.pools.0.instances", "instances (replicas, or P)", "int", "hardware", default=1),
+        _field("cluster.pools.1.instances", "decode instances (D)", "int", "hardware", default=1, when=split),
+        _field("cluster.pools.0.tp", "tensor parallel", "int", "hardware", default=1),
+        _field("cluster.pools.1.tp", "decode tensor parallel", "int", "hardware", default=1, when=split),
+        _field("cluster.pools.0.pp", "pipeline stages", "int", "hardware", default=1, when=one),
+        _field("cluster.pools.0.dp", "data-parallel ranks", "int", "hardware", default=1, when=one),
+        _field("cluster.pools.0.router", "router", "select", "hardware", options=list(ROUTERS), when=one),
         _field("scheduler.kind", "scheduler", "select", "engine", options=list(TEMPLATES["scheduler"])),
         _field("scheduler.max_num_seqs", "max_num_seqs", "int", "engine", when=sched),
         _field("scheduler.max_num_batched_tokens", "max_num_batched_tokens", "int", "engine", when=sched),
@@ -124,10 +132,6 @@ def fields() -> list[dict[str, Any]]:
         _field("scheduler.enable_prefix_caching", "prefix caching", "check", "engine", when=sched, default=True),
         _field("scheduler.max_batch_size", "max_batch_size", "int", "engine", when={"scheduler.kind": ["static"]}),
         _field("scheduler.max_wait", "max_wait (s)", "number", "engine", when={"scheduler.kind": ["static"]}),
-        _field("scheduler.prefill.instances", "prefill instances (P)", "int", "engine",
-               when={"scheduler.kind": ["disaggregated"]}),
-        _field("scheduler.decode.instances", "decode instances (D)", "int", "engine",
-               when={"scheduler.kind": ["disaggregated"]}),
         _field(arrival, "arrivals", "select", "workload", options=list(TEMPLATES["workload.arrival"])),
         _field("workload.arrival.rate", "rate (req/s)", "number", "workload", when={arrival: ["poisson", "gamma"]},
                slider=[0.1, 40, 0.1]),
@@ -186,7 +190,7 @@ def gpu_figures() -> dict[str, dict[str, Any]]:
 
 def default_document() -> dict[str, Any]:
     """The embedded default scenario as a document (what ``des run`` with no file runs)."""
-    return read_yaml(default_scenario_path())
+    return normalise(read_yaml(default_scenario_path()))[0]
 
 
 def parse_document(data: bytes, name: str) -> dict[str, Any]:
@@ -196,7 +200,7 @@ def parse_document(data: bytes, name: str) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ScenarioError(("scenario", f"{name!r} is not UTF-8 text")) from None
-    return parse_yaml(text, name)
+    return normalise(parse_yaml(text, name))[0]
 
 
 def document_yaml(doc: Mapping[str, Any]) -> str:

@@ -43,10 +43,11 @@ function getPath(obj, path) {
 function setPath(obj, path, value) {
   const parts = path.split(".");
   let cur = obj;
-  for (const part of parts.slice(0, -1)) {
-    if (cur[part] === null || typeof cur[part] !== "object" || Array.isArray(cur[part])) cur[part] = {};
+  parts.slice(0, -1).forEach((part, i) => {  // a list is walked by index (cluster.pools.0.tp)
+    const list = Array.isArray(cur[part]) && /^\d+$/.test(parts[i + 1]);
+    if (cur[part] === null || typeof cur[part] !== "object" || (Array.isArray(cur[part]) && !list)) cur[part] = {};
     cur = cur[part];
-  }
+  });
   const last = parts[parts.length - 1];
   if (value === undefined) delete cur[last]; else cur[last] = value;
 }
@@ -71,6 +72,15 @@ function switchKind(parentPath, kind) {
   }
   for (const key of state.carried[parentPath] || []) if (key in old) template[key] = clone(old[key]);
   setPath(state.doc, parentPath, template);
+}
+
+// The deployment picked: its pools replace the old ones, each keeping the first old pool's
+// hardware (des.ui.form.carried: its GPU and TP).
+function switchPools(path, shape) {
+  const pools = clone(state.templates[path][shape]);
+  const old = (getPath(state.doc, path) || [])[0] || {};
+  for (const pool of pools) for (const key of state.carried[path] || []) if (key in old) pool[key] = clone(old[key]);
+  setPath(state.doc, path, pools);
 }
 
 // -- the form --------------------------------------------------------------------------
@@ -98,7 +108,9 @@ function buildForm() {
     let input;
     if (f.kind === "select") {
       input = el("select", {id});
-      for (const o of f.options) input.append(el("option", {value: o, text: o === "" ? String(f.default ?? "(unset)") : o}));
+      for (const o of f.options) {
+        input.append(el("option", {value: o, text: o === "" ? String(f.default ?? "(unset)") : (f.labels || {})[o] || o}));
+      }
     } else if (f.kind === "check" || f.kind === "toggle" || f.kind === "override") {
       input = el("input", {id, type: "checkbox"});
     } else if (f.kind === "file") {
@@ -147,6 +159,8 @@ async function onField(f, input) {
   } else if (f.kind === "override") {
     const name = typeof gpu === "object" ? gpu.base : gpu;
     state.doc.gpu = input.checked ? {base: name, ...clone(state.gpus[name] || {})} : name;
+  } else if (f.kind === "select" && f.replaces && (state.templates[f.replaces] || {})[input.value]) {
+    switchPools(f.replaces, input.value);
   } else if (f.kind === "select" && kindKey && state.templates[parent] && state.templates[parent][input.value]) {
     switchKind(parent, input.value);
   } else if (f.kind === "select") {
@@ -356,7 +370,11 @@ function pinCell(p, key) {
   if (!p) return "";
   const rows = Object.fromEntries(p.result.rows);
   if (key === "hardware" || key === "workload") return rows[key] || "";
-  if (key === "scheduler") return settings(p.doc.scheduler || {kind: "continuous"});
+  if (key === "scheduler") {  // the policy, and a split's pools
+    const pools = getPath(p.doc, "cluster.pools") || [];
+    const split = pools.length > 1 ? "; pools " + pools.map((q) => `${q.role} {instances ${q.instances ?? 1}}`).join(", ") : "";
+    return settings(p.doc.scheduler || {kind: "continuous"}) + split;
+  }
   if (key === "capacity") return p.sweep ? p.sweep.result.capacity : "(no sweep)";
   return fmt(p.result.summary[key]);
 }
