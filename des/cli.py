@@ -28,7 +28,7 @@ from des.errors import ScenarioError
 from des.ui import DEFAULT_PORT as UI_PORT
 
 if TYPE_CHECKING:
-    from des.catalog.memory import Precision
+    from des.catalog.precision import Precision
     from des.catalog.specs import GPUSpec, ModelSpec
     from des.scenario import Scenario
 
@@ -318,7 +318,8 @@ def _hardware(
     problems name the flag."""
     from pydantic import ValidationError
 
-    from des.catalog.memory import Precision, with_native
+    from des.catalog.memory import with_native
+    from des.catalog.precision import Precision
 
     gpu, model = _specs(gpu_name, model_name)
     given = {"kv_cache_dtype": kv_cache_dtype} | ({"weights": weights} if weights is not None else {})

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import des
 from des import catalog
-from des.catalog.memory import Precision, plan_memory, weight_bytes
+from des.catalog.memory import plan_memory, weight_bytes
+from des.catalog.precision import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import BatchShape
 from des.cost.report import decode_shape, prefill_shape

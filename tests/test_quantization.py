@@ -8,7 +8,8 @@ import pytest
 
 import des
 from des import catalog
-from des.catalog.memory import Precision, plan_memory, weight_bytes
+from des.catalog.memory import plan_memory, weight_bytes
+from des.catalog.precision import Precision
 from des.catalog.quantization import WEIGHT_ONLY_COMPUTE, compute_dtype, unsupported, weight_only
 from des.cost.report import decode_shape, prefill_shape
 from des.cost.roofline import build_roofline

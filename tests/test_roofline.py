@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 import des
 from des import catalog
 from des.catalog.efficiency import Efficiency
-from des.catalog.memory import Precision, plan_memory, weight_bytes
+from des.catalog.memory import plan_memory, weight_bytes
+from des.catalog.precision import Precision
 from des.catalog.quantization import WEIGHT_ONLY_COMPUTE, weight_only
 from des.catalog.specs import GPUSpec
 from des.cost.base import BatchShape, CostContext

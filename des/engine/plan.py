@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
-from des.catalog.memory import GraphCapture, MemoryPlan, Precision, plan_memory
+from des.catalog.memory import GraphCapture, MemoryPlan, plan_memory
+from des.catalog.precision import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.engine.autoscaler import MAX_INSTANCES as AUTOSCALED_MAX
 from des.engine.autoscaler import AutoscalerConfig

@@ -18,7 +18,7 @@ from typing import Any, get_args
 import yaml
 
 from des import catalog
-from des.catalog.memory import KVDtype, WeightDtype
+from des.catalog.precision import KVDtype, WeightDtype
 from des.engine.router import ROUTERS
 from des.errors import ScenarioError
 from des.scenario import default_scenario_path, parse_yaml, read_yaml
