@@ -302,7 +302,7 @@ def costmodel(
 ) -> None:
     """Tabulate the roofline step-time model of a GPU and model."""
     from des import figures, render
-    from des.cost.report import CostReport
+    from des.tools.costmodel import CostReport
 
     rep = CostReport.build(*_hardware(gpu_name, model_name, weights, kv_cache_dtype), tp)
     render.cost_report(rep)
