@@ -41,9 +41,9 @@ from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml,
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.cost.frontend import FrontendSpec, Serving
 from des.dotted import deep_copy, set_dotted
-from des.engine.autoscaler import AutoscalerConfig, scaling_problem
 from des.engine.plan import MAX_INSTANCES, All2AllBackend, Parallelism, Plan, PlanContext, PoolPlan
 from des.engine.router import RouterName
+from des.engine.scaling import AutoscalerConfig, scaling_problem
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, DisaggregatedConfig, SchedulerConfig
 from des.engine.schedulers.continuous import ContinuousSettings
 from des.errors import ScenarioError, did_you_mean, reword, validation_errors

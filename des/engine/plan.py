@@ -15,9 +15,9 @@ from typing import Literal, Protocol, get_args
 from des.catalog.memory import GraphCapture, MemoryPlan, plan_memory
 from des.catalog.precision import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
-from des.engine.autoscaler import MAX_INSTANCES as AUTOSCALED_MAX
-from des.engine.autoscaler import AutoscalerConfig
 from des.engine.policy import PolicyConfig, Role
+from des.engine.scaling import MAX_INSTANCES as AUTOSCALED_MAX
+from des.engine.scaling import AutoscalerConfig
 from des.errors import ScenarioError
 
 #: The most instances a pool may have: each is a SimPy process with its own KV cache and

@@ -58,11 +58,11 @@ from des import catalog
 from des.catalog.kv_link import default_link, transfer_bandwidth
 from des.catalog.specs import GPUSpec, KVPath
 from des.config import Strict
-from des.engine.autoscaler import AutoscalerConfig, scaling_problem
 from des.engine.kvcache import CacheConfig
 from des.engine.plan import MAX_INSTANCES, LinkPlan, Plan, PlanContext, PoolPlan
 from des.engine.policy import Role
 from des.engine.router import RouterName
+from des.engine.scaling import AutoscalerConfig, scaling_problem
 from des.engine.schedulers.continuous import ContinuousSettings
 from des.errors import ScenarioError
 
