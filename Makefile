@@ -44,9 +44,9 @@ quick: $(STAMP)
 	$(BIN)/des run --out results/default
 	$(BIN)/des sweep scenarios/headline.yaml --out results/headline
 
-# Lint (ruff rules and formatting, mypy with the pydantic plugin), then every test. The
-# what-if page's browser tests need Chromium: without it they are left out, and said so
-# (CI installs it: .ci/run).
+# Lint (ruff rules and formatting, mypy with the pydantic plugin, the import layers of
+# .importlinter), then every test. The what-if page's browser tests need Chromium: without
+# it they are left out, and said so (CI installs it: .ci/run).
 test: lint
 	@if $(BIN)/python -c "import sys; from tests.test_ui_browser import chromium; sys.exit(chromium() is None)"; then \
 		echo "$(BIN)/python -m pytest -q -n auto"; $(BIN)/python -m pytest -q -n auto; \
@@ -63,6 +63,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check des tests analysis
 	$(BIN)/ruff format --check des tests analysis
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Regenerate the golden summaries of the shipped scenarios (only on purpose).
 golden: $(STAMP)
@@ -73,4 +74,4 @@ bench: $(STAMP)
 	$(BIN)/des bench --cases 1m --engines fast --repeats 1 --json reports/bench-1m.json
 
 clean:
-	rm -rf $(VENV) results .pytest_cache .ruff_cache
+	rm -rf $(VENV) results .pytest_cache .ruff_cache .import_linter_cache

@@ -33,12 +33,12 @@ from analysis.common import plain_log_axes
 from analysis.markdown import render
 from des import catalog
 from des.catalog.specs import ModelSpec
-from des.cost.report import CostReport, decode_shape, prefill_shape
 from des.cost.roofline import DEFAULT_CAPTURE, Engine, build_roofline
 from des.figures import GROUP_TITLES, plot_fit, plot_roofline
 from des.tools import architectures as arch
 from des.tools import validation
 from des.tools.calibrate import ENGINE_CPU, Fit, fit_table, model_table
+from des.tools.costmodel import CostReport, decode_shape, prefill_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"

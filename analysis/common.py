@@ -129,7 +129,7 @@ class Sweep:
 def num_gpus(scenario: dict) -> int:
     """GPUs of a resolved scenario (a run folder's scenario.yaml): ``replicas x dp x pp x tp``
     when colocated, the instances of both pools times their ``tp`` when disaggregated (as
-    :attr:`des.engine.plan.Plan.num_gpus` counts them, without validating the scenario)."""
+    :attr:`des.engine.layout.Layout.num_gpus` counts them, without validating the scenario)."""
     sched, tp = scenario["scheduler"], int(scenario["cluster"].get("tp") or 1)
     if sched.get("kind") == "disaggregated":
         return sum(int(sched[r].get("instances") or 1) * int(sched[r].get("tp") or tp) for r in ("prefill", "decode"))

@@ -28,7 +28,7 @@ from des.errors import ScenarioError
 from des.ui import DEFAULT_PORT as UI_PORT
 
 if TYPE_CHECKING:
-    from des.catalog.memory import Precision
+    from des.catalog.precision import Precision
     from des.catalog.specs import GPUSpec, ModelSpec
     from des.scenario import Scenario
 
@@ -302,7 +302,7 @@ def costmodel(
 ) -> None:
     """Tabulate the roofline step-time model of a GPU and model."""
     from des import figures, render
-    from des.cost.report import CostReport
+    from des.tools.costmodel import CostReport
 
     rep = CostReport.build(*_hardware(gpu_name, model_name, weights, kv_cache_dtype), tp)
     render.cost_report(rep)
@@ -318,7 +318,8 @@ def _hardware(
     problems name the flag."""
     from pydantic import ValidationError
 
-    from des.catalog.memory import Precision, with_native
+    from des.catalog.memory import with_native
+    from des.catalog.precision import Precision
 
     gpu, model = _specs(gpu_name, model_name)
     given = {"kv_cache_dtype": kv_cache_dtype} | ({"weights": weights} if weights is not None else {})

@@ -17,9 +17,9 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-    from des.cost.report import CostReport
     from des.tools.calibrate import Fit
     from des.tools.compare import Comparison
+    from des.tools.costmodel import CostReport
 
 P = ParamSpec("P")
 
@@ -193,7 +193,7 @@ def plot_roofline(rep: CostReport, path: Path, context: int = 1024) -> None:
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from des.cost.report import decode_shape
+    from des.tools.costmodel import decode_shape
 
     sns.set_theme(style="whitegrid", context="notebook")
     r = rep.roofline

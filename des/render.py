@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from des.catalog.memory import MemoryPlan
-    from des.cost.report import CostReport
     from des.engine.layout import PoolLayout
     from des.metrics import Result
     from des.scenario import Scenario
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
     from des.tools.bench import Measure
     from des.tools.calibrate import Fit
     from des.tools.compare import Comparison
+    from des.tools.costmodel import CostReport
     from des.tools.network import NetworkFit
 
 ERR = Console(stderr=True)
@@ -600,7 +600,7 @@ def cost_report(rep: CostReport) -> None:
 
 def comm_table(rep: CostReport) -> None:
     """The share of a decode and a prefill step spent in all-reduces, per TP degree, and the link behind it."""
-    from des.cost.report import COMM_DECODE, COMM_PREFILL
+    from des.tools.costmodel import COMM_DECODE, COMM_PREFILL
 
     console, link = out(), rep.gpu.link
     basis = f": {link.basis}" if link.basis else ""

@@ -32,7 +32,8 @@ from pydantic import (
 )
 
 from des import catalog
-from des.catalog.memory import GraphCapture, MemoryPlan, Precision, with_native
+from des.catalog.memory import GraphCapture, MemoryPlan, with_native
+from des.catalog.precision import Precision
 from des.catalog.prices import PriceBook
 from des.catalog.quantization import unsupported
 from des.catalog.specs import GPUSpec, ModelSpec

@@ -16,14 +16,15 @@ from hypothesis import strategies as st
 
 import des
 from des import catalog
-from des.catalog.memory import Precision, kv_bytes_per_token, plan_memory
+from des.catalog.memory import kv_bytes_per_token, plan_memory
+from des.catalog.precision import Precision
 from des.catalog.routing import Zipf, distinct_table, expected_distinct, inclusion_probabilities
 from des.catalog.specs import ModelSpec
 from des.cost.base import BatchShape
-from des.cost.report import decode_shape
 from des.cost.roofline import build_roofline, expected_experts
 from des.engine.schedulers.continuous import ContinuousScheduler
 from des.errors import ScenarioError
+from des.tools.costmodel import decode_shape
 
 
 def variant(name: str, **fields_) -> ModelSpec:

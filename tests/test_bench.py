@@ -85,14 +85,14 @@ def test_a_run_reaches_and_runs_the_simulation_without_the_heavy_libraries():
 
 TOOLS_ALONE = """
 import sys
-import des.cost.report, des.tools.bench, des.tools.calibrate, des.tools.compare
+import des.tools.bench, des.tools.calibrate, des.tools.compare, des.tools.costmodel
 print(sorted(m for m in ("click", "rich", "matplotlib", "seaborn", "des.cli", "des.render", "des.figures")
              if m in sys.modules))
 """
 
 
 def test_the_tools_compute_and_leave_flags_printing_and_drawing_to_the_command():
-    """Issue #15: des.tools and des.cost.report return data; des.cli (flags, files),
+    """Issue #15: des.tools (des costmodel's numbers among them) return data; des.cli (flags, files),
     des.render (tables) and des.figures (matplotlib) show it. The tools load none of them."""
     out = subprocess.run([sys.executable, "-c", TOOLS_ALONE], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["[]"]

@@ -20,9 +20,9 @@ import des
 from des import catalog
 from des.catalog.calibration import read_calibration
 from des.cost.base import BatchShape
-from des.cost.report import CostReport, decode_shape, prefill_shape
 from des.cost.roofline import Engine, build_roofline
 from des.tools.calibrate import GROUPS, Fit, fit_profile, read_profile
+from des.tools.costmodel import CostReport, decode_shape, prefill_shape
 from tests.helpers import ROOT
 
 PROFILE = ROOT / "data" / "rtx4090-vllm-kernel-profile"

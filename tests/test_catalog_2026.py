@@ -11,7 +11,8 @@ import yaml
 
 import des
 from des import catalog
-from des.catalog.memory import WEIGHT_BYTES, Precision, plan_memory, weight_bytes
+from des.catalog.memory import plan_memory, weight_bytes
+from des.catalog.precision import WEIGHT_BYTES, Precision
 from des.errors import ScenarioError
 from tests.helpers import des_cli
 

@@ -7,7 +7,8 @@ import pytest
 
 from des import catalog
 from des.catalog.coldstart import ColdStartSpec, cold_start_seconds, cold_start_spec, default_cold_start
-from des.catalog.memory import Precision, weight_bytes
+from des.catalog.memory import weight_bytes
+from des.catalog.precision import Precision
 from des.errors import ScenarioError
 
 

@@ -21,7 +21,8 @@ import pytest
 import des
 from des import catalog
 from des.catalog.interconnect import moe_exchange_bytes
-from des.catalog.memory import Precision, expert_bytes
+from des.catalog.memory import expert_bytes
+from des.catalog.precision import Precision
 from des.cost.base import BatchShape
 from des.cost.roofline import ACT_BYTES, RooflineConfig, build_roofline
 from des.engine.router import ROUTERS

@@ -267,7 +267,7 @@ def test_each_refusal_names_its_field(refusal, overrides, path, words):
 
 def _deployed(data: dict[str, Any], cluster: Any) -> features.Deployed:
     from des import catalog
-    from des.catalog.memory import Precision
+    from des.catalog.precision import Precision
     from des.engine.schedulers import SCHEDULERS
     from des.engine.speculative import SpeculativeConfig
 

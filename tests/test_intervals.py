@@ -2,7 +2,7 @@
 
 Latency percentiles and rates are positive and right-skewed across replications; a
 Student-t interval over three of them reaches below zero (``ttft_p99 2.5 [-0.566,
-5.57]``). :func:`des.study.aggregate.interval` uses the modified Cox interval for a
+5.57]``). :func:`des.study.intervals.interval` uses the modified Cox interval for a
 lognormal mean on positive values.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from des.study.aggregate import interval, metric_interval
+from des.study.intervals import interval, metric_interval
 
 TRIALS = 4000
 SE = math.sqrt(0.95 * 0.05 / TRIALS)  # standard error of a coverage estimate at 95 %

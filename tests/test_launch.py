@@ -12,7 +12,7 @@ import pytest
 
 import des
 from des import catalog
-from des.catalog.memory import Precision
+from des.catalog.precision import Precision
 from des.errors import ScenarioError
 from des.plan.launch import LaunchCommand, checkpoint, hf_repo, launch_commands
 from des.plan.vllm_args import (

@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 
 import des
 from des import catalog
-from des.catalog.memory import Precision, plan_memory, weight_bytes
+from des.catalog.memory import plan_memory, weight_bytes
+from des.catalog.precision import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import BatchShape
-from des.cost.report import decode_shape, prefill_shape
 from des.cost.roofline import build_roofline, expected_experts
 from des.cost.work import step_work
 from des.errors import ScenarioError
+from des.tools.costmodel import decode_shape, prefill_shape
 from tests.helpers import des_cli
 from tests.test_roofline import _shape as des_shape
 

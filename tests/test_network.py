@@ -17,8 +17,8 @@ import pytest
 import des
 from des import catalog
 from des.catalog.interconnect import InterconnectSpec, log_sd, ring_factor
-from des.cost.report import CostReport, decode_shape, prefill_shape
 from des.cost.roofline import build_roofline, graph_size
+from des.tools.costmodel import CostReport, decode_shape, prefill_shape
 from des.tools.network import CATALOG, CUSTOM_SD, PCIE, NetworkFit, fit_networks
 from tests.helpers import ROOT, des_cli
 

@@ -17,7 +17,8 @@ import pytest
 
 import des
 from des import catalog
-from des.catalog.memory import Precision, plan_memory, pp_layers, weight_bytes
+from des.catalog.memory import plan_memory, pp_layers, weight_bytes
+from des.catalog.precision import Precision
 from des.cost.base import BatchShape, CostContext
 from des.cost.roofline import build_roofline
 from des.engine.pipeline import send_cost, stage_costs

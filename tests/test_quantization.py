@@ -8,10 +8,11 @@ import pytest
 
 import des
 from des import catalog
-from des.catalog.memory import Precision, plan_memory, weight_bytes
+from des.catalog.memory import plan_memory, weight_bytes
+from des.catalog.precision import Precision
 from des.catalog.quantization import WEIGHT_ONLY_COMPUTE, compute_dtype, unsupported, weight_only
-from des.cost.report import decode_shape, prefill_shape
 from des.cost.roofline import build_roofline
+from des.tools.costmodel import decode_shape, prefill_shape
 from tests.helpers import des_cli
 
 #: Bits per weight of each format, scales included: AWQ/GPTQ 4 bits plus an fp16 scale and a

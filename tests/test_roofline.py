@@ -15,13 +15,14 @@ from hypothesis import strategies as st
 import des
 from des import catalog
 from des.catalog.efficiency import Efficiency
-from des.catalog.memory import Precision, plan_memory, weight_bytes
+from des.catalog.memory import plan_memory, weight_bytes
+from des.catalog.precision import Precision
 from des.catalog.quantization import WEIGHT_ONLY_COMPUTE, weight_only
 from des.catalog.specs import GPUSpec
 from des.cost.base import BatchShape, CostContext
-from des.cost.report import decode_shape, prefill_shape
 from des.cost.roofline import Engine, activation_bytes, build_roofline, graph_size
 from des.errors import ScenarioError
+from des.tools.costmodel import decode_shape, prefill_shape
 from tests.helpers import des_cli
 
 GPUS = catalog.gpu_names()

@@ -232,7 +232,7 @@ def _mixed() -> BatchShape:
 
 @pytest.mark.parametrize("shape", [*SHAPES, _mixed()])
 def test_verification_of_nothing_costs_a_plain_step(shape):
-    from des.catalog.memory import Precision
+    from des.catalog.precision import Precision
 
     kind = RooflineConfig()
     ctx = _ctx(precision=Precision())
@@ -242,7 +242,7 @@ def test_verification_of_nothing_costs_a_plain_step(shape):
 
 def test_verification_costs_more_rows_and_the_proposer_passes():
     from des import catalog
-    from des.catalog.memory import Precision
+    from des.catalog.precision import Precision
 
     kind, p = RooflineConfig(), Precision()
     ctx = _ctx(precision=p)

@@ -8,7 +8,7 @@ import pytest
 
 import des
 from des import catalog
-from des.catalog.memory import Precision
+from des.catalog.precision import Precision
 from des.cost.base import BatchShape
 from des.cost.work import step_work
 from des.metrics.utilisation import weighted_quantile

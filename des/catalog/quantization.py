@@ -43,7 +43,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from des.catalog.memory import Precision
+    from des.catalog.precision import Precision
     from des.catalog.specs import GPUSpec
 
 #: Weight formats whose native matrix products need a tensor-core path of the GPU: the path.

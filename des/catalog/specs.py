@@ -18,6 +18,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, model_va
 
 from des.catalog.efficiency import Efficiency
 from des.catalog.interconnect import InterconnectSpec
+from des.catalog.precision import Precision
 from des.catalog.routing import Routing
 from des.config import Strict, resolve_path
 
@@ -255,7 +256,7 @@ class ModelSpec(Strict):
     speculative decoding (its ``mtp`` proposer) and not counted in :attr:`num_params`
     (:attr:`mtp_params`).
     ``default_precision``: the checkpoint's own weight format, which a scenario naming the
-    model without ``precision.weights`` runs (:mod:`des.catalog.memory`); ``variants``: the
+    model without ``precision.weights`` runs (a :class:`~des.catalog.precision.Precision`); ``variants``: the
     quantised repositories people download, each with its precision.
     ``published_active_counts_embedding``: whether the card's active count includes the
     embedding lookup (DeepSeek's and OpenAI's count the LM head only).
@@ -325,8 +326,6 @@ class ModelSpec(Strict):
                     f"num_window_layers: {self.num_window_layers} is more than num_layers {self.num_layers}"
                 )
         if self.default_precision is not None:
-            from des.catalog.memory import Precision
-
             Precision.model_validate(self.default_precision)
         return self
 

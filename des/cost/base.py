@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from des.catalog.efficiency import UncertaintyGroup
-    from des.catalog.memory import Precision
+    from des.catalog.precision import Precision
     from des.catalog.specs import GPUSpec, ModelSpec
     from des.cost.frontend import FrontendSpec
 

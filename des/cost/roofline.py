@@ -80,7 +80,8 @@ from pydantic import Field
 
 from des.catalog.efficiency import Efficiency, UncertaintyGroup
 from des.catalog.interconnect import moe_exchange_bytes, ring_factor
-from des.catalog.memory import WEIGHT_BYTES, GraphCapture, Precision
+from des.catalog.memory import GraphCapture
+from des.catalog.precision import WEIGHT_BYTES, Precision
 from des.catalog.quantization import WEIGHT_ONLY_COMPUTE, compute_dtype, weight_only
 from des.catalog.routing import distinct_experts, distinct_table
 from des.catalog.specs import GPUSpec, ModelSpec

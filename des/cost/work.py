@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from des.catalog.memory import Precision, kv_bytes_per_token, quantized_params
+from des.catalog.memory import kv_bytes_per_token, quantized_params
+from des.catalog.precision import Precision
 from des.catalog.quantization import compute_dtype
 from des.catalog.routing import distinct_experts, distinct_table
 from des.catalog.specs import GPUSpec, ModelSpec

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from des.catalog.memory import Precision
+from des.catalog.precision import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind
 from des.cost.frontend import FrontendSpec

@@ -89,10 +89,10 @@ from des.catalog.kv_link import default_link, transfer_bandwidth
 from des.catalog.memory import GraphCapture
 from des.catalog.specs import GPUSpec, KVPath
 from des.config import Strict
-from des.engine.autoscaler import AutoscalerConfig
 from des.engine.layout import MAX_INSTANCES, All2AllBackend, Layout, LinkLayout, Parallelism, PoolLayout
 from des.engine.policy import Role
 from des.engine.router import RouterName
+from des.engine.scaling import AutoscalerConfig
 from des.engine.schedulers import SCHEDULERS, PolicyKind
 from des.engine.speculative import SpeculativeConfig
 from des.errors import ScenarioError

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from des.catalog.memory import Precision
+from des.catalog.precision import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
-from des.engine.autoscaler import scaling_problem
 from des.engine.deployment import ClusterConfig
+from des.engine.scaling import scaling_problem
 from des.engine.schedulers import PolicyKind
 from des.engine.speculative import SpeculativeConfig
 

@@ -32,7 +32,7 @@ import numpy as np
 import simpy
 from simpy.events import Event
 
-from des.catalog.memory import Precision
+from des.catalog.precision import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind, CostModel
 from des.cost.frontend import FrontendSpec

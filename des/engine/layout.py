@@ -16,12 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from des.catalog.memory import GraphCapture, MemoryPlan, Precision, plan_memory
+from des.catalog.memory import GraphCapture, MemoryPlan, plan_memory
+from des.catalog.precision import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.uncertainty import FactorSource
-from des.engine.autoscaler import MAX_INSTANCES as AUTOSCALED_MAX
-from des.engine.autoscaler import AutoscalerConfig
 from des.engine.policy import PolicyConfig, Role
+from des.engine.scaling import MAX_INSTANCES as AUTOSCALED_MAX
+from des.engine.scaling import AutoscalerConfig
 from des.engine.speculative import Proposer
 
 #: The most instances a pool may have: each is a SimPy process with its own KV cache and

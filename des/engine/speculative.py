@@ -38,7 +38,8 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from des import catalog
-from des.catalog.memory import Precision, kv_bytes_per_token, weight_bytes
+from des.catalog.memory import kv_bytes_per_token, weight_bytes
+from des.catalog.precision import Precision
 from des.catalog.specs import ModelSpec
 from des.config import Strict
 from des.errors import did_you_mean

@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from des import catalog
-from des.catalog.memory import Precision
+from des.catalog.precision import Precision
 from des.catalog.specs import ModelSpec
 from des.cost.roofline import RooflineConfig
 from des.engine.layout import Layout, PoolLayout

@@ -5,18 +5,19 @@ The intervals are :mod:`des.study.intervals`'s: latencies from batches of the me
 requests of every replication (so that they rest on more than the replications' few
 values, and never leave what a run produced), other metrics over the replications
 (independent, whatever each run's internal autocorrelation), each inside the metric's
-support (:func:`interval`): latencies and rates are positive and right-skewed, and a
-Student-t interval over three of them routinely reaches below zero. The column
-``interval_method`` says which method made a point's intervals. A p99 "of the point"
-can mean two things: the mean of the replications' p99s (``ttft_p99``, with its
+support (:func:`~des.study.intervals.interval`): latencies and rates are positive and
+right-skewed, and a Student-t interval over three of them routinely reaches below zero.
+The column ``interval_method`` says which method made a point's intervals. A p99 "of the
+point" can mean two things: the mean of the replications' p99s (``ttft_p99``, with its
 interval) or the p99 of all the point's requests pooled (``pooled_ttft_p99``); both are
 given. ``runs_short`` counts the replications whose warm-up or horizon is too short to
 judge them by (:mod:`des.study.adequacy`, ``adequacy`` says why), ``unstable_transient``
 the unstable ones whose instability their start-up may explain (the sweep calls such a
-point's stability "unsure", not "NO"). A trace replay's point is its recorded trace's run (the replications after it
-replay resamples of the trace, :mod:`des.study.resample`). When the runs draw the
-step-time model's error (``model_uncertainty``), every interval is a prediction interval
-from the spread across replications (:func:`des.study.intervals.model_interval`).
+point's stability "unsure", not "NO"). A trace replay's point is its recorded trace's
+run (the replications after it replay resamples of the trace,
+:mod:`des.study.resample`). When the runs draw the step-time model's error
+(``model_uncertainty``), every interval is a prediction interval from the spread across
+replications (:func:`des.study.intervals.model_interval`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from des.study.adequacy import check, is_closed
+from des.study.adequacy import describe as describe_short
+from des.study.intervals import SHARES, describe, estimate, latency_stat
 from des.study.runner import run_dir
 from des.study.spec import RunSpec, is_replay, uses_model_uncertainty
 
@@ -56,65 +59,8 @@ def runs_table(rows: Sequence[dict[str, Any]], grid_keys: Sequence[str]) -> pd.D
     return frame
 
 
-def interval(
-    values: np.ndarray, level: float = 0.95, upper: float | None = None, log: bool = True
-) -> tuple[float, float, float]:
-    """(mean, low, high): the replications' mean and a ``level`` interval for it in the metric's support.
-
-    - ``log`` and all values > 0 (latencies): the modified Cox interval for the mean of
-      a lognormal law (Olsson, J. Stat. Educ. 13(1), 2005). With ``y`` the logs' mean
-      and ``s²`` their variance, ``exp(y + s²/2 ± t_{n-1} · sqrt(s²/n + s⁴/(2(n-1))))``:
-      positive, asymmetric like the data, and the Student-t interval again when the
-      spread is small. It is widened to hold the mean should it fall outside.
-    - Otherwise Student-t, ``mean ± t_{n-1} · sd / sqrt(n)``, its lower end clipped at 0
-      when no value is negative (rates, counts).
-    - ``upper`` clips the high end (1 for shares). NaN bounds with fewer than 2 values.
-    """
-    values = values[np.isfinite(values)]
-    n = values.size
-    if n == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(values.mean())
-    if n < 2:
-        return mean, math.nan, math.nan
-    t = float(stats.t.ppf(0.5 + level / 2, n - 1))
-    if log and (values > 0).all():
-        logs = np.log(values)
-        s2 = float(logs.var(ddof=1))
-        if s2 == 0:
-            return mean, mean, mean
-        centre = float(logs.mean()) + s2 / 2
-        half = t * math.sqrt(s2 / n + s2**2 / (2 * (n - 1)))
-        lo, hi = min(math.exp(centre - half), mean), max(math.exp(centre + half), mean)
-    else:
-        half = t * float(values.std(ddof=1)) / math.sqrt(n)
-        lo, hi = mean - half, mean + half
-        if (values >= 0).all():
-            lo = max(lo, 0.0)
-    if upper is not None:
-        hi = min(hi, max(upper, mean))
-    return mean, lo, hi
-
-
-#: Summary metrics that are shares of a whole: their intervals end at 1.
-SHARES = ("gpu_busy_fraction", "slot_utilization", "slo_attainment")
-#: Latencies (positive, right-skewed across replications) get the log-scale interval; rates
-#: and counts, averages of many requests, Student-t. (Goodput collapsing towards 0 spans
-#: orders of magnitude across three replications, where a lognormal interval explodes.)
-SKEWED = ("ttft_", "tpot_", "e2e_", "queue_delay_")
-
-
-def metric_interval(metric: str, values: np.ndarray) -> tuple[float, float, float]:
-    """:func:`interval` with the support of the summary metric ``metric``."""
-    return interval(values, upper=1.0 if metric in SHARES else None, log=metric.startswith(SKEWED))
-
-
 def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequence[str], root: Path) -> pd.DataFrame:
     """A row per variant and grid point; ``root`` holds the runs' folders (for the measured requests)."""
-    from des.study.adequacy import check, is_closed
-    from des.study.adequacy import describe as describe_short
-    from des.study.intervals import describe, estimate, latency_stat
-
     groups: dict[tuple, list[RunSpec]] = {}
     for spec in specs:
         groups.setdefault((spec.variant, tuple(cell(v) for _, v in spec.point)), []).append(spec)

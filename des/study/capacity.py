@@ -54,7 +54,8 @@ from des.output import Staged, remove_stale_staging
 from des.scenario import Scenario, load_scenario
 from des.study.adequacy import MAX_EXTENSIONS, Adequacy, check, extended, is_closed
 from des.study.adequacy import describe as describe_short
-from des.study.aggregate import SHARES, measured_requests
+from des.study.aggregate import measured_requests
+from des.study.intervals import SHARES, estimate, latency_stat
 from des.study.runner import CAPACITY, Backend, run_specs, sweep_lock
 from des.study.spec import (
     RunSpec,
@@ -185,8 +186,6 @@ def judge(
     transient may explain keeps the SLOs from holding but is no sure failure. ``model``:
     the runs drew the step-time model's error, and the intervals are prediction intervals
     from the replications' spread (:func:`des.study.intervals.model_interval`)."""
-    from des.study.intervals import estimate, latency_stat
-
     checks = checks or []
     unstable = sum(not s["stable"] for s in summaries)
     transient = sum(c.explains(s) for c, s in zip(checks, summaries, strict=True)) if checks else 0

@@ -11,7 +11,7 @@ the measured requests themselves (each run's ``latencies.parquet``, in arrival o
   ``b`` consecutive batches, ``b = MAX_BATCHES // R`` (8 batches in all for 1, 2 or 4
   replications, 6 for 3, one per replication from 5 on) and fewer when a batch would
   hold under :data:`MIN_BATCH` requests. A mean gets the interval of
-  :func:`des.study.aggregate.interval` over the batches' means (positive and skewed:
+  :func:`interval` over the batches' means (positive and skewed:
   the modified Cox interval, ``K - 1`` degrees of freedom for ``K`` batches). A
   percentile ``q`` is the pooled requests' percentile ``x_q``; each batch gives the
   share of its requests at or below ``x_q``, their Student-t interval ``q ± d`` is
@@ -24,7 +24,7 @@ the measured requests themselves (each run's ``latencies.parquet``, in arrival o
   keep that correlation from shrinking the interval (Schmeiser, Oper. Res. 30(3),
   1982: 10 to 30 batches at most; on M/M/1 sojourn times at 80 % load, 6 batches of 3
   runs cover the mean 95 % of the time, 12 batches 93 %).
-- **replications** (:func:`des.study.aggregate.metric_interval`) for every other metric
+- **replications** (:func:`metric_interval`) for every other metric
   (rates, levels, counts): their values over the replications.
 - **replay bootstrap** (:func:`replay_interval`) for a trace replay, whose replications
   after the first replay block-bootstrap resamples of the trace
@@ -64,7 +64,6 @@ import numpy as np
 from scipy import stats
 
 from des.metrics.summary import LATENCIES, PERCENTILES
-from des.study.aggregate import SKEWED, interval, metric_interval
 
 #: Batches per point across its replications (at most), and the fewest requests a batch holds.
 MAX_BATCHES = 8
@@ -86,6 +85,59 @@ class Estimate:
     low: float
     high: float
     method: str
+
+
+def interval(
+    values: np.ndarray, level: float = 0.95, upper: float | None = None, log: bool = True
+) -> tuple[float, float, float]:
+    """(mean, low, high): the replications' mean and a ``level`` interval for it in the metric's support.
+
+    - ``log`` and all values > 0 (latencies): the modified Cox interval for the mean of
+      a lognormal law (Olsson, J. Stat. Educ. 13(1), 2005). With ``y`` the logs' mean
+      and ``s²`` their variance, ``exp(y + s²/2 ± t_{n-1} · sqrt(s²/n + s⁴/(2(n-1))))``:
+      positive, asymmetric like the data, and the Student-t interval again when the
+      spread is small. It is widened to hold the mean should it fall outside.
+    - Otherwise Student-t, ``mean ± t_{n-1} · sd / sqrt(n)``, its lower end clipped at 0
+      when no value is negative (rates, counts).
+    - ``upper`` clips the high end (1 for shares). NaN bounds with fewer than 2 values.
+    """
+    values = values[np.isfinite(values)]
+    n = values.size
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(values.mean())
+    if n < 2:
+        return mean, math.nan, math.nan
+    t = float(stats.t.ppf(0.5 + level / 2, n - 1))
+    if log and (values > 0).all():
+        logs = np.log(values)
+        s2 = float(logs.var(ddof=1))
+        if s2 == 0:
+            return mean, mean, mean
+        centre = float(logs.mean()) + s2 / 2
+        half = t * math.sqrt(s2 / n + s2**2 / (2 * (n - 1)))
+        lo, hi = min(math.exp(centre - half), mean), max(math.exp(centre + half), mean)
+    else:
+        half = t * float(values.std(ddof=1)) / math.sqrt(n)
+        lo, hi = mean - half, mean + half
+        if (values >= 0).all():
+            lo = max(lo, 0.0)
+    if upper is not None:
+        hi = min(hi, max(upper, mean))
+    return mean, lo, hi
+
+
+#: Summary metrics that are shares of a whole: their intervals end at 1.
+SHARES = ("gpu_busy_fraction", "slot_utilization", "slo_attainment")
+#: Latencies (positive, right-skewed across replications) get the log-scale interval; rates
+#: and counts, averages of many requests, Student-t. (Goodput collapsing towards 0 spans
+#: orders of magnitude across three replications, where a lognormal interval explodes.)
+SKEWED = ("ttft_", "tpot_", "e2e_", "queue_delay_")
+
+
+def metric_interval(metric: str, values: np.ndarray) -> tuple[float, float, float]:
+    """:func:`interval` with the support of the summary metric ``metric``."""
+    return interval(values, upper=1.0 if metric in SHARES else None, log=metric.startswith(SKEWED))
 
 
 def latency_stat(metric: str) -> tuple[str, str] | None:

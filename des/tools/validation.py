@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from des.catalog.memory import Precision
+from des.catalog.precision import Precision
 from des.config import Strict, load_yaml
 
 if TYPE_CHECKING:

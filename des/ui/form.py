@@ -7,9 +7,10 @@ form is bound to one dotted path of it (:data:`FIELDS`); a field that picks a ki
 mapping it sits in by that kind's template (:data:`TEMPLATES`), keeping the keys both
 share; the deployment's field (the first pool's ``role``) replaces ``cluster.pools`` by one
 pool or a prefill and a decode pool, keeping their GPU and TP; a toggle adds or removes an
-optional mapping (``slo``, ``workload.shared_prefix``, ``workload.conversations``). Anything the form has no field for is edited as YAML. The
-document is validated by :func:`des.scenario.load_scenario`, as ``des run`` validates a
-file, so an error reads as the CLI's ``error: <path>: <problem>`` line.
+optional mapping (``slo``, ``workload.shared_prefix``, ``workload.conversations``).
+Anything the form has no field for is edited as YAML. The document is validated by
+:func:`des.scenario.load_scenario`, as ``des run`` validates a file, so an error reads as
+the CLI's ``error: <path>: <problem>`` line.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, get_args
 import yaml
 
 from des import catalog
-from des.catalog.memory import KVDtype, WeightDtype
+from des.catalog.precision import KVDtype, WeightDtype
 from des.engine.deployment import normalise
 from des.engine.router import ROUTERS
 from des.errors import ScenarioError
@@ -36,7 +37,7 @@ _LENGTHS = {
 }
 
 #: A kind's starting mapping, by the dotted path of the mapping it replaces and the kind.
-TEMPLATES: dict[str, dict[str, dict[str, Any]]] = {
+TEMPLATES: dict[str, dict[str, Any]] = {
     "scheduler": {
         "continuous": {
             "kind": "continuous",

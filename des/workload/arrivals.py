@@ -24,15 +24,15 @@ time: the process runs in operational time τ, and an event at τ arrives at
 a replay's recorded times are moved the same way). A constant schedule changes nothing.
 A closed loop has no rate to modulate.
 
-Every rate is at most :data:`MAX_RATE` requests per second, what a run can simulate for
-even a second; a gamma's ``cv`` lies in ``[MIN_CV, MAX_CV]``; a closed loop has at most
-:data:`MAX_USERS` users, whose retries after rejections stay within ``MAX_RATE``. The
-states of an MMPP (or onoff) change at most ``MAX_RATE`` times a second on average (each
-change is a draw, like an arrival), and its gaps stop at the horizon (:class:`_MMPPGaps`):
-a process that almost never brings an arrival (``mean_on: 1e-9, mean_off: 1e9``) ends a
-run on time. One of three or more states must bring an arrival every
-:data:`MAX_VISITS` state changes or more often (two states skip such stretches in bulk).
-A modulated process stays within ``MAX_RATE`` at its schedule's peak.
+Every rate is at most :data:`~des.workload.schedule.MAX_RATE` requests per second, what a
+run can simulate for even a second; a gamma's ``cv`` lies in ``[MIN_CV, MAX_CV]``; a
+closed loop has at most :data:`MAX_USERS` users, whose retries after rejections stay
+within ``MAX_RATE``. The states of an MMPP (or onoff) change at most ``MAX_RATE`` times a
+second on average (each change is a draw, like an arrival), and its gaps stop at the
+horizon (:class:`_MMPPGaps`): a process that almost never brings an arrival
+(``mean_on: 1e-9, mean_off: 1e9``) ends a run on time. One of three or more states
+must bring an arrival every :data:`MAX_VISITS` state changes or more often (two states
+skip such stretches in bulk). A modulated process stays within ``MAX_RATE`` at its schedule's peak.
 
 Closed users and trace replays are arrival processes too. Every arrival process
 makes its own SimPy processes from the run's :class:`~des.workload.source.Sources`
@@ -66,7 +66,7 @@ from des.registry import Registry, check_union, kind_of
 from des.workload._buffer import Buffered
 from des.workload.formats import TRACE_FORMATS, infer_format, read_trace
 from des.workload.formats.base import HASH_BLOCK_TOKENS, OptionError, ReadOptions, TraceFormat
-from des.workload.schedule import Diurnal, Piecewise, Schedule, modulated, operational
+from des.workload.schedule import MAX_RATE, Diurnal, Piecewise, Schedule, modulated, operational
 from des.workload.source import Session, Sources, closed_user, open_loop, open_sessions, trace_replay
 from des.workload.trace import TraceStats, trace_stats
 from des.workload.trace_content import trace_requests
@@ -74,10 +74,6 @@ from des.workload.trace_content import trace_requests
 if TYPE_CHECKING:
     import pandas as pd
 
-#: The largest arrival rate (requests per second). A million requests take about 45 s of
-#: CPU and 700 MB (reliability review 3: 10^6 req/s for 1 s); at 1e7 req/s one simulated
-#: second costs some 8 minutes and 7 GB, and a rate of 1e300 never ends.
-MAX_RATE = 1e7
 #: The burstiest gamma process: with shape 1/cv² its gaps underflow to 0 s but for one
 #: in cv²/709, so beyond cv 1000 arrivals come in clumps of over 1,400 requests at one
 #: instant (140,000 at cv 10^4), each followed by a lull of about cv²/rate seconds.

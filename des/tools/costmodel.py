@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from des.catalog.memory import GraphCapture, MemoryPlan, Precision, plan_memory, weight_bytes
+from des.catalog.memory import GraphCapture, MemoryPlan, plan_memory, weight_bytes
+from des.catalog.precision import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.base import BatchShape
 from des.cost.roofline import ACT_BYTES, Engine, Roofline, build_roofline, graph_size
