@@ -203,8 +203,9 @@ class Instance:
 
     def account(self, start: float, duration: float) -> None:
         """Count a step of ``duration`` seconds beginning at ``start`` (now or later) into
-        :attr:`busy` and :attr:`busy_until`, as it is committed to: every loop that steps
-        the instance calls this once per step it records, in the order it records them."""
+        :attr:`busy` and :attr:`busy_until`: every loop that steps the instance calls this
+        once for each step it will record, as it commits to it, with the start and duration
+        it will record (:meth:`_run`, the per-step path, has it inlined)."""
         self.busy += duration
         self.busy_until = start + duration
 
@@ -220,7 +221,7 @@ class Instance:
 
     def _run(self) -> Generator[Event, Any, None]:
         env, sched, cost, record, kv = self.env, self.scheduler, self.cost, self.record, self.kv
-        account, fast, ahead = self.account, self.fast_forward, self.forms_ahead
+        fast, ahead = self.fast_forward, self.forms_ahead
         seen: float | None = None  # when the next batch was formed (None: when it starts)
         while True:
             if env.peek() == env.now:
@@ -236,7 +237,8 @@ class Instance:
                 duration = cost.step_time(step.shape)
                 kv_used, waiting = kv.used, sched.num_waiting()
                 end = t + duration
-                account(t, duration)
+                self.busy += duration  # account(t, duration), inlined: a call per step costs
+                self.busy_until = end  # about 130 ns of the ~23 us a step takes (0.5%)
                 if ahead:
                     seen = t  # the batch after this step is formed as it starts
                 if end < limit and not kv.waiters:
