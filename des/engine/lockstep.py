@@ -14,7 +14,10 @@ its check runs every 32 steps, a lag des leaves out).
 
 The group is one SimPy process driving its ranks (:class:`~des.engine.instance.Instance`
 built with ``standalone=False``); every rank records its own step, dummy steps included
-(zero tokens, the group's duration). Steps are run one SimPy event each: the
+(zero tokens, the group's duration), and counts it as its busy time
+(:meth:`~des.engine.instance.Instance.account`); a rank's released requests leave
+through :meth:`~des.engine.instance.Instance.release`, and the group sleeps on its ranks'
+wake events (:func:`~des.engine.instance.idle`). Steps are run one SimPy event each: the
 fast-forward of a lone instance is not applied to groups.
 """
 
@@ -28,7 +31,7 @@ from simpy.events import Event
 
 from des.cost.base import BatchShape, CostModel
 from des.engine.events import Barrier
-from des.engine.instance import Instance
+from des.engine.instance import Instance, idle
 from des.engine.policy import Step
 from des.engine.request import Request
 
@@ -55,20 +58,6 @@ class LockstepGroup:
         group = getattr(self.cost, "group_step_time", None)
         return group(shape, tokens) if group is not None else self.cost.step_time(shape)
 
-    def _sleep(self) -> Generator[Event, Any, None]:
-        """Wait until some rank gets work (or a scheduler's own wake-up time)."""
-        env = self.env
-        wake = env.event()
-        for rank in self.ranks:
-            rank._wake = wake
-        times = [t for rank in self.ranks if (t := rank.scheduler.wakeup_time()) is not None]
-        if times:
-            yield wake | env.timeout(max(min(times) - env.now, 0.0))
-        else:
-            yield wake
-        for rank in self.ranks:
-            rank._wake = None
-
     def _run(self) -> Generator[Event, Any, None]:
         env, ranks = self.env, self.ranks
         seen: float | None = None
@@ -77,7 +66,7 @@ class LockstepGroup:
                 yield Barrier(env)  # let every arrival due now join this step
             steps = [rank.scheduler.schedule(env.now, seen) for rank in ranks]
             if all(step is None for step in steps):
-                yield from self._sleep()
+                yield from idle(ranks)  # until some rank gets work (or a scheduler's own wake-up time)
                 seen = None
                 continue
             t = env.now
@@ -85,6 +74,8 @@ class LockstepGroup:
             run = [step if step is not None else dummy_step() for step in steps]
             duration = max(self.rank_time(step.shape, tokens) for step in run)
             before = [(rank.kv.used, rank.scheduler.num_waiting()) for rank in ranks]
+            for rank in ranks:
+                rank.account(t, duration)  # every rank's GPUs run the step, a dummy one included
             if self.ahead:
                 seen = t
             yield env.timeout(duration)
@@ -94,6 +85,4 @@ class LockstepGroup:
                 rank.record(t, duration, step, kv_used, waiting)
                 leaving.append((rank, released))
             for rank, released in leaving:
-                for req in released:
-                    rank.outstanding -= 1
-                    rank.leave(req, rank)
+                rank.release(t, duration, released)

@@ -23,8 +23,11 @@ each time; des keeps the partition fixed, which matches it once every batch is f
 stage is free, and each next stage when the previous stage's output has arrived and the
 stage is free; the batch's requests progress (emit their tokens) when the last stage ends.
 Each batch is one row of the steps table: ``start`` when stage 0 begins it, ``duration``
-its slowest stage's time (the share of the pipeline it occupies). The ``pp = 1`` engine
-is :class:`~des.engine.instance.Instance`, untouched.
+its slowest stage's time (the share of the pipeline it occupies); that row is what the
+engine's busy time counts, as the batch is formed, and the step span the KV link reads of
+the batch that releases requests (:meth:`~des.engine.instance.Instance.account`,
+:meth:`~des.engine.instance.Instance.release`). The ``pp = 1`` engine is
+:class:`~des.engine.instance.Instance`, untouched.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from des.catalog.memory import pp_layers
 from des.cost.base import CostContext, CostKind
 from des.cost.roofline import ACT_BYTES, Roofline
 from des.engine.events import Barrier, ExactlyAt
-from des.engine.instance import Instance
+from des.engine.instance import Instance, idle, sleep
 from des.engine.policy import Scheduler, Step
 from des.engine.request import Request
 
@@ -117,7 +120,7 @@ class PipelineInstance(Instance):
         super().__init__(*args, **kwargs)
 
     def _run(self) -> Generator[Event, Any, None]:
-        env, kv, record, leave = self.env, self.kv, self.record, self.leave
+        env, kv, record, account = self.env, self.kv, self.record, self.account
         pipe = self.scheduler
         assert isinstance(pipe, Pipelined)
         subs, stages = pipe.subs, self.stages
@@ -148,26 +151,17 @@ class PipelineInstance(Instance):
                     free_at[s] = t
                     slowest = d if d > slowest else slowest
                 flight[i] = (t, step, start, slowest, kv.used, pipe.num_waiting())
+                account(start, slowest)
                 turn = (i + 1) % pp
             if not flight:
-                self._wake = env.event()
-                wake_at = pipe.wakeup_time()
-                if wake_at is None:
-                    yield self._wake
-                else:
-                    yield self._wake | env.timeout(max(wake_at - now, 0.0))
-                self._wake = None
+                yield from idle((self,))
                 continue
             i, (end, step, start, slowest, kv_used, waiting) = min(flight.items(), key=lambda kv_: kv_[1][0])
-            self._wake = env.event()
-            yield self._wake | ExactlyAt(env, end)  # a request for a free scheduler, or the batch done
-            self._wake = None
+            yield from sleep((self,), ExactlyAt(env, end))  # a request for a free scheduler, or the batch done
             if env.now < end:
                 continue
             del flight[i]
             released = subs[i].finish_step(step, end)
             record(start, slowest, step, kv_used, waiting)
             pipe.released(i, len(released))
-            for req in released:
-                self.outstanding -= 1
-                leave(req, self)
+            self.release(start, slowest, released)
