@@ -46,7 +46,7 @@ from des.engine.deployment import ClusterConfig, in_words_written, normalise, wr
 from des.engine.features import Deployed, problems
 from des.engine.layout import Deployment, Layout, PoolLayout, ResolvedPool
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
-from des.engine.schedulers.continuous import ContinuousSettings
+from des.engine.schedulers.settings import ContinuousSettings
 from des.engine.speculative import SpeculativeConfig
 from des.errors import ScenarioError, did_you_mean, reword, validation_errors
 from des.registry import kind_of

@@ -17,7 +17,7 @@ import des
 from des import catalog
 from des.catalog.kv_link import GENERIC, RDMA, default_link
 from des.engine.layout import LinkLayout as LinkPlan
-from des.engine.schedulers.continuous import ContinuousSettings
+from des.engine.schedulers.settings import ContinuousSettings
 from des.errors import ScenarioError
 from tests.helpers import SCENARIOS, des_cli
 

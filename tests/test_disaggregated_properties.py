@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import des
 from des import catalog
 from des.engine.request import COMPLETED, REJECTED, UNFINISHED
-from des.engine.schedulers.continuous import ContinuousSettings
+from des.engine.schedulers.settings import ContinuousSettings
 from des.simulation import build, run_until, stop_event
 from tests.helpers import ledger
 from tests.test_properties import COSTS, FEW, PROPS, arrivals, length_dists, typical, watch

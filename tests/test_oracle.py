@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import des
 from des.engine.kvcache import BlockManager
 from des.engine.policy import Role
-from des.engine.schedulers.continuous import ContinuousSettings
+from des.engine.schedulers.settings import ContinuousSettings
 from tests.oracle.array_continuous import ContinuousScheduler as ArrayScheduler
 from tests.test_disaggregated_properties import disaggregated_scenarios
 from tests.test_properties import PROPS, scenario_dicts, scenarios

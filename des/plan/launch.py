@@ -80,7 +80,7 @@ from des.catalog.specs import ModelSpec
 from des.cost.roofline import RooflineConfig
 from des.engine.layout import Layout, PoolLayout
 from des.engine.policy import Role
-from des.engine.schedulers.continuous import ContinuousSettings
+from des.engine.schedulers.settings import ContinuousSettings
 from des.engine.speculative import SpeculativeConfig
 from des.errors import ScenarioError
 from des.scenario import Scenario

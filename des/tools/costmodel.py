@@ -17,7 +17,7 @@ from des.catalog.precision import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.base import BatchShape
 from des.cost.roofline import ACT_BYTES, Engine, Roofline, build_roofline, graph_size
-from des.engine.schedulers.continuous import ContinuousSettings
+from des.engine.schedulers.settings import ContinuousSettings
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: TP degrees, decode step and prefill of the communication table.

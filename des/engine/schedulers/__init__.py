@@ -17,7 +17,8 @@ from typing import Annotated, Any, Protocol
 from pydantic import Field
 
 from des.engine.policy import PolicyConfig, Scheduler, Step
-from des.engine.schedulers.continuous import ContinuousConfig, ContinuousScheduler, ContinuousSettings
+from des.engine.schedulers.continuous import ContinuousScheduler
+from des.engine.schedulers.settings import ContinuousConfig, ContinuousSettings
 from des.engine.schedulers.static import StaticConfig, StaticScheduler
 from des.engine.speculative import SpeculativeConfig
 from des.registry import Registry, check_union, config_registrar

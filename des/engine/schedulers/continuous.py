@@ -65,11 +65,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
-import numpy as np
 from pydantic import Field
 
 from des.cost.base import BatchShape
@@ -78,7 +76,6 @@ from des.engine.kvcache import BlockManager, CacheConfig
 from des.engine.policy import Role, Step, length_rejection
 from des.engine.request import Request
 from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
-from des.engine.speculative import SpeculativeConfig
 
 
 class ContinuousBatching(CacheConfig):
@@ -109,38 +106,6 @@ class ContinuousBatching(CacheConfig):
         return self.enable_prefix_caching
 
 
-class ContinuousSettings(ContinuousBatching):
-    """What one pool's continuous-batching instances run: the policy's settings (the
-    scenario's ``scheduler`` with the pool's own over it) and the scenario's ``speculative``."""
-
-    speculative: SpeculativeConfig | None = None
-
-    def build(
-        self, kv: BlockManager, max_model_len: int, role: Role = "colocated", rng: np.random.Generator | None = None
-    ) -> ContinuousScheduler:
-        """The scheduler of one instance; ``rng`` draws speculative decoding's accepted
-        tokens (needed when ``speculative`` proposes any)."""
-        limit = self.max_model_len or max_model_len
-        if self.speculative is not None and self.speculative.active:
-            from des.engine.schedulers.speculating import SpeculativeScheduler  # it builds on this module
-
-            if rng is None:
-                raise ValueError("speculative decoding needs a random stream for its acceptance draws")
-            return SpeculativeScheduler(self, kv, limit, role, rng)
-        return ContinuousScheduler(self, kv, limit, role)
-
-
-class ContinuousConfig(ContinuousBatching):
-    """Continuous batching (the scenario's ``scheduler``: every pool's policy)."""
-
-    kind: Literal["continuous"] = "continuous"
-
-    def policy(self, overrides: Mapping[str, Any], speculative: SpeculativeConfig | None) -> ContinuousSettings:
-        """A pool's settings: ``overrides`` over these, with ``speculative`` (validated as one)."""
-        own = self.model_dump(exclude={"kind"})
-        return ContinuousSettings.model_validate({**own, **overrides, "speculative": speculative})
-
-
 @dataclass(slots=True)
 class Batch:
     """What a step computes beyond one token for each decoding sequence: the tokens of
@@ -153,7 +118,7 @@ class Batch:
 class ContinuousScheduler:
     """Iteration-level scheduler over a paged KV cache."""
 
-    def __init__(self, cfg: ContinuousSettings, kv: BlockManager, max_model_len: int, role: Role = "colocated"):
+    def __init__(self, cfg: ContinuousBatching, kv: BlockManager, max_model_len: int, role: Role = "colocated"):
         self.kv = kv
         self.max_num_seqs = cfg.max_num_seqs
         self.max_num_batched_tokens = cfg.max_num_batched_tokens

@@ -39,9 +39,9 @@ from des.cost.base import BatchShape
 from des.engine.kvcache import BlockManager
 from des.engine.policy import Role, Step
 from des.engine.request import Request
-from des.engine.schedulers.continuous import Batch, ContinuousScheduler, ContinuousSettings
+from des.engine.schedulers.continuous import Batch, ContinuousBatching, ContinuousScheduler
 from des.engine.schedulers.decoding import DECODING, Seq
-from des.engine.speculative import Acceptance
+from des.engine.speculative import Acceptance, SpeculativeConfig
 
 
 class SpeculativeSet:
@@ -172,20 +172,19 @@ class SpeculativeSet:
 
 
 class SpeculativeScheduler(ContinuousScheduler):
-    """Continuous batching whose decodes verify ``cfg.speculative`` proposed tokens,
-    drawing the tokens kept from ``rng``."""
+    """Continuous batching whose decodes verify ``spec``'s proposed tokens, drawing the
+    tokens kept from ``rng``."""
 
     def __init__(
         self,
-        cfg: ContinuousSettings,
+        cfg: ContinuousBatching,
+        spec: SpeculativeConfig,
         kv: BlockManager,
         max_model_len: int,
         role: Role,
         rng: np.random.Generator,
     ):
         super().__init__(cfg, kv, max_model_len, role)
-        spec = cfg.speculative
-        assert spec is not None
         acceptance = Acceptance(spec.num_speculative_tokens, spec.acceptance_rate, rng)
         self.extra_slots = spec.num_speculative_tokens + spec.lookahead
         self.spec = SpeculativeSet(kv, spec.num_speculative_tokens, spec.lookahead, self.max_model_len, acceptance)
