@@ -57,11 +57,24 @@ EXTRA: dict[str, dict[str, Any]] = {
     "moe-dp-ep": _with(model="qwen3-30b-a3b", gpu="h100-80gb", cluster={"dp": 2, "expert_parallel": True, "tp": 1}),
     "dense-dp": _with(cluster={"dp": 2, "replicas": 2, "router": "least_outstanding"}),
     "pipeline": _with(gpu="rtx4090", model="qwen2.5-14b", cluster={"pp": 2}),
-    "speculative-ngram": _with(scheduler={"kind": "continuous", "speculative": {"method": "ngram", "k": 3}}),
+    "speculative-ngram": _with(
+        scheduler={
+            "kind": "continuous",
+            "speculative": {"method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": 0.6},
+        }
+    ),
     "speculative-eagle": _with(
         model="llama-3.1-8b",
         gpu="h100-80gb",
-        scheduler={"kind": "continuous", "speculative": {"method": "eagle", "k": 2}},
+        scheduler={
+            "kind": "continuous",
+            "speculative": {
+                "method": "eagle",
+                "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+                "num_speculative_tokens": 2,
+                "acceptance_rate": 0.7,
+            },
+        },
     ),  # fmt: skip
     "autoscaled": _with(
         cluster={
