@@ -18,9 +18,10 @@ from typing import Any
 import analysis.capacity as capacity_table
 from analysis.common import RATE, save, slo_metrics, slo_text
 from analysis.latency_vs_load import draw as draw_latency
-from des import render
 from des.errors import ScenarioError
 from des.output import json_ready
+from des.render.console import fmt
+from des.render.run import LATENCY_COLUMNS, LATENCY_ROWS, summary_rows
 from des.scenario import load_scenario, scenario_warnings
 from des.simulation import RunProgress, simulate
 from des.study import load_study
@@ -30,9 +31,6 @@ from des.ui.browse import plain
 
 Report = Callable[[float | None, str], None]
 
-#: The latency table's rows and columns, as ``des run`` prints them.
-LATENCY_ROWS = ("ttft", "tpot", "itl", "second_token", "e2e", "queue_delay")
-LATENCY_COLUMNS = render.LATENCY_COLUMNS
 #: The load grid of the page's sweep, as fractions of the configuration's saturation.
 DEFAULT_FRACTIONS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1)
 
@@ -50,10 +48,10 @@ def run(doc: Mapping[str, Any], report: Report) -> dict[str, Any]:
     s = result.summary
     return {
         "summary": json_ready(s),
-        "rows": [list(row) for row in render.summary_rows(sc, result)],
+        "rows": [list(row) for row in summary_rows(sc, result)],
         "latency": {
             "columns": list(LATENCY_COLUMNS),
-            "rows": [[name, *(render.fmt(s.get(f"{name}_{c}")) for c in LATENCY_COLUMNS)] for name in LATENCY_ROWS],
+            "rows": [[name, *(fmt(s.get(f"{name}_{c}")) for c in LATENCY_COLUMNS)] for name in LATENCY_ROWS],
         },
         "warnings": scenario_warnings(sc),
         "wall": time.perf_counter() - t0,
