@@ -35,7 +35,7 @@ from des import catalog
 from des.catalog.specs import ModelSpec
 from des.cost.report import CostReport, decode_shape, prefill_shape
 from des.cost.roofline import DEFAULT_CAPTURE, Engine, build_roofline
-from des.figures import GROUP_TITLES, plot_fit, plot_roofline
+from des.figures.tools import GROUP_TITLES, plot_fit, plot_roofline
 from des.tools import architectures as arch
 from des.tools import validation
 from des.tools.calibrate import ENGINE_CPU, Fit, fit_table, model_table

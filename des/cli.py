@@ -303,7 +303,6 @@ def costmodel(
     gpu_name: str, model_name: str, tp: int, weights: str | None, kv_cache_dtype: str, plot_path: Path | None
 ) -> None:
     """Tabulate the roofline step-time model of a GPU and model."""
-    from des import figures
     from des.cost.report import CostReport
     from des.render.console import wrote
     from des.render.tools import cost_report
@@ -311,7 +310,9 @@ def costmodel(
     rep = CostReport.build(*_hardware(gpu_name, model_name, weights, kv_cache_dtype), tp)
     cost_report(rep)
     if plot_path is not None:
-        figures.plot_roofline(rep, plot_path)
+        from des.figures.tools import plot_roofline
+
+        plot_roofline(rep, plot_path)
         wrote(plot_path)
 
 
@@ -688,7 +689,7 @@ def calibrate(
     every op group; needs --model) or one GPU's folder of Vidur profiles
     (<org>/<model>/mlp.csv: GEMM and element-wise groups over its models and TP degrees;
     the GPU's other factors are kept)."""
-    from des import figures
+    from des.figures.tools import plot_fit
     from des.output import write_files
     from des.render.tools import calibration, network_fit
     from des.tools.calibrate import fit_folder
@@ -713,7 +714,7 @@ def calibrate(
         raise ScenarioError(("--plot", f"{str(plot_path)!r} is also the calibration file (--out)"))
     text = fit.calibration_file().to_yaml()
     write_files(
-        {out_path: lambda tmp: tmp.write_text(text), plot_path: lambda tmp: figures.plot_fit(fit, tmp, fmt)},
+        {out_path: lambda tmp: tmp.write_text(text), plot_path: lambda tmp: plot_fit(fit, tmp, fmt)},
         {out_path: "--out", plot_path: "--plot"},
     )
     calibration(fit, out_path, plot_path)

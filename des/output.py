@@ -337,7 +337,7 @@ def write_comparison(cmp: Comparison, out_dir: Path) -> list[Path]:
     ``comparison.json`` (the table and both runs' facts), ``cdf.png``, the simulated
     ``requests.parquet``, the replayed ``trace.csv`` and the ``scenario.yaml`` that reruns
     the replay (``des run scenario.yaml``). Returns the files written."""
-    from des.figures import plot_cdfs
+    from des.figures.tools import plot_cdfs
 
     out_dir.mkdir(parents=True, exist_ok=True)
     facts, trace = json_text(cmp.as_dict()), cmp.trace_csv()

@@ -1,0 +1,7 @@
+"""The figures des draws, a module per subject.
+
+:mod:`~des.figures.tools`: the fit of ``des calibrate``, the CDFs of ``des compare`` and the
+roofline of ``des costmodel``. :mod:`~des.figures.style` and :mod:`~des.figures.axes` hold
+what the figures share: the backend and style, the colours, plain log axes, SLO lines and
+saving. Nothing is imported here.
+"""
