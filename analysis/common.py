@@ -1,15 +1,16 @@
 """Helpers shared by the analysis scripts: reading a results folder (the library's
-:class:`des.study.read.Sweep`), figure style (:mod:`des.figures.style` and
-:mod:`des.figures.axes`), all imported here for the scripts, and what only the scripts use:
-GPU counts and the look of the prefill/decode studies' configurations, SLO columns, and a
-figure script's command line. Analysis scripts only read results; they never simulate.
+:class:`des.study.read.Sweep`), the columns a study's SLO bounds
+(:func:`des.study.grid_capacity.slo_metrics`) and figure style (:mod:`des.figures.style` and
+:mod:`des.figures.axes`), all imported here for the scripts; and what only the scripts use:
+GPU counts and the look of the prefill/decode studies' configurations, and a figure
+script's command line. Analysis scripts only read results; they never simulate.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -27,6 +28,7 @@ from des.figures.axes import (
     slo_text,
 )
 from des.figures.style import PALETTE, style
+from des.study.grid_capacity import SLO_STATISTIC, slo_metrics
 from des.study.read import CV, Sweep
 from des.study.spec import RATE
 
@@ -67,18 +69,6 @@ def config_style(label: str) -> tuple[str, str]:
     if kind in PALETTE and times.isdigit():
         return f"{kind} ×{times}", PALETTE[kind]
     return label, "0.4"
-
-
-#: The statistic of each latency that the report's SLOs bound (as :data:`analysis.capacity.DEFAULT_SLO`
-#: reads a study's per-request limits ``slo: {ttft, tpot}``): the p99 of the time to first
-#: token, the median of the time per output token.
-SLO_STATISTIC = {"ttft": "p99", "tpot": "p50", "e2e": "p99"}
-
-
-def slo_metrics(slo: Mapping[str, float] | None) -> dict[str, float]:
-    """A study's SLO limits (``{ttft: 2, tpot: 0.1}``, seconds) as the columns they bound:
-    ``{"ttft_p99": 2, "tpot_p50": 0.1}`` (:data:`SLO_STATISTIC`)."""
-    return {f"{m}_{SLO_STATISTIC[m]}": float(v) for m, v in (slo or {}).items() if m in SLO_STATISTIC and v}
 
 
 def points_figure_main(doc: str, default_out: str, draw: Callable, argv=None) -> Path:

@@ -1,16 +1,19 @@
 """What ``des sweep`` and ``des capacity`` print: a sweep's points with their intervals
-and warnings, a capacity search's probes and its answer."""
+and warnings, a capacity search's probes and its answer; and a capacity read off a
+sweep's grid (:mod:`des.study.grid_capacity`) as what it is, a number, a bracket or a
+lower bound (:func:`estimate`, :func:`said`, :func:`cell`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from des.render.console import out, warning
+from des.study.grid_capacity import is_bracket
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -142,3 +145,46 @@ def capacity_answer(answer: CapacityAnswer) -> str:
         f"{f(answer.ci_high)}]  ({answer.replications} replications per value, {len(answer.evaluations)} values tried"
         f"{how})"
     )
+
+
+# -- capacity off a sweep's grid (the reports, the what-if page) ------------------------
+
+
+def estimate(row: Mapping[str, Any], unit: str = "", digits: int = 2) -> str | None:
+    """A :func:`~des.study.grid_capacity.capacities` row's capacity as a label: ``"7.00"`` where it was interpolated,
+    ``"9.10–9.58"`` (a load that held, one that failed or ``S``) where the grid brackets
+    it, ``"≥ 9.10"`` where it is open above; None without one."""
+    cap = row.get("capacity")
+    if cap is None or cap != cap:
+        return None
+    u = f" {unit}" if unit else ""
+    if not is_bracket(row):
+        return f"{cap:.{digits}f}{u}"
+    high = row.get("capacity_high")
+    if high is None or high != high:
+        return f"≥ {cap:.{digits}f}{u}"
+    if f"{high:.{digits}f}" == f"{cap:.{digits}f}":
+        return f"{cap:.{digits}f}{u}"
+    return f"{cap:.{digits}f}–{high:.{digits}f}{u}"
+
+
+def said(row: Mapping[str, Any], unit: str = "", digits: int = 2) -> str | None:
+    """:func:`estimate` in words, for a sentence: ``"7.00"``, ``"between 9.10 and 9.58"``,
+    ``"at least 9.10"``; None without a capacity."""
+    label = estimate(row, "", digits)
+    if label is None:
+        return None
+    u = f" {unit}" if unit else ""
+    if label.startswith("≥ "):
+        return f"at least {label[2:]}{u}"
+    low, dash, high = label.partition("–")
+    return f"between {low} and {high}{u}" if dash else f"{label}{u}"
+
+
+def cell(row: Mapping[str, Any], low: str, high: str, digits: int = 2) -> str:
+    """A capacity and its 95 % interval (its ends already written) for a table's cell:
+    ``7.00 [6.50, 7.40]``, or ``≥ 9.10 [9.10, 9.58]`` where the grid only brackets it (the
+    SLOs held at 9.10 and nothing was tried between it and the interval's upper end,
+    where they failed, or ``S``)."""
+    at_least = "≥ " if is_bracket(row) else ""
+    return f"{at_least}{row['capacity']:.{digits}f} [{low}, {high}]"
