@@ -584,6 +584,7 @@ def plan(
     from des.errors import ScenarioError
     from des.plan import output
     from des.plan.planner import plan as make_plan
+    from des.render.plan import answer_text
     from des.study.capacity import metric_names, parse_slo
     from des.study.runner import open_backend, sweep_lock
     from des.study.sweep import default_workers
@@ -639,7 +640,7 @@ def plan(
     if as_json:
         click.echo(output.dumps(body))
     else:
-        click.echo(output.answer_text(body))
+        click.echo(answer_text(body))
         click.echo(f"wrote {out_dir}/ (plan.json, candidates.parquet, winner.yaml, pareto.png)")
     if result.winner is None:
         raise SystemExit(1)
