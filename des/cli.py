@@ -762,10 +762,9 @@ def compare(
 
     RESULT is a vllm bench serve --save-result --save-detailed JSON, vLLM's request records
     (JSON lines) or OpenTelemetry spans (OTLP/JSON), or a CSV/JSONL table of requests."""
-    from des.output import write_comparison
     from des.render.tools import comparison, comparison_json
     from des.tools.compare import compare as replay_and_compare
-    from des.tools.compare import read_measured
+    from des.tools.compare import read_measured, write_comparison
 
     measured = read_measured(result, fmt, _seed(seed) or 0, server_log)
     out_dir = _writable(out_dir or Path("results") / f"compare-{result.stem}")
