@@ -579,70 +579,29 @@ def plan(
     intervals). Writes OUT/plan.json, OUT/candidates.parquet, OUT/winner.yaml and
     OUT/pareto.png; the runs are kept in OUT/runs/, so a plan started again reuses them.
     """
-    from des import catalog
-    from des.catalog.prices import PriceBook
-    from des.errors import ScenarioError
-    from des.plan import output
-    from des.plan.planner import plan as make_plan
-    from des.render.plan import answer_text
-    from des.study.capacity import metric_names, parse_slo
-    from des.study.runner import open_backend, sweep_lock
+    from des.plan.output import dumps
+    from des.plan.question import PlanOptions, PlanQuestion
+    from des.render.plan import answer_text, outcome_line
+    from des.study.runner import open_backend
     from des.study.sweep import default_workers
 
     sc = _scenario(scenario, overrides)
-    scaled = getattr(sc.workload.arrival, "process", None) in ("trace", "nhpp")
-    if scaled and (rate is not None or rate_scale is None):
-        raise ScenarioError(
-            ("--rate-scale", "a trace replay's or a rate schedule's load is its rates scaled: give --rate-scale")
-        )
-    if not scaled and (rate is None or rate_scale is not None):
-        raise ScenarioError(("--rate", "give the target load in requests per second (--rate-scale is for traces)"))
-    load = rate_scale if scaled else rate
-    assert load is not None
-    terms = [parse_slo(text, metric_names()) for text in slos]
-    book = PriceBook.build(prices, price_file)
-    known = catalog.gpu_names()
-    if gpus is None:
-        names = [g for g in known if book.per_gpu_hour(g) is not None]
-    else:
-        names = [g.strip() for g in gpus.split(",") if g.strip()]
-        for g in names:
-            if g not in known:
-                from des.errors import did_you_mean
-
-                raise ScenarioError(("--gpus", f"unknown GPU {g!r}{did_you_mean(g, known)}; known: {', '.join(known)}"))
+    options = PlanOptions(
+        splits=not no_splits, mixed=mixed, variants=variants, pipeline=_ints("--pp", pipeline) or [1],
+        max_num_seqs=_ints("--max-num-seqs", seqs), max_num_batched_tokens=_ints("--max-num-batched-tokens", budgets),
+        capacities=capacities, replications=replications,
+    )  # fmt: skip
+    names = None if gpus is None else [g.strip() for g in gpus.split(",") if g.strip()]
+    question = PlanQuestion.ask(sc, slos, rate, rate_scale, names, max_gpus, prices, price_file, options)
     out_dir = _writable(out_dir or _default_folder(f"plan-{sc.name}"))
-
-    def log(o) -> None:
-        if o.capacity is not None:
-            value, low, high = (f"{x:.3g}" if x is not None else "open" for x in o.capacity)
-            click.echo(f"{o.candidate.name:<28} capacity {value} req/s [{low}, {high}]", err=as_json)
-            return
-        click.echo(f"{o.candidate.name:<28} ${o.usd_per_hour:>6.2f}/h  {o.verdict:<8} {o.reason}", err=as_json)
-
     backend = open_backend("dask" if address else "local", workers or default_workers(), address)
-    with sweep_lock(out_dir, "plan"), backend:
-        result = make_plan(sc, load, terms, names, max_gpus, book, replications, backend, out_dir / "runs",
-                           splits=not no_splits, progress=log, mixed=mixed, max_num_seqs=_ints("--max-num-seqs", seqs),
-                           max_num_batched_tokens=_ints("--max-num-batched-tokens", budgets),
-                           variants=variants, pipeline=_ints("--pp", pipeline) or [1],
-                           capacities=capacities)  # fmt: skip
-    launch = None
-    if result.winner is not None and result.winner.scenario is not None:
-        from des.plan.launch import launch_commands
-
-        try:
-            launch = [c.as_dict() for c in launch_commands(result.winner.scenario)]
-        except ScenarioError as exc:  # des simulates it, vLLM cannot launch it as such: say why
-            launch = [{"error": "; ".join(f"{p}: {m}" for p, m in exc.problems)}]
-    used = {g: {"usd_per_gpu_hour": book.per_gpu_hour(g), "source": book.source(g)} for g in names}
-    body = output.write(result, out_dir, launch, used)
+    answer = question.answer(backend, out_dir, lambda o: click.echo(outcome_line(o), err=as_json))
     if as_json:
-        click.echo(output.dumps(body))
+        click.echo(dumps(answer.body))
     else:
-        click.echo(answer_text(body))
+        click.echo(answer_text(answer.body))
         click.echo(f"wrote {out_dir}/ (plan.json, candidates.parquet, winner.yaml, pareto.png)")
-    if result.winner is None:
+    if not answer.met:
         raise SystemExit(1)
 
 

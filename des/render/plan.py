@@ -1,9 +1,22 @@
-"""What ``des plan`` prints: its answer in a few lines (:func:`answer_text`), read off
-``plan.json``'s content (:func:`des.plan.output.plan_json`)."""
+"""What ``des plan`` prints: a line per candidate simulated or capacity searched as the
+plan goes (:func:`outcome_line`), then its answer in a few lines (:func:`answer_text`), read
+off ``plan.json``'s content (:func:`des.plan.output.plan_json`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from des.plan.planner import Outcome
+
+
+def outcome_line(o: Outcome) -> str:
+    """A candidate's price per hour, verdict and why; or, once searched, its capacity (req/s)
+    with its 95 % interval (an end the search left open: ``open``)."""
+    if o.capacity is not None:
+        value, low, high = (f"{x:.3g}" if x is not None else "open" for x in o.capacity)
+        return f"{o.candidate.name:<28} capacity {value} req/s [{low}, {high}]"
+    return f"{o.candidate.name:<28} ${o.usd_per_hour:>6.2f}/h  {o.verdict:<8} {o.reason}"
 
 
 def answer_text(body: dict[str, Any]) -> str:
