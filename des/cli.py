@@ -474,34 +474,17 @@ def capacity(
 
     from des.render.console import warning
     from des.render.study import capacity_answer, probe_line
-    from des.scenario import scenario_warnings
     from des.study.capacity import CapacityQuestion
     from des.study.runner import open_backend
-    from des.study.spec import MODEL_REPLICATIONS, is_replay
     from des.study.sweep import default_workers
 
     sc = _scenario(scenario, overrides, model_uncertainty=model_uncertainty)
-    for note in scenario_warnings(sc):
-        if note.startswith("model_uncertainty:"):
-            warning(note)
-    replications = replications or (MODEL_REPLICATIONS if sc.model_uncertainty else 5)
     question = CapacityQuestion.ask(
         sc, slos, param, target_rate, replications=replications, low=low, high=high, tolerance=tolerance
     )
-    for term in question.slos:
-        if term.note:
-            warning(term.note)
+    for note in question.notes:
+        warning(note)
     out_dir = _writable(out_dir or _default_folder(sc.name))
-    if is_replay(question.base) and replications < 5:
-        warning(
-            f"a replay's interval comes from its {replications - 1} resampled trace(s) "
-            "(des/study/resample.py): with fewer than 4 it is very wide or none; give --replications 5 or more"
-        )
-    if sc.model_uncertainty and replications < MODEL_REPLICATIONS:
-        warning(
-            f"with model uncertainty the intervals rest on the spread of {replications} replication(s) per value: "
-            f"give --replications {MODEL_REPLICATIONS} or more"
-        )
     answer = question.answer(
         open_backend(backend, workers or default_workers(), address),
         out_dir,
