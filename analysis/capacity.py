@@ -1,31 +1,12 @@
-"""Capacity read off a load sweep: the highest offered load at which the SLOs hold.
+"""Capacity read off a load sweep: the highest offered load at which the SLOs hold, per
+variant (and burstiness), with its 95 % interval, printed a line each (:func:`describe`).
 
-From ``points.parquet`` of a sweep over ``workload.arrival.rate``: for each variant
-(and burstiness), walk up the grid; the SLOs *hold* at a point when every metric's
-mean over replications is within its limit and every replication was stable. Between
-the last point that holds and the first that fails, the crossing is interpolated
-linearly in log(metric); the 95 % interval repeats this with the upper ends of the
-metrics' intervals (the load at which the SLOs surely hold) and with their lower ends
-(the load at which they surely fail). When the first failure is an unstable point,
-whose latencies measure the run's length rather than the system, nothing is
-interpolated: the capacity is then only known to lie *between* the last point that
-holds and the unstable point, a bracket of the grid (``capacity`` and
-``capacity_high``; the interval's lower end is at most the first, its upper end the
-second). An interval's end that the grid does not reach is left open (None): the upper
-end is never pinned at the top of the grid. A study with a ``load`` grid runs every
-variant past its own saturation throughput ``S`` (measured by its probe, every batch
-full): points offered more than ``S`` count as failing whatever their finite run's
-stability check says (a slow overload can pass it), and no crossing is interpolated
-towards them, so the capacity and its interval never exceed ``S``; a load grid that
-ends below ``S`` with the SLOs still holding brackets the capacity between its top load
-and ``S``, which is also its interval's upper end when the SLOs do not yet surely fail.
-The interval always holds the estimate. :func:`estimate` words a capacity as what it
-is: a number where it was interpolated, "between a and b" where the grid brackets it,
-"at least a" where the SLOs held across a grid of plain rates.
-
-The reading lives in the library (:mod:`des.study.grid_capacity`), its words in
-:mod:`des.render.study`; both are imported here for the scripts, with the command line
-and :func:`describe`.
+The reading is the library's (:func:`des.study.grid_capacity.capacities`, whose docstring
+says how: the SLOs hold where every mean is within its limit and every run stable, the
+crossing interpolated in log(metric), or only bracketed by the grid past an unstable or
+overloaded point), its words too (:func:`des.render.study.estimate`: a number where it
+was interpolated, "between a and b" where the grid brackets it, "at least a" where the
+SLOs held across a grid of plain rates); both are imported here for the scripts.
 
     python -m analysis.capacity results/headline --slo ttft_p99<=2 --slo tpot_p50<=0.1
 """
