@@ -562,6 +562,7 @@ def plan(
     intervals). Writes OUT/plan.json, OUT/candidates.parquet, OUT/winner.yaml and
     OUT/pareto.png; the runs are kept in OUT/runs/, so a plan started again reuses them.
     """
+    from des.figures.plan import pareto
     from des.plan.output import dumps
     from des.plan.question import PlanOptions, PlanQuestion
     from des.render.plan import answer_text, outcome_line
@@ -579,6 +580,7 @@ def plan(
     out_dir = _writable(out_dir or _default_folder(f"plan-{sc.name}"))
     backend = open_backend("dask" if address else "local", workers or default_workers(), address)
     answer = question.answer(backend, out_dir, lambda o: click.echo(outcome_line(o), err=as_json))
+    pareto(answer.plan, out_dir / "pareto.png")
     if as_json:
         click.echo(dumps(answer.body))
     else:
@@ -704,6 +706,7 @@ def compare(
 
     RESULT is a vllm bench serve --save-result --save-detailed JSON, vLLM's request records
     (JSON lines) or OpenTelemetry spans (OTLP/JSON), or a CSV/JSONL table of requests."""
+    from des.figures.tools import plot_cdfs
     from des.render.tools import comparison, comparison_json
     from des.tools.compare import compare as replay_and_compare
     from des.tools.compare import read_measured, write_comparison
@@ -712,7 +715,7 @@ def compare(
     out_dir = _writable(out_dir or Path("results") / f"compare-{result.stem}")
     cmp = replay_and_compare(measured, scenario, overrides, seed)
     try:
-        write_comparison(cmp, out_dir)
+        write_comparison(cmp, out_dir, plot_cdfs)
     except OSError as exc:
         raise ScenarioError(("--out", f"cannot write to {str(out_dir)!r}: {exc.strerror or exc}")) from None
     if as_json:

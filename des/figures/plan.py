@@ -4,28 +4,29 @@ what it achieves on each SLO metric (:func:`pareto`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-    from des.study.capacity import SLOTerm
+    from des.plan.planner import Plan
 
 
-def pareto(rows: pd.DataFrame, slos: Sequence[SLOTerm], rate: float, winner: str | None, path: Path) -> Path:
+def pareto(p: Plan, path: Path) -> Path:
     """Cost per hour against each SLO metric (mean and interval) of the simulated candidates
-    (``rows``: ``candidates.parquet``, :func:`des.plan.output.table`), coloured by verdict,
-    the ``winner`` (its name) ringed, the limit dashed; with a panel of the capacities
-    against ``rate`` (req/s) when some were searched. Returns ``path``."""
+    (their rows of ``candidates.parquet``, :func:`des.plan.output.table`), coloured by
+    verdict, the winner ringed, the limit dashed; with a panel of the capacities against
+    the target rate (req/s) when some were searched. Returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from des.plan.output import table
+
+    rows = table(p)
+    slos, rate, win = p.slos, p.rate, p.winner
     sim = rows[rows["verdict"].isin(["pass", "fail", "marginal"])]
     caps = rows[rows["capacity"].notna()]
     n = max(1, len(slos)) + (1 if len(caps) else 0)
@@ -55,8 +56,8 @@ def pareto(rows: pd.DataFrame, slos: Sequence[SLOTerm], rate: float, winner: str
             ]
             ax.errorbar(group["usd_per_hour"], y, yerr=err, fmt="o", ms=5, capsize=2, color=colours[str(verdict)],
                         label=str(verdict), alpha=0.85)  # fmt: skip
-        if winner is not None:
-            w = rows[rows["name"] == winner].iloc[0]
+        if win is not None:
+            w = rows[rows["name"] == win.candidate.name].iloc[0]
             ax.plot(
                 w["usd_per_hour"], w[term.metric], "o", ms=13, mfc="none", mec="black", label=f"winner: {w['name']}"
             )

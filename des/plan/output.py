@@ -1,6 +1,7 @@
-"""What ``des plan`` writes: ``plan.json``, ``candidates.parquet``, the winner's scenario
-file, and a Pareto figure (cost per hour against each SLO metric, with intervals:
-:func:`des.figures.plan.pareto`). Its words for the terminal are :mod:`des.render.plan`'s.
+"""What ``des plan`` writes: ``plan.json``, ``candidates.parquet`` and the winner's scenario
+file. The command adds a Pareto figure (cost per hour against each SLO metric, with
+intervals: :func:`des.figures.plan.pareto`); its words for the terminal are
+:mod:`des.render.plan`'s.
 
 ``plan.json`` holds the question (rate, SLOs, replications, GPUs, prices and their
 sources), ``winner`` (``gpu``, ``num_gpus``, ``tp``, ``pp``, ``dp``, ``scheduler``,
@@ -119,16 +120,12 @@ def plan_json(p: Plan, folder: Path, launch: list[Any] | None, prices: dict[str,
 
 def write(p: Plan, folder: Path, launch: list[Any] | None, prices: dict[str, Any]) -> dict[str, Any]:
     """Write the plan's files into ``folder``; returns ``plan.json``'s content."""
-    from des.figures.plan import pareto
     from des.output import json_text, parquet_writer
 
     folder.mkdir(parents=True, exist_ok=True)
     body = plan_json(p, folder, launch, prices)
-    rows = table(p)
-    parquet_writer(rows)(folder / "candidates.parquet")
+    parquet_writer(table(p))(folder / "candidates.parquet")
     (folder / "plan.json").write_text(json_text(body))
-    win = p.winner
-    pareto(rows, p.slos, p.rate, win.candidate.name if win is not None else None, folder / "pareto.png")
     return body
 
 

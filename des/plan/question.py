@@ -3,7 +3,8 @@
 against the scenario and the catalog, problems naming the flag at fault, and takes the
 defaults; :meth:`PlanQuestion.answer` plans (:func:`des.plan.planner.plan`), derives the
 winner's launch commands (:mod:`des.plan.launch`) and writes the plan's files
-(:func:`des.plan.output.write`)."""
+(:func:`des.plan.output.write`). Its figure is the command's to draw
+(:func:`des.figures.plan.pareto`), its words the command's to print (:mod:`des.render.plan`)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,8 @@ line, ``cache_config_info`` or ``--metadata``). These are compared, never fitted
 nothing in a measured run feeds des's parameters.
 
 :func:`compare` returns a :class:`Comparison`; :func:`write_comparison` writes its files
-and the command shows it (:func:`des.render.tools.comparison`).
+with the figure the command draws (:func:`des.figures.tools.plot_cdfs`), and the command
+shows it (:func:`des.render.tools.comparison`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -471,14 +472,14 @@ def engine_table(measured: Measured, summary: dict[str, Any], scenario: Any) -> 
     return table
 
 
-def write_comparison(cmp: Comparison, out_dir: Path) -> list[Path]:
+def write_comparison(cmp: Comparison, out_dir: Path, plot_cdfs: Callable[[Comparison, Path], None]) -> list[Path]:
     """Write the files of ``cmp`` into ``out_dir`` (created if missing), together:
-    ``comparison.json`` (the table and both runs' facts), ``cdf.png``, the simulated
-    ``requests.parquet``, the replayed ``trace.csv`` and the ``scenario.yaml`` that reruns
-    the replay (``des run scenario.yaml``). Returns the files written."""
+    ``comparison.json`` (the table and both runs' facts), ``cdf.png`` (drawn by ``plot_cdfs``:
+    the command passes :func:`des.figures.tools.plot_cdfs`, as the tools draw nothing), the
+    simulated ``requests.parquet``, the replayed ``trace.csv`` and the ``scenario.yaml`` that
+    reruns the replay (``des run scenario.yaml``). Returns the files written."""
     import yaml
 
-    from des.figures.tools import plot_cdfs
     from des.output import Staged, json_text, parquet_writer
 
     out_dir.mkdir(parents=True, exist_ok=True)
