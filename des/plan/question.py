@@ -106,6 +106,8 @@ class PlanQuestion:
             names = [g for g in known if book.per_gpu_hour(g) is not None]
         else:
             names = list(gpus)
+            if not names:
+                raise ScenarioError(("--gpus", f"names no GPU; known: {', '.join(known)}"))
             for g in names:
                 if g not in known:
                     raise ScenarioError(
