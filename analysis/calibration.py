@@ -34,7 +34,7 @@ from analysis.markdown import render
 from des import catalog
 from des.catalog.specs import ModelSpec
 from des.cost.roofline import DEFAULT_CAPTURE, Engine, build_roofline
-from des.figures import GROUP_TITLES, plot_fit, plot_roofline
+from des.figures.tools import GROUP_TITLES, plot_fit, plot_roofline
 from des.tools import architectures as arch
 from des.tools import validation
 from des.tools.calibrate import ENGINE_CPU, Fit, fit_table, model_table

@@ -9,7 +9,7 @@ what-if page (:mod:`des.ui`). Invalid input
 prints ``error: <dotted.path or --flag>: <problem>`` lines on stderr and exits with
 status 2, writing nothing (:func:`user_errors`). Ctrl-C exits 130 (``aborted``) and
 SIGTERM 143 (``terminated``), a sweep's workers ended first (:class:`_Group`). What is
-shown lives in :mod:`des.render`.
+shown lives in :mod:`des.render`, a module per command.
 """
 
 from __future__ import annotations
@@ -208,17 +208,19 @@ def run(
     quiet: bool,
 ) -> None:
     """Simulate SCENARIO (default: the embedded RTX 4090 + Qwen2.5-7B scenario)."""
-    from des import render
     from des.output import RESULT_FILES, folder_lock, remove_stale_staging, write_result
+    from des.render.console import warning
+    from des.render.progress import progress
+    from des.render.run import run_summary
     from des.scenario import scenario_warnings
     from des.simulation import simulate
 
     sc = _scenario(scenario, overrides, seed, model_uncertainty)
     for note in scenario_warnings(sc):
-        render.warning(note)
+        warning(note)
     out_dir = _writable(out_dir or _default_folder(sc.name))
     t0 = time.perf_counter()
-    tick, bar = render.progress("run", quiet)
+    tick, bar = progress("run", quiet)
     # the folder's lock, as a sweep's: refused while a sweep, a capacity search or another
     # run writes there; a run that fails or is interrupted leaves no folder it created
     with folder_lock(out_dir, "run", tidy=True):
@@ -227,7 +229,7 @@ def run(
             result = simulate(sc, progress=tick)
         written = write_result(result, out_dir, steps=steps)
     if not quiet:
-        render.run_summary(sc, result, time.perf_counter() - t0, out_dir, [p.name for p in written])
+        run_summary(sc, result, time.perf_counter() - t0, out_dir, [p.name for p in written])
 
 
 @main.command()
@@ -243,14 +245,14 @@ def run(
 @user_errors("--json")
 def bench(cases: str, engines: str, repeats: int, as_json: Path | None) -> None:
     """Time des on standard workloads: whole-process wall time, requests and steps per second, peak memory."""
-    from des import render
+    from des.render.tools import bench_line, bench_table
     from des.tools.bench import CASES, ENGINES
     from des.tools.bench import bench as run_bench
 
     chosen = _choices("--cases", cases, list(CASES))
     motors = _choices("--engines", engines, list(ENGINES))
-    measures = run_bench(chosen, motors, repeats, progress=render.bench_line)
-    render.bench_table(measures)
+    measures = run_bench(chosen, motors, repeats, progress=bench_line)
+    bench_table(measures)
     if as_json is not None:
         import json
 
@@ -301,14 +303,17 @@ def costmodel(
     gpu_name: str, model_name: str, tp: int, weights: str | None, kv_cache_dtype: str, plot_path: Path | None
 ) -> None:
     """Tabulate the roofline step-time model of a GPU and model."""
-    from des import figures, render
+    from des.render.console import wrote
+    from des.render.tools import cost_report
     from des.tools.costmodel import CostReport
 
     rep = CostReport.build(*_hardware(gpu_name, model_name, weights, kv_cache_dtype), tp)
-    render.cost_report(rep)
+    cost_report(rep)
     if plot_path is not None:
-        figures.plot_roofline(rep, plot_path)
-        render.wrote(plot_path)
+        from des.figures.tools import plot_roofline
+
+        plot_roofline(rep, plot_path)
+        wrote(plot_path)
 
 
 def _hardware(
@@ -385,23 +390,25 @@ def sweep(
     brief: bool,
 ) -> None:
     """Run every variant x grid point x replication of STUDY; write runs.parquet and points.parquet."""
-    from des import render
+    from des.render.console import warning
+    from des.render.progress import progress
+    from des.render.study import points_table, sweep_done
     from des.study import load_study
     from des.study import sweep as run_sweep
     from des.study.spec import model_notes
 
     study = load_study(study_path)
     for note in model_notes(study):
-        render.warning(note)
+        warning(note)
     out_dir = _writable(out_dir or _default_folder(study.spec.name))
-    tick, bar = render.progress("sweep", quiet, f"sweeping {study.spec.name}")
+    tick, bar = progress("sweep", quiet, f"sweeping {study.spec.name}")
     t0 = time.perf_counter()
     with bar:
         runs, points = run_sweep(study, out_dir, workers=workers, backend=backend, address=address, progress=tick)
     if not quiet:
         if not brief:
-            render.points_table(points, study.grid_keys)
-        render.sweep_done(len(runs), len(points), study.spec.replications, time.perf_counter() - t0, out_dir)
+            points_table(points, study.grid_keys)
+        sweep_done(len(runs), len(points), study.spec.replications, time.perf_counter() - t0, out_dir)
 
 
 @main.command()
@@ -419,7 +426,7 @@ def sweep(
     "target_rate",
     type=float,
     default=None,
-    help="Instead: the fewest cluster.replicas that carry this arrival rate (req/s).",
+    help="Instead: the fewest replicas (the colocated pool's instances) that carry this arrival rate (req/s).",
 )
 @click.option(
     "--replications",
@@ -466,39 +473,23 @@ def capacity(
     """
     import json
 
-    from des import render
-    from des.scenario import scenario_warnings
+    from des.render.console import warning
+    from des.render.study import capacity_answer, probe_line
     from des.study.capacity import CapacityQuestion
     from des.study.runner import open_backend
-    from des.study.spec import MODEL_REPLICATIONS, is_replay
     from des.study.sweep import default_workers
 
     sc = _scenario(scenario, overrides, model_uncertainty=model_uncertainty)
-    for note in scenario_warnings(sc):
-        if note.startswith("model_uncertainty:"):
-            render.warning(note)
-    replications = replications or (MODEL_REPLICATIONS if sc.model_uncertainty else 5)
     question = CapacityQuestion.ask(
         sc, slos, param, target_rate, replications=replications, low=low, high=high, tolerance=tolerance
     )
-    for term in question.slos:
-        if term.note:
-            render.warning(term.note)
+    for note in question.notes:
+        warning(note)
     out_dir = _writable(out_dir or _default_folder(sc.name))
-    if is_replay(question.base) and replications < 5:
-        render.warning(
-            f"a replay's interval comes from its {replications - 1} resampled trace(s) "
-            "(des/study/resample.py): with fewer than 4 it is very wide or none; give --replications 5 or more"
-        )
-    if sc.model_uncertainty and replications < MODEL_REPLICATIONS:
-        render.warning(
-            f"with model uncertainty the intervals rest on the spread of {replications} replication(s) per value: "
-            f"give --replications {MODEL_REPLICATIONS} or more"
-        )
     answer = question.answer(
         open_backend(backend, workers or default_workers(), address),
         out_dir,
-        lambda ev: click.echo(render.probe_line(question.param, ev), err=as_json),
+        lambda ev: click.echo(probe_line(question.param, ev), err=as_json),
     )
     if as_json:
         click.echo(json.dumps(answer.as_dict(), indent=2, default=float))
@@ -506,7 +497,7 @@ def capacity(
         click.echo(f"no answer: {answer.note}")
         sys.exit(1)
     else:
-        click.echo(render.capacity_answer(answer))
+        click.echo(capacity_answer(answer))
 
 
 @main.command()
@@ -572,69 +563,31 @@ def plan(
     intervals). Writes OUT/plan.json, OUT/candidates.parquet, OUT/winner.yaml and
     OUT/pareto.png; the runs are kept in OUT/runs/, so a plan started again reuses them.
     """
-    from des import catalog
-    from des.catalog.prices import PriceBook
-    from des.errors import ScenarioError
-    from des.plan import output
-    from des.plan.planner import plan as make_plan
-    from des.study.capacity import metric_names, parse_slo
-    from des.study.runner import open_backend, sweep_lock
+    from des.figures.plan import pareto
+    from des.plan.output import dumps
+    from des.plan.question import PlanOptions, PlanQuestion
+    from des.render.plan import answer_text, outcome_line
+    from des.study.runner import open_backend
     from des.study.sweep import default_workers
 
     sc = _scenario(scenario, overrides)
-    scaled = getattr(sc.workload.arrival, "process", None) in ("trace", "nhpp")
-    if scaled and (rate is not None or rate_scale is None):
-        raise ScenarioError(
-            ("--rate-scale", "a trace replay's or a rate schedule's load is its rates scaled: give --rate-scale")
-        )
-    if not scaled and (rate is None or rate_scale is not None):
-        raise ScenarioError(("--rate", "give the target load in requests per second (--rate-scale is for traces)"))
-    load = rate_scale if scaled else rate
-    assert load is not None
-    terms = [parse_slo(text, metric_names()) for text in slos]
-    book = PriceBook.build(prices, price_file)
-    known = catalog.gpu_names()
-    if gpus is None:
-        names = [g for g in known if book.per_gpu_hour(g) is not None]
-    else:
-        names = [g.strip() for g in gpus.split(",") if g.strip()]
-        for g in names:
-            if g not in known:
-                from des.errors import did_you_mean
-
-                raise ScenarioError(("--gpus", f"unknown GPU {g!r}{did_you_mean(g, known)}; known: {', '.join(known)}"))
+    options = PlanOptions(
+        splits=not no_splits, mixed=mixed, variants=variants, pipeline=_ints("--pp", pipeline) or [1],
+        max_num_seqs=_ints("--max-num-seqs", seqs), max_num_batched_tokens=_ints("--max-num-batched-tokens", budgets),
+        capacities=capacities, replications=replications,
+    )  # fmt: skip
+    names = None if gpus is None else [g.strip() for g in gpus.split(",") if g.strip()]
+    question = PlanQuestion.ask(sc, slos, rate, rate_scale, names, max_gpus, prices, price_file, options)
     out_dir = _writable(out_dir or _default_folder(f"plan-{sc.name}"))
-
-    def log(o) -> None:
-        if o.capacity is not None:
-            value, low, high = (f"{x:.3g}" if x is not None else "open" for x in o.capacity)
-            click.echo(f"{o.candidate.name:<28} capacity {value} req/s [{low}, {high}]", err=as_json)
-            return
-        click.echo(f"{o.candidate.name:<28} ${o.usd_per_hour:>6.2f}/h  {o.verdict:<8} {o.reason}", err=as_json)
-
     backend = open_backend("dask" if address else "local", workers or default_workers(), address)
-    with sweep_lock(out_dir, "plan"), backend:
-        result = make_plan(sc, load, terms, names, max_gpus, book, replications, backend, out_dir / "runs",
-                           splits=not no_splits, progress=log, mixed=mixed, max_num_seqs=_ints("--max-num-seqs", seqs),
-                           max_num_batched_tokens=_ints("--max-num-batched-tokens", budgets),
-                           variants=variants, pipeline=_ints("--pp", pipeline) or [1],
-                           capacities=capacities)  # fmt: skip
-    launch = None
-    if result.winner is not None and result.winner.scenario is not None:
-        from des.plan.launch import launch_commands
-
-        try:
-            launch = [c.as_dict() for c in launch_commands(result.winner.scenario)]
-        except ScenarioError as exc:  # des simulates it, vLLM cannot launch it as such: say why
-            launch = [{"error": "; ".join(f"{p}: {m}" for p, m in exc.problems)}]
-    used = {g: {"usd_per_gpu_hour": book.per_gpu_hour(g), "source": book.source(g)} for g in names}
-    body = output.write(result, out_dir, launch, used)
+    answer = question.answer(backend, out_dir, lambda o: click.echo(outcome_line(o), err=as_json))
+    pareto(answer.plan, out_dir / "pareto.png")
     if as_json:
-        click.echo(output.dumps(body))
+        click.echo(dumps(answer.body))
     else:
-        click.echo(output.answer_text(body))
+        click.echo(answer_text(answer.body))
         click.echo(f"wrote {out_dir}/ (plan.json, candidates.parquet, winner.yaml, pareto.png)")
-    if result.winner is None:
+    if not answer.met:
         raise SystemExit(1)
 
 
@@ -682,8 +635,9 @@ def calibrate(
     every op group; needs --model) or one GPU's folder of Vidur profiles
     (<org>/<model>/mlp.csv: GEMM and element-wise groups over its models and TP degrees;
     the GPU's other factors are kept)."""
-    from des import figures, render
+    from des.figures.tools import plot_fit
     from des.output import write_files
+    from des.render.tools import calibration, network_fit
     from des.tools.calibrate import fit_folder
 
     if network_dir is not None:
@@ -691,7 +645,7 @@ def calibrate(
 
         if profile_dir is not None:
             raise ScenarioError(("--network", "fits the NCCL profiles alone: give no PROFILE_DIR with it"))
-        render.network_fit(fit_networks(network_dir))
+        network_fit(fit_networks(network_dir))
         return
     if profile_dir is None:
         raise ScenarioError(("PROFILE_DIR", "missing: the kernel profile's folder (or --network DIR)"))
@@ -706,10 +660,10 @@ def calibrate(
         raise ScenarioError(("--plot", f"{str(plot_path)!r} is also the calibration file (--out)"))
     text = fit.calibration_file().to_yaml()
     write_files(
-        {out_path: lambda tmp: tmp.write_text(text), plot_path: lambda tmp: figures.plot_fit(fit, tmp, fmt)},
+        {out_path: lambda tmp: tmp.write_text(text), plot_path: lambda tmp: plot_fit(fit, tmp, fmt)},
         {out_path: "--out", plot_path: "--plot"},
     )
-    render.calibration(fit, out_path, plot_path)
+    calibration(fit, out_path, plot_path)
 
 
 @main.command()
@@ -753,22 +707,22 @@ def compare(
 
     RESULT is a vllm bench serve --save-result --save-detailed JSON, vLLM's request records
     (JSON lines) or OpenTelemetry spans (OTLP/JSON), or a CSV/JSONL table of requests."""
-    from des import render
-    from des.output import write_comparison
+    from des.figures.tools import plot_cdfs
+    from des.render.tools import comparison, comparison_json
     from des.tools.compare import compare as replay_and_compare
-    from des.tools.compare import read_measured
+    from des.tools.compare import read_measured, write_comparison
 
     measured = read_measured(result, fmt, _seed(seed) or 0, server_log)
     out_dir = _writable(out_dir or Path("results") / f"compare-{result.stem}")
     cmp = replay_and_compare(measured, scenario, overrides, seed)
     try:
-        write_comparison(cmp, out_dir)
+        write_comparison(cmp, out_dir, plot_cdfs)
     except OSError as exc:
         raise ScenarioError(("--out", f"cannot write to {str(out_dir)!r}: {exc.strerror or exc}")) from None
     if as_json:
-        render.comparison_json(cmp)
+        comparison_json(cmp)
     else:
-        render.comparison(cmp, out_dir)
+        comparison(cmp, out_dir)
 
 
 @main.command()

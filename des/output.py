@@ -1,6 +1,6 @@
 """Writing a run's results folder: requests.parquet, steps.parquet, summary.json, scenario.yaml;
-and the files of ``des compare`` (:func:`write_comparison`) and ``des calibrate``
-(:func:`write_files`).
+and the files of ``des calibrate`` (:func:`write_files`), and of any command through
+:class:`Staged` (``des compare``'s: :func:`des.tools.compare.write_comparison`).
 
 Each file is written to a temporary name in the folder (``.NAME.XXXXXXXX.tmp``, a
 *staging file*) and moved into place, so an interrupted write never leaves a truncated
@@ -29,7 +29,6 @@ from des.interrupt import check
 
 if TYPE_CHECKING:
     from des.metrics import Result
-    from des.tools.compare import Comparison
 
 
 def _umask() -> int:
@@ -325,29 +324,6 @@ def write_result(result: Result, out_dir: Path, steps: str = "all") -> list[Path
         if result.windows is not None:
             staged.write("windows.parquet", parquet_writer(result.windows))
         staged.write("summary.json", lambda tmp: tmp.write_text(json_text(result.summary)))
-        staged.write("scenario.yaml", lambda tmp: tmp.write_text(scenario_text))
-    except BaseException:
-        staged.discard()
-        raise
-    return staged.commit()
-
-
-def write_comparison(cmp: Comparison, out_dir: Path) -> list[Path]:
-    """Write the files of ``cmp`` into ``out_dir`` (created if missing), together:
-    ``comparison.json`` (the table and both runs' facts), ``cdf.png``, the simulated
-    ``requests.parquet``, the replayed ``trace.csv`` and the ``scenario.yaml`` that reruns
-    the replay (``des run scenario.yaml``). Returns the files written."""
-    from des.figures import plot_cdfs
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    facts, trace = json_text(cmp.as_dict()), cmp.trace_csv()
-    scenario_text = yaml.safe_dump(cmp.rerun_scenario("trace.csv"), sort_keys=False)
-    staged = Staged(out_dir)
-    try:
-        staged.write("comparison.json", lambda tmp: tmp.write_text(facts))
-        staged.write("cdf.png", lambda tmp: plot_cdfs(cmp, tmp))
-        staged.write("requests.parquet", parquet_writer(cmp.simulated.drop(columns=["itl"])))
-        staged.write("trace.csv", lambda tmp: tmp.write_text(trace))
         staged.write("scenario.yaml", lambda tmp: tmp.write_text(scenario_text))
     except BaseException:
         staged.discard()

@@ -184,9 +184,9 @@ def test_pools_take_only_the_shapes_des_models():
 def test_the_deployment_is_resolved_once(monkeypatch):
     """Memory plans are computed at validation; running, rendering and reading the result
     read them (plan_memory is never called again)."""
-    from des import render
     from des.catalog import memory
     from des.engine import layout
+    from des.render import run as render
 
     sc = des.load_scenario(None, ["horizon.duration=20", "warmup=0"])
     calls: list[int] = []

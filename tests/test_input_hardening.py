@@ -9,11 +9,13 @@ import io
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 import des
-from des import render
 from des.config import MAX_TIME, load_yaml
 from des.engine.layout import MAX_INSTANCES
+from des.render import progress
+from des.render import run as render
 from des.scenario import scenario_warnings
 from des.simulation import RunProgress
 from tests.helpers import des_cli
@@ -127,17 +129,17 @@ def test_a_piped_run_that_takes_long_says_how_far_it_is(monkeypatch):
     """Without a terminal there is no bar: a run prints a line every HEARTBEAT seconds, none
     before the first HEARTBEAT has passed."""
     buffer = io.StringIO()
-    monkeypatch.setattr(render, "ERR", render.Console(file=buffer, force_terminal=False, width=200))
-    tick, _ = render.progress("run")
+    monkeypatch.setattr(progress, "ERR", Console(file=buffer, force_terminal=False, width=200))
+    tick, _ = progress.progress("run")
     assert tick is not None
     tick(RunProgress(12.5, 600.0, 40, None, 7, False))
     assert buffer.getvalue() == ""  # a short run says nothing
-    monkeypatch.setattr(render, "HEARTBEAT", 0.0)
-    tick, _ = render.progress("run")
+    monkeypatch.setattr(progress, "HEARTBEAT", 0.0)
+    tick, _ = progress.progress("run")
     assert tick is not None
     tick(RunProgress(12.5, 600.0, 40, None, 7, False))
     assert buffer.getvalue() == "simulating: 12.5 of 600 s simulated, 40 requests, 7 in system\n"
-    assert render.progress("run", quiet=True)[0] is None
+    assert progress.progress("run", quiet=True)[0] is None
 
 
 # -- YAML and types (item 9) --------------------------------------------------------------------

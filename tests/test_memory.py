@@ -26,7 +26,7 @@ from des.catalog.memory import (
     sampler_bytes,
 )
 from des.catalog.specs import GPUSpec, ModelSpec
-from des.render import memory_line
+from des.render.run import memory_line
 from tests.helpers import des_cli
 
 GIB = 1 << 30

@@ -194,7 +194,7 @@ def test_null_unsets_only_keys_that_take_no_null():
 
 def test_a_replay_of_a_dated_log_shows_its_first_arrival_as_a_date_and_time():
     """The Azure sample's first TIMESTAMP is 2023-11-16 18:15:46.6805900 (UTC)."""
-    from des import render
+    from des.render import run as render
 
     azure = des.load_scenario(None, [
         f"workload.arrival={{process: trace, path: {ROOT}/scenarios/traces/azure-sample.csv, format: azure}}",
@@ -214,16 +214,18 @@ def test_a_replay_of_a_dated_log_shows_its_first_arrival_as_a_date_and_time():
 def test_a_piped_sweep_says_how_far_it_is_every_heartbeat(monkeypatch):
     import io
 
-    from des import render
+    from rich.console import Console
+
+    from des.render import progress
 
     buffer = io.StringIO()
-    monkeypatch.setattr(render, "ERR", render.Console(file=buffer, force_terminal=False, width=200))
-    tick, _ = render.progress("sweep", label="sweeping headline")
+    monkeypatch.setattr(progress, "ERR", Console(file=buffer, force_terminal=False, width=200))
+    tick, _ = progress.progress("sweep", label="sweeping headline")
     assert tick is not None
     tick(3, 108, 1)
     assert buffer.getvalue() == ""  # not before a heartbeat has passed
-    monkeypatch.setattr(render, "HEARTBEAT", 0.0)
-    tick, _ = render.progress("sweep", label="sweeping headline")
+    monkeypatch.setattr(progress, "HEARTBEAT", 0.0)
+    tick, _ = progress.progress("sweep", label="sweeping headline")
     assert tick is not None
     tick(48, 108, 12)
     assert buffer.getvalue() == "sweeping headline: 48 of 108 runs done (12 reused)\n"

@@ -172,6 +172,13 @@ def test_bad_plan_input_is_one_line(tmp_path, args, start):
     assert len(lines) == 1 and lines[0].startswith(start), proc.stderr
 
 
+def test_a_gpus_list_that_names_none_is_one_line_and_writes_nothing(tmp_path):
+    proc = des_cli("plan", "--rate", "5", "--slo", "ttft_p99<=2", "--gpus", " , ", "--out", str(tmp_path / "p"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --gpus: names no GPU; known: ") and len(proc.stderr.splitlines()) == 1
+    assert not (tmp_path / "p").exists()
+
+
 def test_the_space_counts_shapes_mixed_splits_and_engine_settings():
     base = des.load_scenario(None)
     plain = candidates(base, ["rtx4090"], 4)

@@ -337,7 +337,7 @@ def test_speculation_refused_where_not_modelled(tmp_path, kind, words):
 
 
 def test_the_summary_says_what_speculates():
-    from des.render import hardware_line
+    from des.render.run import hardware_line
 
     line = hardware_line(scenario(ngram(3, 0.7)))
     assert "speculative decoding (ngram, k 3, acceptance 0.7: 2.53 tokens a step)" in line

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import des
-from des import render
+from des.render import run as render
 from tests.helpers import des_cli
 
 NEW_KEYS = [

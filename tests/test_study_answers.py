@@ -71,7 +71,7 @@ def test_the_reviews_tpot_p99_interval_stays_above_every_tpot_a_run_measured(tmp
 
 
 def test_capacity_judges_the_reviews_case_by_the_same_interval_and_names_its_method(tmp_path):
-    from des import render
+    from des.render import study as render
     from des.study.capacity import CapacityQuestion, Search
     from des.study.runner import open_backend
 

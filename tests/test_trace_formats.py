@@ -447,7 +447,7 @@ def test_des_run_says_a_mooncake_trace_is_in_milliseconds(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    from des.render import workload_line
+    from des.render.run import workload_line
 
     sc = des.load_scenario(tmp_path / "out" / "scenario.yaml")
     line = workload_line(sc)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import des
-from des import render
+from des.render import run as render
 
 
 def test_each_window_holds_what_its_requests_and_steps_say():

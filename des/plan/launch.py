@@ -63,7 +63,7 @@ decode server's answer, which is des's ``first_token_from: decode``, and it pick
 round-robin) or llm-d. NIXL pulls the KV when the prompt is done, which is des's
 ``kv_transfer.mode: pull``; ``push`` and ``layerwise`` overlap are other engines' (SGLang,
 Dynamo, Mooncake) and an error here. Each pool's ``instances`` are its servers
-(``cluster.replicas`` for colocated serving); under an autoscaler, those serving at t = 0.
+(the pool's ``instances``); under an autoscaler, those serving at t = 0.
 """
 
 from __future__ import annotations

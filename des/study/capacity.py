@@ -58,6 +58,7 @@ from des.study.aggregate import measured_requests
 from des.study.intervals import SHARES, estimate, latency_stat
 from des.study.runner import CAPACITY, Backend, run_specs, sweep_lock
 from des.study.spec import (
+    MODEL_REPLICATIONS,
     RunSpec,
     is_replay,
     point_scenario,
@@ -442,7 +443,8 @@ def default_param(base: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class CapacityQuestion:
-    """A validated ``des capacity`` question: which parameter, under which SLOs, how sure."""
+    """A validated ``des capacity`` question: which parameter, under which SLOs, how sure;
+    with ``notes``, the doubts about it that are no errors (warnings to show before the search)."""
 
     base: dict[str, Any]
     param: str
@@ -452,6 +454,7 @@ class CapacityQuestion:
     low: float | None = None
     high: float | None = None
     tolerance: float = 0.02
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def ask(
@@ -460,9 +463,18 @@ class CapacityQuestion:
         slos: Sequence[str],
         param: str | None = None,
         target_rate: float | None = None,
+        replications: int | None = None,
         **options: Any,
     ) -> CapacityQuestion:
-        """Check the question against the scenario; problems name the flag at fault."""
+        """Check the question against the scenario; problems name the flag at fault.
+        ``replications`` per value default to 5, or :data:`~des.study.spec.MODEL_REPLICATIONS`
+        with model uncertainty (whose intervals rest on their spread). Its notes: the
+        scenario's warnings about model uncertainty, an SLO's doubtful limit, a replay's or
+        a model-uncertain search's replications too few for an interval."""
+        from des.scenario import scenario_warnings
+
+        notes = [note for note in scenario_warnings(scenario) if note.startswith("model_uncertainty:")]
+        replications = replications or (MODEL_REPLICATIONS if scenario.model_uncertainty else 5)
         terms = tuple(parse_slo(s, metric_names()) for s in slos)
         base = scenario.resolved()
         if target_rate is not None:
@@ -484,7 +496,18 @@ class CapacityQuestion:
             load_scenario(base, [(param, value)])
         except ScenarioError as exc:
             raise exc.prefixed("--param") from None
-        return cls(base, param, terms, target_rate=target_rate, **options)
+        notes += [term.note for term in terms if term.note]
+        if is_replay(base) and replications < 5:
+            notes.append(
+                f"a replay's interval comes from its {replications - 1} resampled trace(s) "
+                "(des/study/resample.py): with fewer than 4 it is very wide or none; give --replications 5 or more"
+            )
+        if scenario.model_uncertainty and replications < MODEL_REPLICATIONS:
+            notes.append(
+                f"with model uncertainty the intervals rest on the spread of {replications} replication(s) per value: "
+                f"give --replications {MODEL_REPLICATIONS} or more"
+            )
+        return cls(base, param, terms, replications, target_rate=target_rate, notes=tuple(notes), **options)
 
     @property
     def integer(self) -> bool:

@@ -40,8 +40,9 @@ per instance in tokens and blocks (des's memory plan; the server's ``GPU KV cach
 line, ``cache_config_info`` or ``--metadata``). These are compared, never fitted to:
 nothing in a measured run feeds des's parameters.
 
-:func:`compare` returns a :class:`Comparison`; the command writes its files
-(:func:`des.output.write_comparison`) and shows it (:func:`des.render.comparison`).
+:func:`compare` returns a :class:`Comparison`; :func:`write_comparison` writes its files
+with the figure the command draws (:func:`des.figures.tools.plot_cdfs`), and the command
+shows it (:func:`des.render.tools.comparison`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -469,3 +470,29 @@ def engine_table(measured: Measured, summary: dict[str, Any], scenario: Any) -> 
     table = pd.DataFrame([{"metric": k, "measured": logged[k], "simulated": simulated[k]} for k in ENGINE_METRICS])
     table["error"] = [error(s, m) for s, m in zip(table["simulated"], table["measured"], strict=True)]
     return table
+
+
+def write_comparison(cmp: Comparison, out_dir: Path, plot_cdfs: Callable[[Comparison, Path], None]) -> list[Path]:
+    """Write the files of ``cmp`` into ``out_dir`` (created if missing), together:
+    ``comparison.json`` (the table and both runs' facts), ``cdf.png`` (drawn by ``plot_cdfs``:
+    the command passes :func:`des.figures.tools.plot_cdfs`, as the tools draw nothing), the
+    simulated ``requests.parquet``, the replayed ``trace.csv`` and the ``scenario.yaml`` that
+    reruns the replay (``des run scenario.yaml``). Returns the files written."""
+    import yaml
+
+    from des.output import Staged, json_text, parquet_writer
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    facts, trace = json_text(cmp.as_dict()), cmp.trace_csv()
+    scenario_text = yaml.safe_dump(cmp.rerun_scenario("trace.csv"), sort_keys=False)
+    staged = Staged(out_dir)
+    try:
+        staged.write("comparison.json", lambda tmp: tmp.write_text(facts))
+        staged.write("cdf.png", lambda tmp: plot_cdfs(cmp, tmp))
+        staged.write("requests.parquet", parquet_writer(cmp.simulated.drop(columns=["itl"])))
+        staged.write("trace.csv", lambda tmp: tmp.write_text(trace))
+        staged.write("scenario.yaml", lambda tmp: tmp.write_text(scenario_text))
+    except BaseException:
+        staged.discard()
+        raise
+    return staged.commit()

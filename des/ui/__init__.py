@@ -4,8 +4,8 @@ presentation layer holding no simulation logic of its own).
 :func:`serve` binds 127.0.0.1 (or ``host``), prints the page's address on one line,
 opens it in a browser unless told not to, and serves until interrupted. The page
 (:mod:`des.ui.static`) is our own HTML and JavaScript, with no script from elsewhere, so
-it works offline; its figures are drawn on the server by the report's own code
-(:mod:`analysis.latency_vs_load`), so a downloaded PNG or SVG is what the report would show.
+it works offline; its figures are drawn on the server by the code that draws the report's
+(:mod:`des.figures.load`), so a downloaded PNG or SVG is what the report would show.
 """
 
 from __future__ import annotations

@@ -139,8 +139,8 @@ def sweep_figure(root: Path, rel: str, fmt: str) -> bytes:
 
     import yaml
 
-    from analysis.common import RATE
-    from analysis.latency_vs_load import draw
+    from des.figures.load import latency_against_load
+    from des.study.spec import RATE
 
     folder = inside(root, rel)
     if kind_of(folder) != "sweep":
@@ -154,7 +154,7 @@ def sweep_figure(root: Path, rel: str, fmt: str) -> bytes:
     with _DRAWING:  # matplotlib's state is the process's
         import matplotlib.pyplot as plt
 
-        fig = draw(points, slo if isinstance(slo, dict) else None, title=folder.name)
+        fig = latency_against_load(points, slo if isinstance(slo, dict) else None, title=folder.name)
         fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight")
         plt.close(fig)
     return buf.getvalue()

@@ -15,24 +15,24 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import analysis.capacity as capacity_table
-from analysis.common import RATE, save, slo_metrics, slo_text
-from analysis.latency_vs_load import draw as draw_latency
-from des import render
 from des.errors import ScenarioError
+from des.figures.axes import save, slo_text
+from des.figures.load import latency_against_load, mark_capacity
 from des.output import json_ready
+from des.render.console import fmt
+from des.render.run import LATENCY_COLUMNS, LATENCY_ROWS, summary_rows
+from des.render.study import estimate, said
 from des.scenario import load_scenario, scenario_warnings
 from des.simulation import RunProgress, simulate
 from des.study import load_study
 from des.study import sweep as run_sweep
+from des.study.grid_capacity import DEFAULT_SLO, capacities, slo_metrics
+from des.study.spec import RATE
 from des.ui import browse
 from des.ui.browse import plain
 
 Report = Callable[[float | None, str], None]
 
-#: The latency table's rows and columns, as ``des run`` prints them.
-LATENCY_ROWS = ("ttft", "tpot", "itl", "second_token", "e2e", "queue_delay")
-LATENCY_COLUMNS = render.LATENCY_COLUMNS
 #: The load grid of the page's sweep, as fractions of the configuration's saturation.
 DEFAULT_FRACTIONS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1)
 
@@ -50,10 +50,10 @@ def run(doc: Mapping[str, Any], report: Report) -> dict[str, Any]:
     s = result.summary
     return {
         "summary": json_ready(s),
-        "rows": [list(row) for row in render.summary_rows(sc, result)],
+        "rows": [list(row) for row in summary_rows(sc, result)],
         "latency": {
             "columns": list(LATENCY_COLUMNS),
-            "rows": [[name, *(render.fmt(s.get(f"{name}_{c}")) for c in LATENCY_COLUMNS)] for name in LATENCY_ROWS],
+            "rows": [[name, *(fmt(s.get(f"{name}_{c}")) for c in LATENCY_COLUMNS)] for name in LATENCY_ROWS],
         },
         "warnings": scenario_warnings(sc),
         "wall": time.perf_counter() - t0,
@@ -94,18 +94,18 @@ def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, fol
     report(0.0, "measuring saturation")
     _, points = run_sweep(study, folder / "sweep", workers=None, progress=tick)
     slo = slo_metrics(doc.get("slo") if isinstance(doc.get("slo"), Mapping) else None)
-    slo = slo or dict(capacity_table.DEFAULT_SLO)
-    caps = capacity_table.capacities(points, slo, by=["variant"])
+    slo = slo or dict(DEFAULT_SLO)
+    caps = capacities(points, slo, by=["variant"])
     cap = caps.iloc[0]
-    fig = draw_latency(points, {m.rsplit("_", 1)[0]: v for m, v in slo.items()}, title=str(doc.get("name", "")))
-    _mark_capacity(fig, cap)
+    fig = latency_against_load(points, {m.rsplit("_", 1)[0]: v for m, v in slo.items()}, title=str(doc.get("name", "")))
+    mark_capacity(fig, cap["capacity"], plain(cap["ci_low"]), plain(cap["ci_high"]), str(estimate(cap, "req/s")))
     fig.savefig(folder / "sweep.svg", bbox_inches="tight")
     save(fig, folder / "sweep.png")
     table = points[
         [RATE, "offered_rps", "throughput_rps", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "all_stable"]
     ]
     return {
-        "capacity": capacity_table.said(cap, "req/s") or "none: the SLO fails at the lowest load",
+        "capacity": said(cap, "req/s") or "none: the SLO fails at the lowest load",
         "capacity_value": None if cap["capacity"] is None else float(cap["capacity"]),
         "ci": [plain(cap["ci_low"]), plain(cap["ci_high"])],
         "saturation": plain(cap["saturation"]),
@@ -114,23 +114,3 @@ def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, fol
         "points": browse.table(table, "points"),
         "replications": replications,
     }
-
-
-def _mark_capacity(fig: Any, cap: Any) -> None:
-    """The capacity on every panel: a dashed line at the estimate, its 95 % interval shaded."""
-    if cap["capacity"] is None:
-        return
-    lo, hi = plain(cap["ci_low"]), plain(cap["ci_high"])
-    for i, ax in enumerate(fig.axes):
-        ax.axvline(cap["capacity"], color="#2ca02c", ls="--", lw=1.2, label="capacity" if i == 0 else None)
-        if lo is not None and hi is not None:
-            ax.axvspan(lo, hi, color="#2ca02c", alpha=0.08, lw=0)
-    fig.axes[0].annotate(
-        f"capacity {capacity_table.estimate(cap, 'req/s')}",
-        (cap["capacity"], 1.0),
-        xycoords=("data", "axes fraction"),
-        xytext=(3, -12),
-        textcoords="offset points",
-        fontsize=8,
-        color="#2ca02c",
-    )

@@ -1,18 +1,18 @@
-"""Figures the ``des`` command draws: the fit of ``des calibrate`` (:func:`plot_fit`), the
-CDFs of ``des compare`` (:func:`plot_cdfs`) and the roofline of ``des costmodel``
+"""The figures of the tools: the fit of ``des calibrate`` (:func:`plot_fit`), the CDFs of
+``des compare`` (:func:`plot_cdfs`) and the roofline of ``des costmodel``
 (:func:`plot_roofline`). The first two are drawn on the Agg backend in matplotlib's default
-style, whatever style the caller set (:func:`in_default_style`), so that the same inputs
-give the same image. matplotlib is imported only when a figure is drawn.
+style, whatever style the caller set (:func:`~des.figures.style.in_default_style`), so that
+the same inputs give the same image. matplotlib is imported only when a figure is drawn.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, ParamSpec
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from des.figures.style import in_default_style
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,24 +20,6 @@ if TYPE_CHECKING:
     from des.tools.calibrate import Fit
     from des.tools.compare import Comparison
     from des.tools.costmodel import CostReport
-
-P = ParamSpec("P")
-
-
-def in_default_style(draw: Callable[P, None]) -> Callable[P, None]:
-    """``draw`` run on the Agg backend inside ``plt.style.context("default")``."""
-
-    @functools.wraps(draw)
-    def drawn(*args: P.args, **kwargs: P.kwargs) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        with plt.style.context("default"):
-            draw(*args, **kwargs)
-
-    return drawn
 
 
 # -- des calibrate -------------------------------------------------------------------------
