@@ -16,6 +16,7 @@ from pathlib import Path
 import matplotlib
 import matplotlib.pyplot as plt
 
+from des.engine.deployment import normalise
 from des.figures.axes import (
     METRIC_NAME,
     STATISTIC_NAME,
@@ -44,14 +45,14 @@ SPLIT = re.compile(r"^(\d+)P\+(\d+)D$")
 
 
 def num_gpus(scenario: dict) -> int:
-    """GPUs of a resolved scenario (a run folder's scenario.yaml): ``replicas x dp x pp x tp``
-    when colocated, the instances of both pools times their ``tp`` when disaggregated (as
-    :attr:`des.engine.layout.Layout.num_gpus` counts them, without validating the scenario)."""
-    sched, tp = scenario["scheduler"], int(scenario["cluster"].get("tp") or 1)
-    if sched.get("kind") == "disaggregated":
-        return sum(int(sched[r].get("instances") or 1) * int(sched[r].get("tp") or tp) for r in ("prefill", "decode"))
-    c = scenario["cluster"]
-    return int(c.get("replicas") or 1) * int(c.get("dp") or 1) * int(c.get("pp") or 1) * tp
+    """GPUs of a resolved scenario (a run folder's scenario.yaml, in either shape): each
+    pool's ``instances x dp x pp x tp``, summed (as :attr:`des.engine.layout.Layout.num_gpus`
+    counts them, without validating the scenario)."""
+    pools = normalise(scenario)[0]["cluster"]["pools"]
+    return sum(
+        int(p.get("instances", 1)) * int(p.get("dp") or 1) * int(p.get("pp") or 1) * int(p.get("tp") or 1)
+        for p in pools
+    )
 
 
 def config_style(label: str) -> tuple[str, str]:

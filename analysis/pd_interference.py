@@ -52,6 +52,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from analysis.common import PALETTE, Sweep, config_style, num_gpus, save, style
+from des.engine.deployment import serving_kind
 
 #: Prompts at least this long count as "long prompts" in the figure.
 LONG_PROMPT = 4096
@@ -183,8 +184,8 @@ def draw(traces: list[Trace], request_id: int, title: str = ""):
 
 def _label(kind: str, sc: dict) -> str:
     if kind == "disaggregated":
-        s = sc["scheduler"]
-        return config_style(f"{s['prefill']['instances']}P+{s['decode']['instances']}D")[0]
+        prefill, decode = sc["cluster"]["pools"]
+        return config_style(f"{prefill['instances']}P+{decode['instances']}D")[0]
     return f"{config_style(f'{kind}-x{num_gpus(sc)}')[0]} (colocated)"
 
 
@@ -195,7 +196,7 @@ def traces_of(sweep: Sweep, request_id: int | None = None) -> tuple[list[Trace],
     loaded = []
     for rid in runs["run_id"]:
         sc = sweep.scenario(rid)
-        loaded.append((sc["scheduler"]["kind"], sc, sweep.table(rid, "requests"), sweep.table(rid, "steps")))
+        loaded.append((serving_kind(sc), sc, sweep.table(rid, "requests"), sweep.table(rid, "steps")))
     loaded.sort(key=lambda x: x[0] == "disaggregated")
     if request_id is None:
         request_id = default_request(loaded[0][2])

@@ -36,6 +36,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from analysis.common import PALETTE, RATE, Sweep, save, style
+from des.engine.deployment import serving_kind
 
 NICE_BINS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 FALLBACK_COLORS = ("#9467bd", "#ff7f0e", "#8c564b", "#17becf")
@@ -117,7 +118,7 @@ def run_info(sweep: Sweep, run_id: str) -> dict:
     return {
         "run_id": run_id,
         "variant": str(sweep.runs.set_index("run_id").loc[run_id, "variant"]),
-        "kind": (sc.get("scheduler") or {}).get("kind", "?"),
+        "kind": serving_kind(sc),
         "rate": ((sc.get("workload") or {}).get("arrival") or {}).get("rate"),
         "warmup": float(sc.get("warmup") or 0.0),
         "arrivals_end": (sc.get("horizon") or {}).get("duration"),

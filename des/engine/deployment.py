@@ -524,6 +524,17 @@ def _refuse_on_split(legacy: dict[str, Any]) -> None:
         ))  # fmt: skip
 
 
+def serving_kind(scenario: Mapping[str, Any]) -> str:
+    """How a scenario (a mapping in either shape: a results folder's ``scenario.yaml``)
+    serves: ``disaggregated`` when its pools split prefill from decode, else its batching
+    kind (``continuous``, ``static``)."""
+    data, _ = normalise(scenario)
+    pools = (data.get("cluster") or {}).get("pools") or []
+    if _is_split(pools):
+        return "disaggregated"
+    return str((data.get("scheduler") or {}).get("kind", "continuous"))
+
+
 def written_as(path: str, aliases: Mapping[str, str]) -> str:
     """``path`` (in the new shape) as the user wrote it: its longest prefix that an old
     shape's key moved to, replaced by that key."""

@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from des.engine.deployment import normalise, serving_kind
 from des.study.spec import RATE
 
 #: The grid key of the arrivals' burstiness (a gamma process's coefficient of variation).
@@ -57,7 +58,7 @@ class Sweep:
         row = {
             "run": 0,
             "run_id": self.single_id,
-            "variant": sc["scheduler"]["kind"],
+            "variant": serving_kind(sc),
             "replication": 0,
             "seed": sc["seed"],
         }
@@ -112,4 +113,6 @@ class Sweep:
         return json.loads((self.run_folder(run_id) / "summary.json").read_text())
 
     def scenario(self, run_id: str) -> dict[str, Any]:
-        return yaml.safe_load((self.run_folder(run_id) / "scenario.yaml").read_text())
+        """A run's resolved scenario, its deployment in the one shape of pools (a folder
+        written before it had them holds an old shape: :func:`des.engine.deployment.normalise`)."""
+        return normalise(yaml.safe_load((self.run_folder(run_id) / "scenario.yaml").read_text()))[0]
