@@ -39,11 +39,11 @@ def test_a_level_sets_all_its_keys_together_and_keeps_the_rest():
     by_id = {r.run_id: r for r in study.runs}
     colo = by_id["base/config=continuous-x4/workload.arrival.rate=2/r0"]
     assert colo.point == (("config", "continuous-x4"), ("workload.arrival.rate", 2))
-    assert colo.scenario["cluster"]["replicas"] == 4 and colo.scenario["scheduler"]["kind"] == "continuous"
+    assert colo.scenario["cluster"]["pools"][0]["instances"] == 4 and colo.scenario["scheduler"]["kind"] == "continuous"
     split = by_id["base/config=1P+3D/workload.arrival.rate=4/r0"].scenario
-    sched = split["scheduler"]
-    assert sched["kind"] == "disaggregated"
-    assert (sched["prefill"]["instances"], sched["decode"]["instances"]) == (1, 3)
+    sched, pools = split["scheduler"], split["cluster"]["pools"]
+    assert sched["kind"] == "continuous" and [p["role"] for p in pools] == ["prefill", "decode"]
+    assert (pools[0]["instances"], pools[1]["instances"]) == (1, 3)
     # the base's engine settings survive the change of kind: both pools run them
     assert (sched["max_num_seqs"], sched["max_num_batched_tokens"], sched["gpu_memory_utilization"]) == (
         128,
@@ -51,7 +51,7 @@ def test_a_level_sets_all_its_keys_together_and_keeps_the_rest():
         0.92,
     )
     assert split["workload"]["arrival"]["rate"] == 4 and split["horizon"]["duration"] == 40
-    assert by_id["base/config=3P+1D/workload.arrival.rate=2/r0"].scenario["scheduler"]["prefill"]["instances"] == 3
+    assert by_id["base/config=3P+1D/workload.arrival.rate=2/r0"].scenario["cluster"]["pools"][0]["instances"] == 3
 
 
 def test_a_load_study_probes_each_engine_point_with_users_for_every_pool():
@@ -61,7 +61,7 @@ def test_a_load_study_probes_each_engine_point_with_users_for_every_pool():
     # 2 x 128 sequences per instance of every pool: four instances in each configuration
     assert users == {"config=continuous-x4": 1024, "config=1P+3D": 1024, "config=3P+1D": 1024}
     probe = next(p for p in study.probes if "1P+3D" in p.run_id).scenario
-    assert probe["scheduler"]["decode"]["instances"] == 3 and probe["workload"]["arrival"]["process"] == "closed"
+    assert probe["cluster"]["pools"][1]["instances"] == 3 and probe["workload"]["arrival"]["process"] == "closed"
     # each point runs at its own probe's throughput
     real = study.at_saturation({p.run_id: 10.0 * (i + 1) for i, p in enumerate(study.probes)})
     points = [dict(r.point) for r in real.runs]

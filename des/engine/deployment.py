@@ -524,6 +524,18 @@ def _refuse_on_split(legacy: dict[str, Any]) -> None:
         ))  # fmt: skip
 
 
+def new_path(scenario: Mapping[str, Any], dotted: str) -> str:
+    """Where a key of the old colocated shape (``cluster.replicas``, ``cluster.tp``, ...)
+    lives in ``scenario`` (a resolved mapping of one pool): ``cluster.pools.0.<field>``;
+    any other key as it is. (An override may still be written in the old shape; reading its
+    value needs the new path.)"""
+    head, _, key = dotted.partition(".")
+    pools = (scenario.get("cluster") or {}).get("pools")
+    if head == "cluster" and key in LEGACY_CLUSTER and isinstance(pools, list) and len(pools) == 1:
+        return f"cluster.pools.0.{LEGACY_CLUSTER[key]}"
+    return dotted
+
+
 def serving_kind(scenario: Mapping[str, Any]) -> str:
     """How a scenario (a mapping in either shape: a results folder's ``scenario.yaml``)
     serves: ``disaggregated`` when its pools split prefill from decode, else its batching

@@ -49,6 +49,7 @@ import pandas as pd
 
 from des.config import PLAUSIBLE_LATENCY, parse_seconds, plausible_latency
 from des.dotted import get_dotted
+from des.engine.deployment import new_path
 from des.errors import ScenarioError
 from des.output import Staged, remove_stale_staging
 from des.scenario import Scenario, load_scenario
@@ -404,7 +405,7 @@ def _ci_edge(search: Search, start: float, sure: Callable[[Evaluation], bool], u
 
 def find_capacity(search: Search, low: float | None, high: float | None, rel_tol: float = 0.02) -> CapacityAnswer:
     """The highest value at which the SLOs hold, with its confidence interval."""
-    start = get_dotted(search.base, search.param)
+    start = get_dotted(search.base, new_path(search.base, search.param))
     lo = low if low is not None else (1 if search.integer else start / 8)
     hi = high if high is not None else start
     bracket = _bracket(search, lo, hi)
@@ -484,10 +485,16 @@ class CapacityQuestion:
                 process = base["workload"]["arrival"]["process"]
                 raise ScenarioError(("--replicas-for", f"needs arrivals with a rate; {process} arrivals have none"))
             base = load_scenario(base, [("workload.arrival.rate", target_rate)]).resolved()
+            if len(base["cluster"]["pools"]) > 1:
+                raise ScenarioError((
+                    "--replicas-for",
+                    "counts the replicas of one colocated pool, and this scenario splits prefill from decode "
+                    "(search a pool's instances with --param cluster.pools.decode.instances instead)",
+                ))  # fmt: skip
             param = "cluster.replicas"
         param = param or default_param(base)
         try:
-            value = get_dotted(base, param)
+            value = get_dotted(base, new_path(base, param))
         except KeyError:
             raise ScenarioError(("--param", f"{param!r} is not a field of the scenario")) from None
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -511,7 +518,7 @@ class CapacityQuestion:
 
     @property
     def integer(self) -> bool:
-        return isinstance(get_dotted(self.base, self.param), int)
+        return isinstance(get_dotted(self.base, new_path(self.base, self.param)), int)
 
     def answer(
         self, runner: Backend, out_dir: Path, on_eval: Callable[[Evaluation], None] | None = None
@@ -527,7 +534,7 @@ class CapacityQuestion:
             search = Search(self.base, self.param, self.slos, self.replications, runner, root, self.integer)
             search.on_eval = on_eval
             if self.target_rate is not None:
-                start = int(self.base["cluster"]["replicas"])
+                start = int(get_dotted(self.base, new_path(self.base, self.param)))
                 answer = find_min_replicas(search, self.target_rate, start=start)
             else:
                 answer = find_capacity(search, self.low, self.high, self.tolerance)
