@@ -42,7 +42,7 @@ from des.cost import COST_MODELS, CostConfig, RooflineConfig
 from des.cost.frontend import FrontendSpec, Serving
 from des.cost.uncertainty import RunHardware, factor_sources, no_uncertainty_note
 from des.dotted import deep_copy, set_dotted
-from des.engine.deployment import ClusterConfig, in_words_written, normalise, written_as
+from des.engine.deployment import ClusterConfig, PoolSpec, in_words_written, normalise, written_as
 from des.engine.features import Deployed, problems
 from des.engine.layout import Deployment, Layout, PoolLayout, ResolvedPool
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
@@ -470,7 +470,10 @@ def problems_of(exc: ValidationError) -> list[tuple[str, str]]:
         typ, msg, ctx = err["type"], err["msg"], err.get("ctx") or {}
         value = err.get("input")
         if typ == "extra_forbidden":
-            msg = "unknown key" + did_you_mean(str(err["loc"][-1]), _fields_at(err["loc"][:-1]))
+            names = _fields_at(err["loc"][:-1])
+            if err["loc"][:2] == ("cluster", "pools") and err["loc"][-2:-1] == ("scheduler",):
+                names += list(PoolSpec.model_fields)  # an old split's pool wrote both in one mapping
+            msg = "unknown key" + did_you_mean(str(err["loc"][-1]), names)
             value = None
         elif typ == "missing":
             msg = "required"
