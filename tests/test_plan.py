@@ -12,8 +12,9 @@ import pytest
 
 import des
 from des.catalog.prices import PriceBook
+from des.errors import ScenarioError
 from des.plan.planner import plan
-from des.plan.space import Candidate, candidates, prune
+from des.plan.space import Candidate, build, candidates, prune, refusals
 from des.study.capacity import Search, metric_names, parse_slo
 from des.study.runner import open_backend
 from des.study.spec import RATE
@@ -207,6 +208,40 @@ def test_the_space_counts_shapes_mixed_splits_and_engine_settings():
     assert ranked.num_gpus == 2 and des.load_scenario(ranked.overrides(moe.resolved())).cluster.pools[0].expert_parallel
     hetero = des.load_scenario(split[0].overrides(base.resolved()))
     assert [p.gpu.name for p in hetero.layout.pools] == [split[0].gpu, split[0].decode_gpu]
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        # a mixture of experts: data-parallel ranks with EP, pipelined servers of them
+        ["model=qwen3-30b-a3b", "precision.weights=int4-awq"],
+        # speculation on a pipelined server, and a split that drops it
+        ["speculative.method=ngram", "speculative.num_speculative_tokens=3", "speculative.acceptance_rate=0.7"],
+    ],
+)
+def test_the_planner_asks_the_features_refusals_before_building(sets):
+    """The candidate space asks every candidate the features' refusals (des.engine.features)
+    before its scenario is built: each refusal found early is the first problem building the
+    scenario raises, and a candidate with none builds (or is refused for its hardware only)."""
+    base = des.load_scenario(None, sets)
+    data = base.resolved()
+    space = candidates(base, ["rtx4090", "l40s"], 4, mixed=True, pipeline=(1, 2))
+    early = 0
+    for cand in space:
+        found = refusals(cand, base, data["cluster"])
+        try:
+            build(cand, data)
+            built: list[tuple[str, str]] = []
+        except ScenarioError as exc:
+            built = exc.problems
+        if found:
+            early += 1
+            assert built[:1] == found[:1], cand.name
+            _, why = prune(cand, data, 1.0, base)
+            assert why == f"refused: {found[0][0]}: {found[0][1]}"
+        else:  # what building refuses then is the hardware's (it does not fit, heads do not divide)
+            assert all(not path.startswith(("cluster.pools", "speculative")) for path, _ in built), (cand.name, built)
+    assert early > 0
 
 
 def test_a_trace_is_planned_at_its_recorded_rate_scaled(tmp_path):

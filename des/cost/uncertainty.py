@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from des.catalog.efficiency import PROVENANCE_ORDER, UNCERTAINTY_GROUPS, Efficiency, Provenance, UncertaintyGroup
+from des.cost.roofline import RooflineConfig
 
 if TYPE_CHECKING:
     from des.catalog.specs import GPUSpec
@@ -143,9 +144,9 @@ def factor_sources(cost: CostKind, run: RunHardware) -> tuple[FactorSource, ...]
     for gpu, _ in run.pools:
         if gpu not in gpus:
             gpus.append(gpu)
-    if cost.kind != "roofline":
+    if not isinstance(cost, RooflineConfig):
         return tuple(FactorSource(g, None, "spec", f"step times set by the {cost.kind} cost model") for g in gpus)
-    return tuple(factor_source(g, getattr(cost, "efficiency", None), run) for g in gpus)
+    return tuple(factor_source(g, cost.efficiency, run) for g in gpus)
 
 
 def run_provenance(sources: Sequence[FactorSource]) -> Provenance:

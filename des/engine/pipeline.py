@@ -42,6 +42,7 @@ from des.cost.base import CostContext, CostKind
 from des.cost.roofline import ACT_BYTES, Roofline
 from des.engine.events import Barrier, ExactlyAt
 from des.engine.instance import Instance, idle, sleep
+from des.engine.itl import ItlLog
 from des.engine.policy import Scheduler, Step
 from des.engine.request import Request
 
@@ -101,6 +102,9 @@ class Pipelined:
     def sync(self) -> None:
         for sub in self.subs:
             sub.sync()
+
+    def gap_logs(self) -> list[ItlLog]:
+        return [log for sub in self.subs for log in sub.gap_logs()]
 
 
 class PipelineInstance(Instance):

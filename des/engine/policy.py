@@ -27,6 +27,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 import numpy as np
 
 from des.cost.base import BatchShape
+from des.engine.itl import ItlLog
 from des.engine.kvcache import BlockManager
 from des.engine.request import Request
 from des.engine.speculative import SpeculativeConfig
@@ -92,6 +93,10 @@ class Scheduler(Protocol):
 
     def sync(self) -> None:
         """Write onto the requests it holds any progress it keeps elsewhere (at the end of a run)."""
+        ...
+
+    def gap_logs(self) -> list[ItlLog]:
+        """Its logs of the gaps between the tokens its requests receive (one per batch in flight)."""
         ...
 
 

@@ -47,14 +47,7 @@ class Result:
 
 def gap_logs(cluster: Cluster) -> list[ItlLog]:
     """Every scheduler's log of the gaps between tokens (a pipelined engine's: each batch's)."""
-    logs = []
-    for inst in cluster.instances:
-        sched = inst.scheduler
-        for one in getattr(sched, "subs", [sched]):
-            log = getattr(one, "itl", None)
-            if log is not None:
-                logs.append(log)
-    return logs
+    return [log for inst in cluster.instances for log in inst.scheduler.gap_logs()]
 
 
 def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Result:

@@ -201,7 +201,7 @@ def plan(
             )
             continue
         price = sum(n * (book.per_gpu_hour(g) or 0.0) for g, n in counts.items())
-        sc, why = prune(cand, data, rate)
+        sc, why = prune(cand, data, rate, base)
         outcome = Outcome(cand, sc, price, "pruned" if why else "", why or "")
         (result.outcomes if why else pending).append(outcome)
     pending.sort(key=rank_key)

@@ -7,9 +7,12 @@ divides the model's attention heads (1, 2, 4, 8), and for up to ``max_gpus`` GPU
 replica count and every P:D split; the engine settings (``max_num_seqs``,
 ``max_num_batched_tokens``, ...) are the scenario's.
 
-Two bounds discard a candidate without simulating it, and neither can be wrong
+Three checks discard a candidate without simulating it, and none can be wrong
 (:func:`prune`):
 
+- **a feature refuses it**: the candidate's pools are asked the same refusals as every
+  scenario (:data:`des.engine.features.REFUSALS`: expert parallelism a model cannot split,
+  pipeline stages des does not model with speculation, ...) before its scenario is built;
 - **it does not fit**: vLLM's memory plan leaves no KV block (or the scenario is
   otherwise refused), exactly as ``des run`` would refuse it;
 - **it cannot carry the rate**: the target rate exceeds the most requests per second its
@@ -36,8 +39,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from des import catalog
 from des.catalog.memory import weight_bytes
 from des.catalog.quantization import compute_dtype
+from des.engine.deployment import ClusterConfig
+from des.engine.features import Deployed, problems
 from des.errors import ScenarioError
 from des.scenario import Scenario, load_scenario
 
@@ -248,8 +254,26 @@ def throughput_bound(sc: Scenario) -> float:
     return bound
 
 
-def prune(candidate: Candidate, base: dict[str, Any], rate: float) -> tuple[Scenario | None, str | None]:
-    """The candidate's scenario, or None and why it cannot serve ``rate`` req/s."""
+def refusals(candidate: Candidate, base: Scenario, cluster: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the features refuse in ``candidate``'s deployment of ``base``'s model
+    (:func:`des.engine.features.problems`, the loop every scenario's validation runs), asked
+    of its pools and speculation alone, before the candidate's scenario and memory plan are
+    built; ``cluster`` is the base's, resolved (plain data)."""
+    pools = ClusterConfig.model_validate(candidate.overrides({"scheduler": {}, "cluster": cluster})["cluster"])
+    speculative = base.speculative if candidate.replicas else None  # a split does not speculate
+    gpu = catalog.gpu(candidate.gpu)
+    roofline = base.cost_model.kind == "roofline"
+    return problems(Deployed(pools, base.scheduler, speculative, base.model, gpu, base.precision, roofline))
+
+
+def prune(
+    candidate: Candidate, base: dict[str, Any], rate: float, scenario: Scenario | None = None
+) -> tuple[Scenario | None, str | None]:
+    """The candidate's scenario, or None and why it cannot serve ``rate`` req/s; ``scenario``
+    (the base as a Scenario) lets a feature's refusal be found before the candidate is built."""
+    found = refusals(candidate, scenario, base["cluster"]) if scenario is not None and candidate.variant is None else []
+    if found:
+        return None, f"refused: {found[0][0]}: {found[0][1]}"
     try:
         sc = build(candidate, base)
     except ScenarioError as exc:

@@ -166,6 +166,9 @@ class ContinuousScheduler:
     def wakeup_time(self) -> float | None:
         return None
 
+    def gap_logs(self) -> list[ItlLog]:
+        return [self.itl]
+
     def sync(self) -> None:
         """Write every decoding request's progress onto it (at the end of a run)."""
         for seq in self.running:

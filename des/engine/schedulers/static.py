@@ -175,6 +175,9 @@ class StaticScheduler:
         active = len(batch.members)
         return Step(shape, batch.members, active, w, 0, active)
 
+    def gap_logs(self) -> list[ItlLog]:
+        return [self.itl]
+
     def sync(self) -> None:
         """Requests are updated in place as steps end: nothing to write."""
 
