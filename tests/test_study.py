@@ -82,7 +82,7 @@ def test_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     out = tmp_path / "out"
     seen = []
 
-    def stop_after_three(done, total, reused):
+    def stop_after_three(done, total, reused, phase=""):
         seen.append(done)
         if done == 3:
             raise Interrupt
@@ -94,7 +94,7 @@ def test_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     assert len(finished) == 3
     stamps = {p: (p / "summary.json").stat().st_mtime_ns for p in finished}
     log = []
-    runs, points = sweep(study, out, workers=1, progress=lambda d, t, r: log.append((d, t, r)))
+    runs, points = sweep(study, out, workers=1, progress=lambda d, t, r, phase="": log.append((d, t, r)))
     assert log[0] == (3, 8, 3)  # three reused, five run
     assert all((p / "summary.json").stat().st_mtime_ns == stamps[p] for p in finished)
     fresh_runs, fresh_points = sweep(study, tmp_path / "fresh", workers=1)
@@ -102,12 +102,49 @@ def test_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     assert drop_wall(points).equals(drop_wall(fresh_points))
 
 
+def test_a_sweep_shows_progress_inside_its_runs_and_its_probes(tmp_path):
+    """The runs done move inside each run (the share of its horizon simulated), never back,
+    reach the whole at the end, and leave no progress file; a load study's saturation probes
+    are told as their own phase before its runs."""
+    study = load_study({**SMALL, "variants": {"continuous": {}}, "grid": {}, "load": {"fractions": [0.5, 0.9]}})
+    log: list[tuple[float, int, str]] = []
+    sweep(study, tmp_path / "out", workers=1, progress=lambda d, t, r, phase="": log.append((d, t, phase)))
+    probes = [e for e in log if e[2] == "probing saturation"]
+    runs = [e for e in log if e[2] == ""]
+    assert probes and log[: len(probes)] == probes  # the probes first
+    for part in (probes, runs):
+        done = [d for d, _, _ in part]
+        assert done == sorted(done) and done[-1] == part[-1][1]  # never back, and all of them at the end
+        assert any(d % 1 for d in done)  # inside a run
+    assert len(runs) > runs[-1][1] + 1
+    assert not list((tmp_path / "out").glob("runs/**/.progress*"))
+
+
+def test_a_run_in_a_worker_keeps_its_share_in_its_folder(tmp_path):
+    """A run in a pool worker writes its share done into its folder (read by the sweep for
+    the runs in flight), whole, and removes it when the run is written."""
+    from des.study.runner import PROGRESS_FILE, _share_of, _share_writer, execute
+
+    spec = load_study(SMALL).runs[0]
+    folder = tmp_path / spec.run_id
+    folder.mkdir(parents=True)
+    assert _share_of(folder) == 0.0  # nothing written yet
+    _share_writer(folder / PROGRESS_FILE)(0.4217)
+    assert _share_of(folder) == 0.4217 and sorted(p.name for p in folder.iterdir()) == [PROGRESS_FILE]
+    (folder / PROGRESS_FILE).write_text("1.7")
+    assert _share_of(folder) == 0.99  # a run is done only when it is written
+    seen: list[float] = []
+    execute(spec, str(tmp_path), False, seen.append)
+    assert seen and all(0 <= s <= 0.99 for s in seen)
+    assert not (folder / PROGRESS_FILE).exists() and (folder / "run.json").exists()
+
+
 def test_a_changed_study_reruns_only_what_changed(tmp_path):
     out = tmp_path / "out"
     sweep(load_study(SMALL), out, workers=1)
     changed = {**SMALL, "grid": {"workload.arrival.rate": [1, 2]}}
     log = []
-    runs, _ = sweep(load_study(changed), out, workers=1, progress=lambda d, t, r: log.append(r))
+    runs, _ = sweep(load_study(changed), out, workers=1, progress=lambda d, t, r, phase="": log.append(r))
     assert log[0] == 4  # the rate-1 runs are reused, the rate-2 ones run
     assert sorted(runs["workload.arrival.rate"].unique()) == [1, 2]
 

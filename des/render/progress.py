@@ -41,13 +41,15 @@ def _sweep_heartbeat(label: str) -> Callback:
 
     due = time.monotonic() + HEARTBEAT
 
-    def beat(done: int, total: int, reused: int) -> None:
+    def beat(done: float, total: int, reused: int, phase: str = "") -> None:
         nonlocal due
         now = time.monotonic()
         if now < due:
             return
         due = now + HEARTBEAT
-        ERR.print(f"{label}: {done:,} of {total:,} runs done ({reused:,} reused)", highlight=False)
+        share = f", {done / total:.0%} of the work" if total and done % 1 else ""
+        what = f"{label}, {phase}" if phase else label
+        ERR.print(f"{what}: {int(done):,} of {total:,} runs done ({reused:,} reused){share}", highlight=False)
 
     return beat
 
@@ -59,7 +61,9 @@ def progress(
 
     ``kind`` ``"run"``: the callback takes a :class:`des.simulation.RunProgress` (share of
     the arrival horizon simulated, then the requests left while the run drains).
-    ``"sweep"``: it takes ``(runs done, runs in all, runs reused)``. Without a terminal
+    ``"sweep"``: it takes ``(runs done, runs in all, runs reused, phase)``, the runs done
+    counting the share done of each run in flight (so the bar and its ETA move inside long
+    runs), the phase naming what the sweep does first (``probing saturation``). Without a terminal
     there is no bar; a run or sweep then prints a line every :data:`HEARTBEAT` seconds
     once it has taken that long (a short one prints none). ``label`` names a sweep's
     bar and lines. ``quiet``: nothing, and no callback.
@@ -110,7 +114,7 @@ def progress(
                 task, completed=frac or 0.0, total=total, now=p.now, n=p.arrived, note=f"{p.in_system:,} in system"
             )
 
-    def sweep_update(done: int, total: int, reused: int) -> None:
-        bar.update(task, completed=done, total=total)
+    def sweep_update(done: float, total: int, reused: int, phase: str = "") -> None:
+        bar.update(task, completed=done, total=total, description=f"{label}, {phase}" if phase else label)
 
     return (run_update if kind == "run" else sweep_update), bar

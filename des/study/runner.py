@@ -9,7 +9,9 @@ measured requests' latencies, for pooled percentiles and intervals),
 replays it), and, with ``keep_tables``, ``requests.parquet``
 and ``steps.parquet``; then
 ``run.json`` (its seed, wall time and scenario digest) last, as the mark of a finished
-run. :func:`run_specs` skips every run whose ``run.json`` matches its scenario, so an
+run. While it runs, a worker keeps the share of the run simulated in ``.progress`` (see
+:data:`PROGRESS_FILE`), so that a sweep of a few long runs shows them moving.
+:func:`run_specs` skips every run whose ``run.json`` matches its scenario, so an
 interrupted sweep or search resumes where it stopped. The folder's lock keeps a second
 sweep (or a ``des run``) out of a folder in use; sweeps in different folders share nothing.
 
@@ -54,6 +56,12 @@ RUN_FILES = (
     "trace-resample.jsonl",
     "run.json",
 )
+#: A run's share simulated so far (a number in [0, 1], as text), kept in its folder by the
+#: worker while the run goes on and removed when it is written: :func:`run_specs` reads
+#: those of the runs in flight to show a sweep's progress inside its runs.
+PROGRESS_FILE = ".progress"
+#: Wall seconds between two writes of a run's progress, and between two looks at the runs in flight.
+PROGRESS_EVERY = 1.0
 LATENCY_COLUMNS = ["arrival_time", "prompt_tokens", "output_tokens", "ttft", "tpot", "e2e", "queue_delay"]
 
 
@@ -92,8 +100,47 @@ def row_of(spec: RunSpec, summary: dict[str, Any], wall: float) -> dict[str, Any
     return row
 
 
-def execute(spec: RunSpec, root: str, keep_tables: bool) -> dict[str, Any]:
-    """Simulate one run and write its folder under ``root``; returns its row. Runs in worker processes."""
+def _every(seconds: float, tell: Callable[[float], None]) -> Callable[[float], None]:
+    """``tell``, passed on at most every ``seconds`` of wall time (the first call always)."""
+    due = 0.0
+
+    def throttled(share: float) -> None:
+        nonlocal due
+        now = time.monotonic()
+        if now >= due:
+            due = now + seconds
+            tell(share)
+
+    return throttled
+
+
+def _share_writer(path: Path) -> Callable[[float], None]:
+    """Writes a run's share simulated into ``path`` (:data:`PROGRESS_FILE`), replacing the
+    file whole (a reader never sees half of it)."""
+
+    def write(share: float) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            tmp.write_text(f"{share:.4f}")
+            os.replace(tmp, path)
+        except OSError:  # progress is a courtesy: a full disk fails the run's own writes, not this
+            pass
+
+    return write
+
+
+def run_share(p: Any) -> float:
+    """The share of a run done, from its :class:`des.simulation.RunProgress`: the share of its
+    arrival horizon simulated (a draining run's stays just short of 1 until it is written)."""
+    return 0.99 if p.draining else min(p.fraction or 0.0, 0.99)
+
+
+def execute(
+    spec: RunSpec, root: str, keep_tables: bool, report: Callable[[float], None] | None = None
+) -> dict[str, Any]:
+    """Simulate one run and write its folder under ``root``; returns its row. Runs in worker
+    processes. ``report`` is called with the share of the run done as it goes (None: it is
+    written to the run's :data:`PROGRESS_FILE`)."""
     from des.metrics.summary import measured_mask
     from des.output import Staged, json_text, parquet_writer
     from des.scenario import load_scenario
@@ -108,7 +155,8 @@ def execute(spec: RunSpec, root: str, keep_tables: bool) -> dict[str, Any]:
         from des.study.resample import resampled_scenario
 
         scenario = resampled_scenario(scenario, folder, spec.seed)
-    result = simulate(load_scenario(scenario))
+    share = _every(PROGRESS_EVERY, report or _share_writer(folder / PROGRESS_FILE))
+    result = simulate(load_scenario(scenario), lambda p: share(run_share(p)))
     wall = time.perf_counter() - t0
     req = result.requests
     duration = result.scenario.horizon.duration
@@ -127,10 +175,14 @@ def execute(spec: RunSpec, root: str, keep_tables: bool) -> dict[str, Any]:
     with Staged(folder) as staged:
         staged.write("run.json", lambda p: p.write_text(json.dumps(meta, indent=2) + "\n"))
         staged.commit()
+    (folder / PROGRESS_FILE).unlink(missing_ok=True)
     return row_of(spec, json.loads(json_text(result.summary)), wall)
 
 
 Done = Callable[[dict[str, Any]], None]
+#: Called about every :data:`PROGRESS_EVERY` seconds with the runs in flight and, for a run
+#: simulated in this process, the share of it done (None: read its :data:`PROGRESS_FILE`).
+Flying = Callable[[Sequence[RunSpec], float | None], None]
 
 
 class LocalBackend:
@@ -159,16 +211,24 @@ class LocalBackend:
             with _interrupts_ignored():
                 _end_workers(pool)
 
-    def run(self, specs: Sequence[RunSpec], root: Path, keep_tables: bool, done: Done) -> None:
+    def run(
+        self, specs: Sequence[RunSpec], root: Path, keep_tables: bool, done: Done, flying: Flying | None = None
+    ) -> None:
         if self._pool is None or len(specs) <= 1:
             for spec in specs:
-                done(execute(spec, str(root), keep_tables))
+                report = None if flying is None else (lambda share, s=spec: flying([s], share))
+                done(execute(spec, str(root), keep_tables, report))
             return
-        from concurrent.futures import as_completed
+        from concurrent.futures import FIRST_COMPLETED, wait
 
-        futures = [self._pool.submit(execute, spec, str(root), keep_tables) for spec in specs]
-        for fut in as_completed(futures):  # on an exception, leaving the block cancels the rest
-            done(fut.result())
+        futures = {self._pool.submit(execute, spec, str(root), keep_tables): spec for spec in specs}
+        pending = set(futures)
+        while pending:  # on an exception, leaving the block cancels the rest
+            ended, pending = wait(pending, timeout=PROGRESS_EVERY, return_when=FIRST_COMPLETED)
+            for fut in ended:
+                done(fut.result())
+            if flying is not None and pending:
+                flying([futures[f] for f in pending if f.running()], None)
 
 
 def _worker_started() -> None:
@@ -254,7 +314,11 @@ class DaskBackend:
             self._cluster.close()
         self._client = self._cluster = None
 
-    def run(self, specs: Sequence[RunSpec], root: Path, keep_tables: bool, done: Done) -> None:
+    def run(
+        self, specs: Sequence[RunSpec], root: Path, keep_tables: bool, done: Done, flying: Flying | None = None
+    ) -> None:
+        """Runs ``specs`` on the cluster (``flying`` is not called: the progress of a run in
+        flight is shown by a local pool only)."""
         from dask.distributed import as_completed
 
         futures = self._client.map(execute, list(specs), root=str(root), keep_tables=keep_tables, pure=False)
@@ -270,8 +334,17 @@ def open_backend(kind: str = "local", workers: int = 1, address: str | None = No
     return DaskBackend(workers, address) if kind == "dask" else LocalBackend(workers)
 
 
-#: Progress callback: (runs finished, runs asked for, runs reused from an earlier sweep).
-Progress = Callable[[int, int, int], None]
+#: Progress callback: (runs done, counting the share done of each run in flight; runs asked
+#: for; runs reused from an earlier sweep).
+Progress = Callable[[float, int, int], None]
+
+
+def _share_of(folder: Path) -> float:
+    """The share done of the run writing ``folder`` (0 before it has written any)."""
+    try:
+        return min(max(float((folder / PROGRESS_FILE).read_text()), 0.0), 0.99)
+    except (OSError, ValueError):
+        return 0.0
 
 
 def run_specs(
@@ -288,6 +361,7 @@ def run_specs(
         remove_stale_staging(run_dir(root, spec), RUN_FILES)
         row = finished(root, spec)
         if row is None:
+            (run_dir(root, spec) / PROGRESS_FILE).unlink(missing_ok=True)  # an interrupted run's
             todo.append(spec)
         else:
             rows.append(row)
@@ -301,6 +375,11 @@ def run_specs(
         if progress:
             progress(len(rows), total, reused)
 
-    runner.run(todo, root, keep_tables, done)
+    def flying(runs: Sequence[RunSpec], share: float | None) -> None:
+        if progress:
+            shares = [share] if share is not None else [_share_of(run_dir(root, spec)) for spec in runs]
+            progress(len(rows) + sum(shares), total, reused)
+
+    runner.run(todo, root, keep_tables, done, flying)
     order = {spec.run_id: i for i, spec in enumerate(specs)}
     return sorted(rows, key=lambda r: order[r["run_id"]])

@@ -88,8 +88,8 @@ def sweep(doc: Mapping[str, Any], fractions: list[float], replications: int, fol
     except ScenarioError as exc:
         raise ScenarioError([(p.removeprefix("base."), m) for p, m in exc.problems]) from None
 
-    def tick(done: int, total: int, reused: int) -> None:
-        report(done / total if total else None, f"{done} of {total} runs")
+    def tick(done: float, total: int, reused: int, phase: str = "") -> None:
+        report(done / total if total else None, "measuring saturation" if phase else f"{int(done)} of {total} runs")
 
     report(0.0, "measuring saturation")
     _, points = run_sweep(study, folder / "sweep", workers=None, progress=tick)
