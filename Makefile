@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run quick test test-fast lint bench golden clean
+.PHONY: run day quick test test-fast lint bench golden clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,7 @@ $(STAMP): pyproject.toml
 # (RTX 4090 + Qwen2.5-7B, static vs continuous batching, Poisson and bursty traffic),
 # the prefill/decode studies (2 and 4 GPUs, colocated vs disaggregated, unlike GPUs priced), the prefix-caching
 # studies (system prompts, multi-turn chat), what one 4090 can serve and what speculative decoding adds
-# against load, a day of diurnal traffic and a burst (fixed against autoscaling), and the report with its
-# figures in reports/
+# against load, and the report with its figures in reports/. The day-long studies are `make day`'s.
 run: $(STAMP)
 	$(BIN)/des run --out results/default
 	$(BIN)/des sweep scenarios/headline.yaml --out results/headline
@@ -35,6 +34,11 @@ run: $(STAMP)
 	$(BIN)/des sweep scenarios/caching-chat.yaml --out results/caching-chat --brief
 	$(BIN)/des sweep scenarios/models-4090.yaml --out results/models-4090 --brief
 	$(BIN)/des sweep scenarios/speculative.yaml --out results/speculative --brief
+	$(BIN)/python -m analysis.report --results results --out reports
+
+# The day-long studies: a day of diurnal traffic and a burst on RTX 4090s (fixed clusters
+# against autoscaling; each run simulates a whole day), then the report again with their section.
+day: run
 	$(BIN)/des sweep scenarios/day-4090.yaml --out results/day-4090 --brief
 	$(BIN)/des sweep scenarios/burst-4090.yaml --out results/burst-4090 --brief
 	$(BIN)/python -m analysis.report --results results --out reports

@@ -71,3 +71,16 @@ def test_the_windows_drawn_are_the_runs_own(results):
     summary = sweep.summary(str(rid))
     assert isinstance(w, pd.DataFrame) and len(w) == summary["windows"]
     assert w["gpu_hours"].sum() == pytest.approx(summary["gpu_hours"], rel=1e-9)
+
+
+def test_without_the_day_studies_the_section_says_how_to_get_it(results, tmp_path):
+    """``make run`` leaves the day-long studies to ``make day``: without their sweeps (or with
+    one of the two only) the section names them and the command, and draws nothing."""
+    for present in ([], [day.STUDY]):
+        res = tmp_path / f"res{len(present)}"
+        res.mkdir()
+        for name in present:
+            (res / name).symlink_to(results / name)
+        text, figures = day.section(res, tmp_path)
+        assert figures == {}
+        assert "`make day`" in text and "scenarios/day-4090.yaml" in text and "scenarios/burst-4090.yaml" in text

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -171,3 +172,47 @@ def test_capacity_of_a_trace_searches_its_rate_scale(tmp_path):
     assert answer["param"] == "workload.arrival.rate_scale"
     # 2 req/s recorded; one 4090 carries several times that
     assert answer["capacity"] > 2
+
+
+def _points(short: list[int]) -> Any:
+    import pandas as pd
+
+    rows = []
+    for i in range(6):
+        rows.append(
+            {
+                "variant": "static" if i < 3 else "continuous",
+                "workload.arrival.rate": float(i + 1),
+                "throughput_rps": 1.0,
+                "ttft_p99": 2.0,
+                "tpot_p50": 0.02,
+                "e2e_p99": 9.0,
+                "all_stable": True,
+                "runs_short": 2 if i in short else 0,
+                "adequacy": f"warm-up or horizon short in 2 of 3 replications: reason {i}" if i in short else "",
+                "interval_method": "latencies: batch means",
+            }
+        )
+        for m in ("throughput_rps", "ttft_p99", "tpot_p50", "e2e_p99"):
+            rows[-1] |= {f"{m}_lo": rows[-1][m] * 0.9, f"{m}_hi": rows[-1][m] * 1.1}
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("short", [[4], [0, 1, 4]])
+def test_short_points_are_said_once_when_many_and_each_when_few(capsys, short):
+    """A point or two whose runs are too short get a warning each, saying why; more are
+    marked in the table's stable column and told in one warning, counted by variant."""
+    from des.render.study import points_table
+
+    points_table(_points(short), ["workload.arrival.rate"])
+    out, err = capsys.readouterr()
+    err = " ".join(err.split())
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    marked = [i for i, row in enumerate(rows) if "yes*" in row]
+    if len(short) == 1:
+        assert marked == [] and err.count("warning:") == 1
+        assert "continuous rate=5.0: warm-up or horizon short in 2 of 3 replications: reason 4" in err
+    else:
+        assert marked == short and err.count("warning:") == 1
+        assert "short at 3 of 6 points (static 2 of 3, continuous 1 of 3)" in err
+        assert "reason" not in err and "points.parquet" in err

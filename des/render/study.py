@@ -70,12 +70,13 @@ def points_table(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
     for _, head in POINT_METRICS:
         table.add_column(head, justify="right", no_wrap=True)
     table.add_column("stable", no_wrap=True)
+    many = len(_short(points)) > SHORT_LINES
     for _, p in points.iterrows():
         table.add_row(
             str(p["variant"]),
             *(f"{p[k]:g}" if isinstance(p[k], float) else str(p[k]) for k in grid_keys),
             *(_with_ci(p, m) for m, _ in POINT_METRICS),
-            stable_cell(p),
+            stable_cell(p) + (SHORT_MARK if p.get("runs_short", 0) > 0 and many else ""),
         )
     out().print(table)
     short_points(points, grid_keys)
@@ -90,24 +91,40 @@ def stable_cell(p: pd.Series) -> str:
     return "unsure" if transient and transient == int(p.get("unstable_runs") or 0) else "NO"
 
 
-#: At most this many points' warm-up warnings are printed after a sweep's table.
-SHORT_LINES = 8
+#: Up to this many points whose runs are short get a warning each, saying why; more get
+#: one warning together, and a mark in the table's stable column (:data:`SHORT_MARK`).
+SHORT_LINES = 2
+#: Marks a point, in the table's stable column, whose runs are too short to judge.
+SHORT_MARK = "*"
+
+
+def _short(points: pd.DataFrame) -> pd.DataFrame:
+    return points[points["runs_short"] > 0] if "runs_short" in points else points.iloc[:0]
 
 
 def short_points(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
-    """A warning per point whose runs are too short to judge (the first :data:`SHORT_LINES`)."""
-    if "runs_short" not in points:
-        return
-    short = points[points["runs_short"] > 0]
+    """What is short in the points whose runs are too short to judge (:mod:`des.study.adequacy`):
+    a warning each, saying why, for up to :data:`SHORT_LINES` of them; else one warning for
+    all, the points being marked in the table, with the worst of the reasons and where each
+    point's own is kept (points.parquet's ``adequacy``)."""
+    short = _short(points)
     heads = short_headers(grid_keys)
-    for i, (_, p) in enumerate(short.iterrows()):
-        if i == SHORT_LINES:
-            warning(f"and {len(short) - SHORT_LINES} more points (points.parquet: runs_short, adequacy)")
-            break
-        where = " ".join([str(p["variant"]), *(f"{h}={p[k]}" for h, k in zip(heads, grid_keys, strict=True))])
-        replay = str(p.get("interval_method", "")).startswith("replay")
-        fix = "a replay cannot be lengthened" if replay else "lengthen horizon.duration and warmup"
-        warning(f"{where}: {p['adequacy']}; {fix}")
+    methods = short["interval_method"] if "interval_method" in short else []
+    replay = len(short) > 0 and all(str(m).startswith("replay") for m in methods)
+    fix = "a replay cannot be lengthened" if replay else "lengthen horizon.duration and warmup"
+    if len(short) <= SHORT_LINES:
+        for _, p in short.iterrows():
+            where = " ".join([str(p["variant"]), *(f"{h}={p[k]}" for h, k in zip(heads, grid_keys, strict=True))])
+            warning(f"{where}: {p['adequacy']}; {fix}")
+        return
+    by = short.groupby("variant", sort=False).size()
+    of = points.groupby("variant", sort=False).size()
+    where = ", ".join(f"{v} {n} of {of[v]}" for v, n in by.items())
+    warning(
+        f"{SHORT_MARK} warm-up or horizon short at {len(short)} of {len(points)} points ({where}): their runs "
+        "still carry their start-up, so their percentiles are less sure than their intervals say; "
+        f"{fix} (why, point by point: points.parquet, columns runs_short and adequacy)"
+    )
 
 
 def sweep_done(runs: int, points: int, replications: int, seconds: float, out_dir: Path) -> None:
