@@ -437,3 +437,26 @@ def test_a_variant_naming_another_model_runs_it_in_its_own_format(tmp_path):
     assert runs["fp8"]["precision"]["weights"] == "fp8"
     pinned = load_study({**study, "base": {**base, "precision": {"weights": "fp8"}}}, tmp_path).runs
     assert {r.variant: r.scenario["precision"]["weights"] for r in pinned}["own"] == "fp8"
+
+
+def test_a_schedule_s_points_say_their_stability_does_not_apply(tmp_path, capsys):
+    """Runs whose arrivals follow a schedule have no stability verdict (``stable`` null): their
+    point says so (``stability_applies`` false), and the sweep's table prints n/a, not yes."""
+    from des.render.study import points_table
+
+    nhpp = {"process": "nhpp", "schedule": {"kind": "piecewise", "times": [0, 20, 40], "rates": [1, 3, 2]}}
+    study = load_study(
+        {
+            **SMALL,
+            "variants": {"scheduled": {"workload": {"arrival": nhpp}}, "poisson": {}},
+            "grid": {},
+            "replications": 1,
+        }
+    )
+    runs, points = sweep(study, tmp_path / "out", workers=1)
+    by = points.set_index("variant")
+    assert runs.set_index("variant").loc["scheduled", "stable"] is None
+    assert not by.loc["scheduled", "stability_applies"] and by.loc["poisson", "stability_applies"]
+    points_table(points, [])
+    rows = {line.split("│")[1].strip(): line for line in capsys.readouterr().out.splitlines() if line.startswith("│")}
+    assert rows["scheduled"].rstrip("│ ").endswith("n/a") and rows["poisson"].rstrip("│ ").endswith("yes")

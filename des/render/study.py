@@ -84,7 +84,11 @@ def points_table(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
 
 def stable_cell(p: pd.Series) -> str:
     """A point's stability: yes, NO, or unsure where every unstable replication may only be
-    filling up (its runs too short to tell, :mod:`des.study.adequacy`)."""
+    filling up (its runs too short to tell, :mod:`des.study.adequacy`); n/a where the
+    stability check does not apply (runs whose arrivals follow a schedule: their summaries'
+    ``stable`` is null)."""
+    if not p.get("stability_applies", True):
+        return "n/a"
     if p["all_stable"]:
         return "yes"
     transient = int(p.get("unstable_transient") or 0)

@@ -13,7 +13,9 @@ interval) or the p99 of all the point's requests pooled (``pooled_ttft_p99``); b
 given. ``runs_short`` counts the replications whose warm-up or horizon is too short to
 judge them by (:mod:`des.study.adequacy`, ``adequacy`` says why), ``unstable_transient``
 the unstable ones whose instability their start-up may explain (the sweep calls such a
-point's stability "unsure", not "NO"). A trace replay's point is its recorded trace's
+point's stability "unsure", not "NO"); ``stability_applies`` is false where no run's
+stability was judged (arrivals that follow a schedule: ``stable`` null, and ``all_stable``
+then true, as nothing found them unstable). A trace replay's point is its recorded trace's
 run (the replications after it replay resamples of the trace,
 :mod:`des.study.resample`). When the runs draw the step-time model's error
 (``model_uncertainty``), every interval is a prediction interval from the spread across
@@ -88,6 +90,7 @@ def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequen
             row[m], row[f"{m}_lo"], row[f"{m}_hi"] = e.value, e.low, e.high
         row["interval_method"] = describe(len(members), [len(f) for f in frames], replay, model)
         row["all_stable"] = bool(sub["stable"].all())
+        row["stability_applies"] = bool(sub["stable"].notna().any())  # not to a schedule's runs (stable: null)
         row["any_drifting"] = bool(sub["drifting"].any())
         summaries = sub.to_dict("records")
         closed = is_closed(members[0].scenario)
