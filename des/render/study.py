@@ -113,7 +113,7 @@ def short_points(points: pd.DataFrame, grid_keys: Sequence[str]) -> None:
     point's own is kept (points.parquet's ``adequacy``)."""
     short = _short(points)
     heads = short_headers(grid_keys)
-    methods = short["interval_method"] if "interval_method" in short else []
+    methods = short.get("interval_method", [])
     replay = len(short) > 0 and all(str(m).startswith("replay") for m in methods)
     fix = "a replay cannot be lengthened" if replay else "lengthen horizon.duration and warmup"
     if len(short) <= SHORT_LINES:
