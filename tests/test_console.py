@@ -177,7 +177,7 @@ def test_capacity_of_a_trace_searches_its_rate_scale(tmp_path):
 def _points(short: list[int]) -> Any:
     import pandas as pd
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(6):
         rows.append(
             {
@@ -194,7 +194,8 @@ def _points(short: list[int]) -> Any:
             }
         )
         for m in ("throughput_rps", "ttft_p99", "tpot_p50", "e2e_p99"):
-            rows[-1] |= {f"{m}_lo": rows[-1][m] * 0.9, f"{m}_hi": rows[-1][m] * 1.1}
+            value = float(rows[-1][m])
+            rows[-1] |= {f"{m}_lo": value * 0.9, f"{m}_hi": value * 1.1}
     return pd.DataFrame(rows)
 
 
