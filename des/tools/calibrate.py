@@ -73,6 +73,7 @@ from des.tools.profile_csv import read_csv
 from des.tools.vidur import ELEMENTWISE_OPS as VIDUR_ELEMENTWISE
 from des.tools.vidur import GEMM_OPS as VIDUR_GEMM
 from des.tools.vidur import VidurProfile, profile_files, read_vidur
+from des.workload.formats.checks import show
 
 ARG = "PROFILE_DIR"
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -177,7 +178,7 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
             what = f"an integer >= {low}"
         if bad.any():
             i = int(np.argmax(bad))
-            raise _problem(f"{name!r} row {i + 1}: {col} {frame[col].iloc[i]!r} is not {what}")
+            raise _problem(f"{name!r} row {i + 1}: {col} {show(frame[col].iloc[i])} is not {what}")
         frame[col] = values if col == "time_us" else values.astype(np.int64)
     frame["time"] = frame["time_us"] * 1e-6
     return frame

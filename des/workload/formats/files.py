@@ -4,7 +4,8 @@
 - **CSV rows of the header's width**: :func:`ragged_row` finds a row whose field count
   differs from the header's (pandas would take extra leading fields as the index and
   shift every column, or fill a short row with blanks), counting fields the way pandas'
-  C parser splits them.
+  C parser splits them; :func:`csv_table` reads a CSV only after it found none (every
+  CSV des reads: traces, request logs, rate schedules, length files, kernel profiles).
 - **JSON** nested too deeply for Python's parser (it raises ``RecursionError``) is a
   :class:`NestedTooDeep` error (:func:`json_value`).
 - **Compression** by the name's last suffix, as pandas infers it for CSV: ``.gz``,
@@ -30,11 +31,14 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from des.workload.formats.checks import first_line
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Compression by the file name's ending (longest first), as pandas infers it.
 COMPRESSIONS = {
@@ -130,6 +134,20 @@ def user_bytes(path: Path, what: str = "file") -> bytes:
         raise ValueError(f"{where}: cannot read it ({exc.strerror or exc})") from None
     except FileProblem as exc:
         raise ValueError(f"{where}: {exc}") from None
+
+
+def csv_table(data: bytes, **options: Any) -> pd.DataFrame:
+    """The CSV ``data`` (UTF-8 bytes, as :func:`utf8_bytes` returns them) as pandas reads it with
+    ``comment="#"``, ``index_col=False`` and ``options``, once :func:`ragged_row` found every row
+    of the header's width (no field is taken for an index, none shifted): :class:`FileProblem`
+    naming the first row that is not (``row 2 (line 3) has 3 fields, but the header has 2: ...``).
+    pandas's own errors (``ParserError``, ``EmptyDataError``, ``ValueError``) pass through."""
+    import pandas as pd
+
+    ragged = ragged_row(data)
+    if ragged:
+        raise FileProblem(ragged.describe())
+    return pd.read_csv(io.BytesIO(data), comment="#", index_col=False, **options)
 
 
 def _decompress(kind: str, raw: bytes) -> bytes:
