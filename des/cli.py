@@ -658,7 +658,7 @@ def calibrate(
     fmt = _figure_format(plot_path, "--plot")
     if plot_path.resolve() == out_path.resolve():
         raise ScenarioError(("--plot", f"{str(plot_path)!r} is also the calibration file (--out)"))
-    text = fit.calibration_file().to_yaml()
+    text = fit.calibration_text()
     write_files(
         {out_path: lambda tmp: tmp.write_text(text), plot_path: lambda tmp: plot_fit(fit, tmp, fmt)},
         {out_path: "--out", plot_path: "--plot"},

@@ -17,6 +17,11 @@ import pandas as pd
 
 from des.workload.formats.files import FileProblem, csv_table, utf8_bytes
 
+#: The longest kernel time (seconds) a kernel profile may state: one layer's kernel, which
+#: takes microseconds to milliseconds on a GPU. A longer one is a unit mistake or a broken
+#: file, and no fit des could use comes from it (every ``time_us`` at 1e300 fitted an
+#: uncertainty of 606, which ``des run`` then refuses).
+MAX_KERNEL_S = 10.0
 #: What pandas raises on a file it cannot read or parse as CSV.
 UNPARSABLE = (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError)
 
