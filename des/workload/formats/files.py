@@ -8,6 +8,8 @@
   CSV des reads: traces, request logs, rate schedules, length files, kernel profiles).
 - **JSON** nested too deeply for Python's parser (it raises ``RecursionError``) is a
   :class:`NestedTooDeep` error (:func:`json_value`).
+- **Size**: at most :data:`MAX_FILE_BYTES` read from one file, a pipe a chunk at a time;
+  a device (``/dev/zero``) or socket is refused (:func:`read_bytes`).
 - **Compression** by the name's last suffix, as pandas infers it for CSV: ``.gz``,
   ``.bz2``, ``.xz``, ``.zip`` (one file inside), ``.zst`` (with the ``zstandard``
   package), ``.tar`` and ``.tar.gz``/``.tar.bz2``/``.tar.xz`` (one file inside). The
@@ -25,7 +27,9 @@ import importlib
 import io
 import json
 import lzma
+import os
 import re
+import stat
 import tarfile
 import zipfile
 import zlib
@@ -93,10 +97,20 @@ def data_suffix(path: Path) -> str:
     return Path(name[: len(name) - len(end)]).suffix
 
 
+#: The most bytes des reads from one file: 2 GiB. A million requests take some 40 s and
+#: 1.4 GB to simulate (README, ``des bench``); a 2 GiB trace or log holds tens of millions.
+MAX_FILE_BYTES = 2 * 2**30
+#: Bytes read at a time from a pipe, whose size is not known beforehand.
+_CHUNK = 2**24
+
+
 def read_bytes(path: Path) -> bytes:
-    """The file's content, decompressed as its name says; :class:`FileProblem` if it cannot be
-    (``OSError`` from reading passes through, for the caller's message)."""
-    raw = path.read_bytes()
+    """The file's content, decompressed as its name says; :class:`FileProblem` if it cannot be,
+    if it is a device (``/dev/zero`` never ends) or socket rather than a file, or if it holds more
+    than :data:`MAX_FILE_BYTES` (a pipe is read a chunk at a time up to that bound; the bound
+    is on the bytes read, before decompression). ``OSError`` from reading passes through, for
+    the caller's message."""
+    raw = _bounded_bytes(path)
     kind = compression(path)
     if kind is None:
         return raw
@@ -104,6 +118,31 @@ def read_bytes(path: Path) -> bytes:
         return _decompress(kind, raw)
     except (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile, tarfile.TarError) as exc:
         raise FileProblem(f"not valid {kind} data ({first_line(exc)})") from None
+
+
+def _bounded_bytes(path: Path) -> bytes:
+    """The bytes of the file at ``path``, at most :data:`MAX_FILE_BYTES` of them (see :func:`read_bytes`)."""
+    with path.open("rb") as handle:
+        info = os.fstat(handle.fileno())
+        mode = info.st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+            kind = "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise FileProblem(f"is {kind}, not a file")
+        if stat.S_ISREG(mode):
+            if info.st_size > MAX_FILE_BYTES:
+                raise FileProblem(_too_large(f"{info.st_size:,} bytes"))
+            return handle.read()
+        chunks, total = [], 0  # a pipe: its size is known once it ends
+        while chunk := handle.read(_CHUNK):
+            total += len(chunk)
+            if total > MAX_FILE_BYTES:
+                raise FileProblem(_too_large(f"more than {MAX_FILE_BYTES:,} bytes"))
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _too_large(size: str) -> str:
+    return f"holds {size}, beyond the {MAX_FILE_BYTES // 2**30} GiB des reads from one file"
 
 
 def utf8_bytes(path: Path) -> bytes:
