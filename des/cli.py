@@ -658,7 +658,7 @@ def calibrate(
     fmt = _figure_format(plot_path, "--plot")
     if plot_path.resolve() == out_path.resolve():
         raise ScenarioError(("--plot", f"{str(plot_path)!r} is also the calibration file (--out)"))
-    text = fit.calibration_file().to_yaml()
+    text = fit.calibration_text()
     write_files(
         {out_path: lambda tmp: tmp.write_text(text), plot_path: lambda tmp: plot_fit(fit, tmp, fmt)},
         {out_path: "--out", plot_path: "--plot"},
@@ -708,6 +708,7 @@ def compare(
     RESULT is a vllm bench serve --save-result --save-detailed JSON, vLLM's request records
     (JSON lines) or OpenTelemetry spans (OTLP/JSON), or a CSV/JSONL table of requests."""
     from des.figures.tools import plot_cdfs
+    from des.render.console import warning
     from des.render.tools import comparison, comparison_json
     from des.tools.compare import compare as replay_and_compare
     from des.tools.compare import read_measured, write_comparison
@@ -715,6 +716,8 @@ def compare(
     measured = read_measured(result, fmt, _seed(seed) or 0, server_log)
     out_dir = _writable(out_dir or Path("results") / f"compare-{result.stem}")
     cmp = replay_and_compare(measured, scenario, overrides, seed)
+    for note in cmp.notes:
+        warning(note)
     try:
         write_comparison(cmp, out_dir, plot_cdfs)
     except OSError as exc:

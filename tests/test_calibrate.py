@@ -23,7 +23,7 @@ from des.cost.base import BatchShape
 from des.cost.roofline import Engine, build_roofline
 from des.tools.calibrate import GROUPS, Fit, fit_profile, read_profile
 from des.tools.costmodel import CostReport, decode_shape, prefill_shape
-from tests.helpers import ROOT
+from tests.helpers import ROOT, des_cli
 
 PROFILE = ROOT / "data" / "rtx4090-vllm-kernel-profile"
 
@@ -287,3 +287,105 @@ def test_prediction_facts_are_the_parts_of_a_decode_step():
     assert sum(facts[p] for p in parts) == pytest.approx(facts["decode_ms"])  # GPU-bound: no CPU time shows
     assert facts["params_b"] == pytest.approx(7.62, abs=0.01)  # Qwen2.5-7B
     assert facts["weights_gib"] == pytest.approx(facts["params_b"] * 1e9 * 2 / 2**30)  # bf16
+
+
+# -- reliability review 4, W9: what a calibration could never use is refused, nothing written -----
+
+
+def _profile_with_times(tmp_path, time_us: str):
+    """A copy of the shipped profile whose every dense.csv ``time_us`` is ``time_us``."""
+    folder = tmp_path / "profile"
+    folder.mkdir()
+    for src in PROFILE.iterdir():
+        (folder / src.name).write_bytes(src.read_bytes())
+    lines = (folder / "dense.csv").read_bytes().split(b"\r\n")
+    edited = [lines[0]] + [line.rsplit(b",", 1)[0] + b"," + time_us.encode() if line else line for line in lines[1:]]
+    (folder / "dense.csv").write_bytes(b"\r\n".join(edited))
+    return folder
+
+
+def _calibrate(*args: str) -> subprocess.CompletedProcess:
+    return des_cli("calibrate", *args)
+
+
+def test_absurd_kernel_times_are_refused_at_the_input(tmp_path):
+    """Every ``time_us`` at 1e300 fitted (exit 0) a calibration ``des run`` then refused."""
+    folder = _profile_with_times(tmp_path, "1e300")
+    with pytest.raises(des.ScenarioError) as info:
+        read_profile(folder)
+    [(field, message)] = info.value.problems
+    assert field == "PROFILE_DIR"
+    assert message.startswith(f"{str(folder / 'dense.csv')!r} row 1: time_us 1e+300 is not a kernel time"), message
+    out = tmp_path / "c.yaml"
+    done = _calibrate(str(folder), "--gpu", "rtx4090", "--model", "llama-3.1-8b", "--out", str(out))
+    assert done.returncode == 2 and done.stderr == f"error: PROFILE_DIR: {message}\n", done.stderr
+    assert not out.exists() and not out.with_suffix(".png").exists()
+
+
+def test_a_fit_des_would_refuse_is_never_written(tmp_path):
+    """Times within the input's bound that no roofline reproduces (every dense kernel 5 s) fit
+    residuals beyond what a calibration may state: refused, naming the group, nothing written,
+    and no numpy warning on the way (reliability review 4, C3)."""
+    folder = _profile_with_times(tmp_path, "5e6")
+    out = tmp_path / "c.yaml"
+    done = _calibrate(str(folder), "--gpu", "rtx4090", "--model", "llama-3.1-8b", "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: PROFILE_DIR: the fit cannot be used: "), done.stderr
+    assert "efficiency.uncertainty.gemm would be" in lines[0] and "must be <= 2" in lines[0], lines[0]
+    assert "Warning" not in done.stderr and done.stdout == ""
+    assert not out.exists() and not out.with_suffix(".png").exists()
+
+
+def test_the_written_calibration_is_read_back_before_it_is_written(fit):
+    """What would be written is parsed as a scenario reads it: a file ``des run`` refuses is a
+    PROFILE_DIR error instead (an efficiency copied without validation, as the fit once did)."""
+    import dataclasses
+
+    assert read_calibration_text(fit.calibration_text()) == fit.calibration_file()
+    broken = dataclasses.replace(fit, efficiency=fit.efficiency.model_copy(update={"uncertainty": {"gemm": 606.5}}))
+    with pytest.raises(des.ScenarioError) as info:
+        broken.calibration_text()
+    [(field, message)] = info.value.problems
+    assert field == "PROFILE_DIR"
+    assert "efficiency.uncertainty.gemm: must be <= 2 (got 606.5)" in message and "nothing was written" in message
+
+
+def read_calibration_text(text: str):
+    from des.catalog.calibration import parse_calibration
+
+    return parse_calibration(text, "test")
+
+
+@pytest.mark.parametrize(
+    ("meta", "named"),
+    [
+        ({"hardware": "RTX4090", "gpu": "NVIDIA GeForce RTX 4090"}, "rtx4090"),
+        ({"gpu": "NVIDIA GeForce RTX 4090"}, "rtx4090"),
+        ({"gpu": "NVIDIA H200"}, "h200"),
+        ({"gpu": "NVIDIA H20"}, "h20"),
+        ({"gpu": "NVIDIA L40S"}, "l40s"),
+        ({"gpu": "NVIDIA L4"}, "l4"),
+        ({"gpu": "NVIDIA H100 80GB HBM3"}, "h100-80gb"),
+        ({"gpu": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}, "rtx-pro-6000"),
+        ({"gpu": "Some Accelerator 9000"}, None),
+        ({}, None),
+    ],
+)
+def test_the_gpu_a_profile_names(meta, named):
+    from des.tools.calibrate import profiled_gpu
+
+    found = profiled_gpu(meta)
+    assert (found[1] if found else None) == named
+
+
+def test_a_gpu_the_profile_was_not_measured_on_is_refused(tmp_path):
+    """``--gpu h100-80gb`` on the RTX 4090 profile wrote an H100 calibration of 4090 kernels."""
+    out = tmp_path / "h100.yaml"
+    done = _calibrate(str(PROFILE), "--gpu", "h100-80gb", "--model", "llama-3.1-8b", "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"error: --gpu: the profile was measured on RTX4090 ({str(PROFILE / 'meta.yaml')!r}), not on h100-80gb: "
+        "its kernel times fit rtx4090 (--gpu rtx4090)\n"
+    )
+    assert not out.exists() and not out.with_suffix(".png").exists()

@@ -382,3 +382,139 @@ def test_des_compare_in_a_terminal(tmp_path):
     assert done.returncode == 0, done.stderr
     for name in ("comparison.json", "trace.csv", "scenario.yaml"):
         assert (out / name).read_bytes() == (piped / name).read_bytes(), name
+
+
+# -- reliability review 4 (W12, T7, C2) and newcomer review 4 (Q6) ---------------------------
+
+
+def _bench(tmp_path: Path, **fields) -> Path:
+    data = json.loads((FIXTURES / "bench-serve.json").read_text()) | fields
+    return _write(tmp_path / "bench.json", data)
+
+
+def test_a_model_the_catalog_lacks_is_not_replayed_as_another_unasked(tmp_path):
+    """W12: ``model_id: nonexistent/Model-1T`` was replayed on Qwen2.5-7B with exit 0 and no word."""
+    path = _bench(tmp_path, model_id="nonexistent/Model-1T")
+    measured = read_measured(path)
+    with pytest.raises(ScenarioError) as info:
+        compare(measured, None, ["gpu=rtx4090"])
+    [(field, message)] = info.value.problems
+    assert field == "RESULT"
+    assert message.startswith(f"{str(path)!r}: its model_id 'nonexistent/Model-1T' is no catalog model"), message
+    assert "--set model=NAME" in message and "qwen2.5-7b" in message and "a SCENARIO" in message
+    # --set model gives the one to replay on: no note
+    assert compare(measured, None, ["gpu=rtx4090", "model=llama-3.1-8b"]).notes == []
+    # a SCENARIO naming a model: replayed on it, with a note saying so
+    own = _write(tmp_path / "s.yaml", yaml.safe_dump({"model": "llama-3.1-8b"}))
+    cmp = compare(measured, own)
+    assert cmp.scenario.model.name == "llama-3.1-8b"
+    assert cmp.notes == [
+        "the log's model_id 'nonexistent/Model-1T' is no catalog model; replaying on SCENARIO's llama-3.1-8b"
+    ]
+    # a SCENARIO that names none would take the default's: refused as without one
+    bare = _write(tmp_path / "bare.yaml", yaml.safe_dump({"gpu": "rtx4090"}))
+    with pytest.raises(ScenarioError):
+        compare(measured, bare)
+
+
+def test_the_command_says_so_in_one_line(tmp_path):
+    path = _bench(tmp_path, model_id="../../etc/passwd")
+    done = des_cli("compare", str(path), "--set", "gpu=rtx4090", "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: RESULT: {str(path)!r}: its model_id '../../etc/passwd'")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_log_naming_no_gpu_or_model_warns_that_the_default_is_compared(tmp_path):
+    """Q6: a log naming neither was compared against RTX 4090 + Qwen2.5-7B, said only in the header."""
+    measured = read_measured(FIXTURES / "request-records.jsonl")
+    assert compare(measured).notes == [
+        "the log names no GPU and no model; comparing against the default scenario's rtx4090 and qwen2.5-7b: "
+        "give what it ran on with --set gpu=NAME --set model=NAME, or a SCENARIO"
+    ]
+    # a log naming its model (bench-serve.json: Llama-3.1-8B-Instruct) but no GPU
+    named = read_measured(FIXTURES / "bench-serve.json")
+    assert compare(named).notes == [
+        "the log names no GPU; comparing against the default scenario's rtx4090: "
+        "give what it ran on with --set gpu=NAME, or a SCENARIO"
+    ]
+    assert compare(named, None, ["gpu=h100-80gb"]).notes == []
+    own = _write(tmp_path / "s.yaml", yaml.safe_dump({"gpu": "h100-80gb", "model": "qwen2.5-7b"}))
+    assert compare(measured, own).notes == []
+    done = des_cli("compare", str(FIXTURES / "request-records.jsonl"), "--json", "--out", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["warning: " + compare(measured).notes[0]]
+
+
+def test_llmservingsim_request_records_are_read_by_their_length_names(tmp_path):
+    """Q6: LLMServingSim's vLLM benchmark writes ``RequestStateStats`` timestamps with the lengths as
+    ``input_toks`` and ``output_toks``; they read as ``num_prompt_tokens`` and ``num_generation_tokens``
+    do (and ``completion_tokens``, the OpenAI usage name)."""
+    rows = [json.loads(x) for x in (FIXTURES / "request-records.jsonl").read_text().splitlines()]
+    theirs = read_vllm_records(FIXTURES / "request-records.jsonl")
+    for prompt, output in (("input_toks", "output_toks"), ("prompt_tokens", "completion_tokens")):
+        renamed = [
+            {(prompt if k == "num_prompt_tokens" else output if k == "num_generation_tokens" else k): v
+             for k, v in r.items()} for r in rows
+        ]  # fmt: skip
+        path = _write(tmp_path / f"{prompt}.jsonl", "".join(json.dumps(r) + "\n" for r in renamed))
+        assert detect_format(path) == "vllm-records"
+        pd.testing.assert_frame_equal(read_vllm_records(path), theirs)
+
+
+def test_a_record_lacking_its_lengths_says_what_it_needs_and_what_it_has(tmp_path):
+    path = _records(tmp_path, lambda r: [x.pop("num_generation_tokens") for x in r])
+    with pytest.raises(ScenarioError) as info:
+        read_measured(path)
+    [(field, message)] = info.value.problems
+    assert field == "RESULT"
+    assert "line 1 lacks num_generation_tokens or completion_tokens or output_toks" in message, message
+    first = json.loads((FIXTURES / "request-records.jsonl").read_text().splitlines()[0])
+    assert message.endswith("; has: " + ", ".join(k for k in first if k != "num_generation_tokens")), message
+
+
+def test_token_counts_beyond_int64_name_the_field_and_the_value(tmp_path):
+    """C2: ``input_lens[0] = 1e30`` leaked a numpy cast warning and an error naming a temporary
+    requests.csv, workload.arrival.path and -9223372036854775808."""
+    lens = json.loads((FIXTURES / "bench-serve.json").read_text())["input_lens"]
+    path = _bench(tmp_path, input_lens=[1e30, *lens[1:]])
+    done = des_cli("compare", str(path), "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        f"error: RESULT: {str(path)!r}: input_lens[0] is 1e+30, not a whole number from 0 to 1,000,000,000\n"
+    )
+
+
+@pytest.mark.parametrize("flag", ["RESULT", "--server-log"])
+def test_a_device_is_refused_not_read_whole(tmp_path, flag):
+    """T7: ``des compare /dev/zero`` (or ``--server-log /dev/zero``) read it whole: MemoryError."""
+    args = ["/dev/zero"] if flag == "RESULT" else [str(FIXTURES / "bench-serve.json"), "--server-log", "/dev/zero"]
+    done = des_cli("compare", *args, "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr == f"error: {flag}: '/dev/zero': is a device, not a file\n"
+    assert not (tmp_path / "o").exists()
+
+
+def test_files_and_pipes_are_read_up_to_the_bound(tmp_path, monkeypatch):
+    import os
+    import threading
+
+    from des.workload.formats import files
+
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 10)
+    monkeypatch.setattr(files, "_CHUNK", 4)
+    assert files.read_bytes(_write(tmp_path / "ok.txt", "0123456789")) == b"0123456789"
+    with pytest.raises(files.FileProblem, match=r"holds 11 bytes, beyond the .* des reads from one file"):
+        files.read_bytes(_write(tmp_path / "big.txt", "0123456789A"))
+    fifo = tmp_path / "pipe"
+    for content, expected in ((b"012345678", b"012345678"), (b"0123456789AB", None)):
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=fifo.write_bytes, args=(content,))
+        writer.start()
+        if expected is None:
+            with pytest.raises(files.FileProblem, match=r"holds more than 10 bytes"):
+                files.read_bytes(fifo)
+        else:
+            assert files.read_bytes(fifo) == expected
+        writer.join()
+        fifo.unlink()

@@ -536,3 +536,109 @@ def test_the_review_azure_time_is_one_error_line(tmp_path):
     trace = write(tmp_path / "a.csv", AZURE_HEADER + "2023-11-16 18:15:46.6805900,374,44\n9999-12-31 23:59:59,10,5\n")
     line = run_fails_with_one_error(tmp_path, trace, "azure")
     assert line == f"error: {PATH}: {str(trace)!r} row 2: TIMESTAMP '9999-12-31 23:59:59' {OUTSIDE}"
+
+
+# -- reliability review 4, W2: the other CSV readers read rows as the trace readers do ----------
+
+SCHEDULE_PATH = "workload.arrival.schedule.path"
+
+
+def _schedule_problem(path: Path) -> str:
+    """The one problem a piecewise schedule read from ``path`` reports (at its ``path``)."""
+    scenario = {
+        "name": "w2",
+        "horizon": {"duration": 20},
+        "workload": {"arrival": {"process": "nhpp", "schedule": {"kind": "piecewise", "path": str(path)}}},
+        "cost_model": {"kind": "constant", "step_time": 1.0},
+    }
+    with pytest.raises(des.ScenarioError) as info:
+        des.load_scenario(scenario)
+    problems = info.value.problems
+    assert len(problems) == 1, problems
+    assert problems[0][0] == SCHEDULE_PATH, problems
+    return problems[0][1]
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        # the review's file: read as rate 5 from t = 0 and 2 from t = 10 (the file says 0, then 10)
+        ("time,rate\n0,0,5\n10,10,2\n", "row 1 (line 2) has 3 fields, but the header has 2"),
+        # trailing commas: every time taken for the index, the rates blank
+        ("time,rate\n0,5,\n10,2,\n", "row 1 (line 2) has 3 fields, but the header has 2"),
+        # an extra field on a later row: pandas's own tokenizer message, or "the times must start at 0"
+        ("time,rate\n0,5\n10,2,7\n", "row 2 (line 3) has 3 fields, but the header has 2"),
+        ("time,rate\n0,5\n10\n", "row 2 (line 3) has 1 field, but the header has 2"),
+    ],
+)
+def test_a_schedule_csv_row_of_another_width_is_an_error(tmp_path, content, words):
+    message = _schedule_problem(write(tmp_path / "day.csv", content))
+    assert message.startswith(f"day.csv {words}: each row needs one field per column"), message
+
+
+def test_a_schedule_csv_of_rows_of_the_header_width_reads_as_written(tmp_path):
+    """Spaces after commas, a comment and a blank line: the same times and rates as written."""
+    from des.workload.schedule import Piecewise
+
+    path = write(tmp_path / "day.csv", "# a day\ntime, rate\n0, 0\n\n10, 2.5\n30,1e-3\n")
+    schedule = Piecewise.model_validate({"path": str(path)})
+    assert schedule._t.tolist() == [0.0, 10.0, 30.0]
+    assert schedule._r.tolist() == [0.0, 2.5, 1e-3]
+
+
+def test_an_empirical_length_file_row_of_another_width_is_an_error(tmp_path):
+    """The review's file: prompts were drawn from 20/30/40 and every output was 7."""
+    from des.workload.lengths import read_lengths
+
+    path = write(tmp_path / "emp.csv", "prompt,output\n100,20,7\n200,30,7\n300,40,7\n")
+    for column in ("prompt", "output"):
+        with pytest.raises(ValueError, match=r"row 1 \(line 2\) has 3 fields, but the header has 2") as info:
+            read_lengths(path, column)
+        assert str(info.value).startswith(repr(str(path))), info.value
+    single = write(tmp_path / "one.txt", "100\n200\n300,7\n")
+    with pytest.raises(ValueError, match=r"row 2 \(line 3\) has 2 fields, but the header has 1"):
+        read_lengths(single, None)
+    # through a scenario: one problem, at the distribution's path
+    scenario = {
+        "name": "w2",
+        "workload": {
+            "arrival": {"process": "poisson", "rate": 1},
+            "prompt_tokens": {"dist": "empirical", "path": str(path), "column": "prompt"},
+        },
+    }
+    with pytest.raises(des.ScenarioError) as err:
+        des.load_scenario(scenario)
+    assert [p[0] for p in err.value.problems] == ["workload.prompt_tokens.path"], err.value.problems
+
+
+def test_empirical_lengths_of_rows_of_the_header_width_read_as_written(tmp_path):
+    from des.workload.lengths import read_lengths
+
+    table = write(tmp_path / "emp.csv", "# lengths\nprompt,output\n100,20\n200,30\n\n300,40\n")
+    assert read_lengths(table, "prompt").tolist() == [100, 200, 300]
+    assert read_lengths(table, "output").tolist() == [20, 30, 40]
+    assert read_lengths(write(tmp_path / "one.txt", "tokens\n5\n7\n# done\n9\n"), None).tolist() == [5, 7, 9]
+
+
+def test_a_profile_csv_row_of_another_width_is_an_error_not_a_type_error(tmp_path):
+    """A calibration profile's row with an extra field was caught only as ``tokens 2.592 is not an
+    integer >= 1`` (the time read as the token count); every profile table is read the same way."""
+    from des.errors import ScenarioError
+    from des.tools.profile_csv import read_csv
+
+    def problem(line: str) -> ScenarioError:
+        return ScenarioError(("PROFILE_DIR", line))
+
+    path = write(tmp_path / "dense.csv", "layer,tokens,time_us\nact_fn,1,2.592,9\nact_fn,2,3.1\n")
+    with pytest.raises(ScenarioError) as info:
+        read_csv(path, problem)
+    assert info.value.problems == [
+        (
+            "PROFILE_DIR",
+            f"{str(path)!r}: row 1 (line 2) has 4 fields, but the header has 3: "
+            "each row needs one field per column (name the extra column in the header)",
+        )
+    ]
+    good = write(tmp_path / "ok.csv", "layer,tokens,time_us\r\nact_fn,1,2.592\r\nact_fn,2,3.1\r\n")
+    frame = read_csv(good, problem)
+    assert frame["tokens"].tolist() == [1, 2] and frame["time_us"].tolist() == [2.592, 3.1]

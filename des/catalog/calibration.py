@@ -61,6 +61,13 @@ def read_calibration(path: Path) -> CalibrationFile:
         raise ValueError(f"{where}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise ValueError(f"{where} is not UTF-8 text") from None
+    return parse_calibration(text, where)
+
+
+def parse_calibration(text: str, where: str) -> CalibrationFile:
+    """The calibration file whose content is ``text``, validated as a scenario reads it; any
+    problem as one ``ValueError`` line starting with ``where`` (``des calibrate`` checks what it
+    is about to write with it)."""
     try:
         data = load_yaml(text)
     except yaml.YAMLError as exc:

@@ -33,7 +33,9 @@ def fmt(v: Any) -> str:
 
 
 def warning(note: str) -> None:
-    ERR.print(f"[yellow]warning:[/] {note}", highlight=False)
+    """``warning: NOTE`` on stderr, one line however long (not wrapped at the terminal's width:
+    a log or a script reads it whole)."""
+    ERR.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
 
 
 def wrote(path: Path) -> None:

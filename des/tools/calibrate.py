@@ -46,7 +46,8 @@ second, so no rows are subsampled.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,9 +55,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import yaml
+from pydantic import ValidationError
 from scipy.optimize import least_squares
 
-from des.catalog.calibration import CalibrationFile, GroupFit
+from des.catalog.calibration import CalibrationFile, GroupFit, parse_calibration
 from des.catalog.efficiency import Efficiency
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import load_yaml
@@ -68,11 +70,12 @@ from des.cost.roofline import (
     activation_bytes,
     build_roofline,
 )
-from des.errors import ScenarioError
-from des.tools.profile_csv import read_csv
+from des.errors import ScenarioError, reword, validation_errors
+from des.tools.profile_csv import MAX_KERNEL_S, read_csv
 from des.tools.vidur import ELEMENTWISE_OPS as VIDUR_ELEMENTWISE
 from des.tools.vidur import GEMM_OPS as VIDUR_GEMM
 from des.tools.vidur import VidurProfile, profile_files, read_vidur
+from des.workload.formats.checks import show
 
 ARG = "PROFILE_DIR"
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -96,6 +99,11 @@ GROUPS = (
     "attention_decode",
     "attention_mixed",
 )
+#: The longest ``time_us`` a profile may state (:data:`~des.tools.profile_csv.MAX_KERNEL_S`).
+MAX_KERNEL_US = MAX_KERNEL_S * 1e6
+#: Keys of ``meta.yaml`` naming the GPU the profile was measured on (LLMServingSim's profiler:
+#: ``hardware: RTX4090``, ``gpu: NVIDIA GeForce RTX 4090``), in the order they are read.
+META_GPU = ("hardware", "gpu")
 #: Shape fields of the profile's model that ``meta.yaml`` may state (``hf_overrides``).
 META_SHAPE = {
     "hidden_size": "hidden_size",
@@ -169,15 +177,15 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
             continue
         values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
         if col == "time_us":
-            bad = ~np.isfinite(values) | (values <= 0)
-            what = "a time > 0 (microseconds)"
+            bad = ~np.isfinite(values) | (values <= 0) | (values > MAX_KERNEL_US)
+            what = f"a kernel time in microseconds, > 0 and at most {MAX_KERNEL_US:g} ({MAX_KERNEL_S:g} s)"
         else:
             low = 1 if col in ("tokens", "sequences") else 0
             bad = ~np.isfinite(values) | (values < low) | (values != np.round(values)) | (values > 1e9)
             what = f"an integer >= {low}"
         if bad.any():
             i = int(np.argmax(bad))
-            raise _problem(f"{name!r} row {i + 1}: {col} {frame[col].iloc[i]!r} is not {what}")
+            raise _problem(f"{name!r} row {i + 1}: {col} {show(frame[col].iloc[i])} is not {what}")
         frame[col] = values if col == "time_us" else values.astype(np.int64)
     frame["time"] = frame["time_us"] * 1e-6
     return frame
@@ -260,6 +268,45 @@ def fit_folder(path: Path, gpu: GPUSpec, model: ModelSpec | None) -> Fit:
     return fit_profile(read_profile(path), gpu, model)
 
 
+def _compact(text: str) -> str:
+    """Lower case letters and digits only: ``NVIDIA GeForce RTX 4090`` -> ``nvidiageforcertx4090``."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def profiled_gpu(meta: dict[str, Any]) -> tuple[str, str] | None:
+    """The GPU ``meta.yaml`` says the profile was measured on, as (what it states, the catalog
+    GPU it names), or None when it names none the catalog has. A statement names the catalog
+    GPU whose name (letters and digits) is the longest found in it: ``RTX4090`` and ``NVIDIA
+    GeForce RTX 4090`` name ``rtx4090``, ``NVIDIA H200`` names ``h200`` (not ``h20``)."""
+    from des.catalog import gpu_names
+
+    names = {_compact(name): name for name in gpu_names()}
+    for key in META_GPU:
+        stated = meta.get(key)
+        if not isinstance(stated, str) or not stated.strip():
+            continue
+        text = _compact(stated)
+        found = [c for c in names if c in text]
+        if found:
+            return stated, names[max(found, key=len)]
+    return None
+
+
+def check_gpu(profile: Profile, gpu: GPUSpec) -> None:
+    """The GPU calibrated must be the one the profile was measured on, when ``meta.yaml`` names one."""
+    found = profiled_gpu(profile.meta)
+    if found is None or found[1] == gpu.name:
+        return
+    stated, name = found
+    raise ScenarioError(
+        (
+            "--gpu",
+            f"the profile was measured on {stated} ({str(profile.path / 'meta.yaml')!r}), not on {gpu.name}: "
+            f"its kernel times fit {name} (--gpu {name})",
+        )
+    )
+
+
 def check_model(profile: Profile, model: ModelSpec) -> None:
     """The model's shapes must be those the profile was measured with (``meta.yaml``)."""
     eng = profile.meta.get("engine_effective")
@@ -321,6 +368,16 @@ class Fit:
             return self.model.name
         assert isinstance(self.profile, VidurProfile)
         return ", ".join(self.profile.models)
+
+    def calibration_text(self) -> str:
+        """The calibration file to write (YAML), read back first as a scenario would read it: a
+        ScenarioError naming ``PROFILE_DIR`` rather than a file ``des run`` refuses."""
+        text = self.calibration_file().to_yaml()
+        try:
+            parse_calibration(text, "the fitted calibration")
+        except ValueError as exc:
+            raise _problem(f"{exc}; nothing was written") from None
+        return text
 
     def calibration_file(self) -> CalibrationFile:
         return CalibrationFile(
@@ -455,6 +512,7 @@ def _least_squares(
 
 def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
     """Fit every group's factors to ``profile`` (``model``'s shapes, ``gpu``'s spec sheet)."""
+    check_gpu(profile, gpu)
     check_model(profile, model)
     pred = _Predictor(gpu, model)
     fitter = _Fitter({"weight_bandwidth": 0.9, "gemm_compute": 0.9})
@@ -583,7 +641,7 @@ def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
     for name, values in predictions.items():
         groups[name].points["predicted"] = values
     ordered = {k: groups[k] for k in GROUPS}
-    efficiency = efficiency.model_copy(update={"uncertainty": residual_sd(ordered)})
+    efficiency = with_uncertainty(efficiency, residual_sd(ordered))
     return Fit(gpu, model, profile, efficiency, ordered)
 
 
@@ -645,8 +703,25 @@ def fit_vidur(profile: VidurProfile, gpu: GPUSpec, base: Efficiency) -> Fit:
     fitter.groups["gemm"].points["predicted"] = gemm_of(efficiency.model_dump(exclude=keep))
     fitter.groups["elementwise"].points["predicted"] = elementwise_of(efficiency.model_dump(exclude=keep))
     sd = residual_sd(fitter.groups)
-    efficiency = efficiency.model_copy(update={"uncertainty": {**base.uncertainty, **sd}})
+    efficiency = with_uncertainty(efficiency, {str(k): v for k, v in base.uncertainty.items()} | sd)
     return Fit(gpu, None, profile, efficiency, fitter.groups)
+
+
+def with_uncertainty(efficiency: Efficiency, uncertainty: Mapping[str, float]) -> Efficiency:
+    """``efficiency`` with the fit's ``uncertainty``, validated by the model a scenario reads a
+    calibration file with: a residual sd beyond what des accepts (the profile's times are far
+    from anything the roofline reproduces) is a ScenarioError naming ``PROFILE_DIR``, so that
+    no calibration des would refuse is written."""
+    try:
+        return Efficiency.model_validate({**efficiency.model_dump(), "uncertainty": uncertainty})
+    except ValidationError as exc:
+        err = validation_errors(exc)[0]
+        where = ".".join(map(str, err["loc"]))
+        raise _problem(
+            f"the fit cannot be used: its efficiency.{where} would be {show(err.get('input'))}, which "
+            f"des refuses ({reword(err['msg'])}); are the profile's times kernel times of one layer, in "
+            "microseconds, measured with the model given?"
+        ) from None
 
 
 #: Which op groups of a fit inform which uncertainty group of the efficiency.

@@ -15,7 +15,10 @@ Its successful requests are replayed with their arrival times and token counts (
 a closed loop when all were issued at once) on the engine of a scenario (the embedded
 default, or a file, with ``--set`` overrides as in ``des run``; without a file, the GPU
 and model the log names, when the catalog has them), the run drained to the last
-request. Measured and simulated are then summarised the same way:
+request. A GPU or model the log names that the catalog lacks is an error unless ``--set``
+or the SCENARIO gives the one to replay on (:func:`check_unnamed`); where the replay's GPU
+or model is not the log's (the default's, or the SCENARIO's in place of an unknown name),
+the command warns (:func:`engine_notes`). Measured and simulated are then summarised the same way:
 
 - throughput: completed requests and output tokens per second over the span from the
   first arrival to the last completion;
@@ -282,6 +285,7 @@ class Comparison:
     table: pd.DataFrame  # metric, measured, simulated, error
     scenario: Any
     engine: pd.DataFrame = field(default_factory=pd.DataFrame)  # preemptions, KV capacity: same columns
+    notes: list[str] = field(default_factory=list)  # what the replay's GPU and model rest on (engine_notes)
 
     def errors(self) -> dict[str, float]:
         """The latency and throughput errors by metric (the engine facts: :meth:`engine_facts`)."""
@@ -360,6 +364,10 @@ def trace_csv(measured: Measured) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The engine fields a measured run may name (scenario key -> where a log names it, what it is).
+ENGINE_NAMES = {"gpu": ("gpu (--metadata gpu=NAME)", "GPU"), "model": ("model_id", "model")}
+
+
 def named_engine(measured: Measured) -> list[tuple[str, str]]:
     """The catalog GPU and model the log names (``model_id``; ``gpu`` given with ``--metadata``),
     as scenario overrides; a name the catalog lacks is left out (:func:`unnamed` says which)."""
@@ -373,6 +381,76 @@ def named_engine(measured: Measured) -> list[tuple[str, str]]:
     if model is not None:
         out.append(("model", model))
     return out
+
+
+def unnamed(measured: Measured) -> dict[str, str]:
+    """The GPU and model names the log gives that name no catalog entry (scenario key -> the
+    name as the log writes it): :func:`named_engine` leaves them out."""
+    named = dict(named_engine(measured))
+    given = {"gpu": measured.meta.get("gpu"), "model": measured.meta.get("model_id")}
+    return {k: v.strip() for k, v in given.items() if isinstance(v, str) and v.strip() and k not in named}
+
+
+def _asked(scenario: Path | None, overrides: Iterable[str]) -> tuple[set[str], set[str]]:
+    """The engine keys (``gpu``, ``model``) the user decided: by ``--set``, and by the SCENARIO file."""
+    from des.scenario import parse_override, read_yaml
+
+    chosen = {parse_override(text)[0].split(".")[0] for text in overrides}
+    stated = set(read_yaml(scenario)) if scenario is not None else set()
+    return chosen & set(ENGINE_NAMES), stated & set(ENGINE_NAMES)
+
+
+def check_unnamed(measured: Measured, scenario: Path | None, overrides: Iterable[str]) -> None:
+    """A GPU or model the log names but the catalog lacks is replaced only when asked to: by
+    ``--set`` or by a SCENARIO that names one. ScenarioError naming ``RESULT`` otherwise (des
+    would replay the run on the default's, and report that engine's errors as the run's)."""
+    from des.catalog import gpu_names, model_names
+
+    chosen, stated = _asked(scenario, overrides)
+    problems = []
+    for key, name in unnamed(measured).items():
+        if key in chosen | stated:
+            continue
+        where, kind = ENGINE_NAMES[key]
+        names = gpu_names() if key == "gpu" else model_names()
+        problems.append(
+            (
+                ARG,
+                f"{str(measured.path)!r}: its {where} {name!r} is no catalog {kind}, and des does not replay "
+                f"a run on another {kind} unasked: give the one to replay on with --set {key}=NAME "
+                f"({', '.join(names)}) or a SCENARIO that names one",
+            )
+        )
+    if problems:
+        raise ScenarioError(problems)
+
+
+def engine_notes(measured: Measured, scenario: Path | None, overrides: Iterable[str], sc: Any) -> list[str]:
+    """What the replay's GPU and model rest on when the log does not decide them, one warning
+    each (the command prints them): without a SCENARIO, a GPU or model the log does not name
+    and no ``--set`` gives is the embedded default's; with one, a name the log gives that the
+    catalog lacks is replaced by the SCENARIO's. A catalog name the log gives needs no note."""
+    chosen, stated = _asked(scenario, overrides)
+    actual = {"gpu": sc.gpu.name, "model": sc.model.name}
+    lacking = unnamed(measured)
+    if scenario is not None:
+        return [
+            f"the log's {ENGINE_NAMES[k][0].split(' ')[0]} {name!r} is no catalog {ENGINE_NAMES[k][1]}; "
+            f"replaying on SCENARIO's {actual[k]}"
+            for k, name in lacking.items()
+            if k in stated and k not in chosen
+        ]
+    named = dict(named_engine(measured))
+    missing = [k for k in ENGINE_NAMES if k not in named and k not in chosen and k not in lacking]
+    if not missing:
+        return []
+    what = " and no ".join(ENGINE_NAMES[k][1] for k in missing)
+    used = " and ".join(actual[k] for k in missing)
+    sets = " ".join(f"--set {k}=NAME" for k in missing)
+    return [
+        f"the log names no {what}; comparing against the default scenario's {used}: "
+        f"give what it ran on with {sets}, or a SCENARIO"
+    ]
 
 
 def catalog_model(model_id: object) -> str | None:
@@ -402,6 +480,7 @@ def replay_scenario(measured: Measured, scenario: Path | None, overrides: Iterab
     then ``overrides``."""
     from des.scenario import load_scenario, parse_override
 
+    check_unnamed(measured, scenario, overrides)
     items: list[str | tuple[str, Any]] = []
     if scenario is None:
         items += [("name", f"replay of {measured.path.name}"), *named_engine(measured)]
@@ -433,6 +512,7 @@ def compare(
         if seed is not None:
             items.append(f"seed={seed}")
         sc = replay_scenario(measured, scenario, items, Path(tmp) / "requests.csv")
+        notes = engine_notes(measured, scenario, items, sc)
         result = simulate(sc)
     sim, rejected = simulated_rows(result.requests)
     engine = engine_table(measured, result.summary, sc)
@@ -453,7 +533,7 @@ def compare(
     ]
     table = pd.DataFrame(rows)
     table["error"] = [error(s, m) for s, m in zip(table["simulated"], table["measured"], strict=True)]
-    return Comparison(measured, sim, rejected, table, sc, engine)
+    return Comparison(measured, sim, rejected, table, sc, engine, notes)
 
 
 def engine_table(measured: Measured, summary: dict[str, Any], scenario: Any) -> pd.DataFrame:

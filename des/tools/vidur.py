@@ -43,7 +43,8 @@ import pandas as pd
 
 from des.catalog.specs import ModelSpec
 from des.errors import ScenarioError
-from des.tools.profile_csv import read_csv
+from des.tools.profile_csv import MAX_KERNEL_S, read_csv
+from des.workload.formats.checks import show
 
 ARG = "PROFILE_DIR"
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -133,10 +134,13 @@ def _read_one(path: Path) -> tuple[pd.DataFrame, pd.Series]:
             out[op] = np.nan
             continue
         ms = pd.to_numeric(frame[col], errors="coerce").to_numpy(float)
-        bad = ~np.isfinite(ms) | (ms <= 0)
+        bad = ~np.isfinite(ms) | (ms <= 0) | (ms > MAX_KERNEL_S * 1e3)
         if bad.any():
             i = int(np.argmax(bad))
-            raise _problem(f"{name!r} row {i + 2}: {col} {frame[col].iloc[i]!r} is not a time > 0 (ms)")
+            raise _problem(
+                f"{name!r} row {i + 2}: {col} {show(frame[col].iloc[i])} is not a time > 0 (ms) "
+                f"and at most {MAX_KERNEL_S * 1e3:g} ({MAX_KERNEL_S:g} s)"
+            )
         out[op] = ms * 1e-3
     # a point profiled twice (some files repeat 2048 and 4096 tokens) counts once, at the mean
     out = out.groupby(["tp", "tokens"], as_index=False, sort=True).mean()

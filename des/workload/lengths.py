@@ -46,6 +46,7 @@ from des.config import FilePath, Strict
 from des.registry import Registry, check_union, kind_of
 from des.workload._buffer import Buffered
 from des.workload.formats.checks import existing_file, first_line, positive_ints
+from des.workload.formats.files import FileProblem, csv_table, utf8_bytes
 
 #: Lengths a pmf table spans at most (8 MB an array): :meth:`LengthDist.moments` adds the
 #: support beyond in closed form, so a heavy tail (lognormal sigma 2.5) costs no memory.
@@ -522,25 +523,33 @@ class Empirical(LengthDist):
 
 
 def read_lengths(path: Path, column: str | None) -> np.ndarray:
-    """Positive integer lengths from ``path``; raises ValueError naming the problem."""
+    """Positive integer lengths (tokens) from ``path``, read as every CSV des reads
+    (:func:`~des.workload.formats.files.csv_table`: ``#`` starts a comment, every row has the
+    first row's number of fields); raises ValueError naming the problem."""
     import pandas as pd
 
     existing_file(path)
     try:
+        data = utf8_bytes(path)
+    except (OSError, FileProblem) as exc:
+        raise ValueError(f"cannot read {str(path)!r}: {first_line(exc)}") from None
+    try:
         if column is None:
-            frame = pd.read_csv(path, header=None, comment="#")
+            frame = csv_table(data, header=None)
             if frame.shape[1] != 1:
                 raise ValueError(f"{str(path)!r} has {frame.shape[1]} columns; name one with 'column'")
             series = frame.iloc[:, 0]
             if series.size and not _is_number(series.iloc[0]):
                 series = series.iloc[1:]  # a header line
         else:
-            frame = pd.read_csv(path, comment="#")
+            frame = csv_table(data)
             if column not in frame.columns:
                 raise ValueError(
                     f"{str(path)!r} has no column {column!r}; columns: {', '.join(map(str, frame.columns))}"
                 )
             series = frame[column]
+    except FileProblem as exc:  # a row of another width than the first
+        raise ValueError(f"{str(path)!r} {exc}") from None
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"cannot read {str(path)!r}: {first_line(exc)}") from None
     if series.size == 0:

@@ -63,6 +63,8 @@ from pydantic import Field, PositiveFloat, PrivateAttr, model_validator
 from des.config import MAX_TIME, FilePath, Seconds, Strict
 from des.registry import Registry, check_union, kind_of
 from des.workload._buffer import Buffered
+from des.workload.formats.checks import show
+from des.workload.formats.files import FileProblem, csv_table, utf8_bytes
 
 #: The largest arrival rate (requests per second). A million requests take about 45 s of
 #: CPU and 700 MB (reliability review 3: 10^6 req/s for 1 s); at 1e7 req/s one simulated
@@ -371,16 +373,21 @@ def _problem(times: np.ndarray, rates: np.ndarray) -> tuple[str, int | None, str
 
 
 def _read_csv(path) -> tuple[np.ndarray, np.ndarray]:
-    """The starts (seconds) and rates of a piecewise schedule's CSV; ValueError naming the problem."""
+    """The starts (seconds) and rates of a piecewise schedule's CSV; ValueError naming the problem.
+
+    Read as every CSV des reads (:func:`~des.workload.formats.files.csv_table`: ``#`` starts a
+    comment, a row must have the header's number of fields), with spaces after a comma skipped."""
     import pandas as pd
 
     name = path.name
     try:
-        frame = pd.read_csv(path, skipinitialspace=True)
+        frame = csv_table(utf8_bytes(path), skipinitialspace=True)
     except FileNotFoundError:
         raise ValueError(f"path: no such file {str(path)!r}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ValueError(f"path: cannot read {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    except FileProblem as exc:
+        raise ValueError(f"path: {name} {exc}") from None
     except pd.errors.EmptyDataError:
         raise ValueError(f"path: {name} is empty: needs a header (time,rate) and one row per interval") from None
     except pd.errors.ParserError as exc:
@@ -401,7 +408,8 @@ def _read_csv(path) -> tuple[np.ndarray, np.ndarray]:
         values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
         bad = np.flatnonzero(np.isnan(values))
         if len(bad):
-            raise ValueError(f"path: {name} line {bad[0] + 2}: {label} {frame[column].iloc[bad[0]]!r} is not a number")
+            value = show(frame[column].iloc[bad[0]])
+            raise ValueError(f"path: {name} line {bad[0] + 2}: {label} {value} is not a number")
         out.append(values)
     return out[0], out[1]
 

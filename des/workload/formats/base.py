@@ -31,7 +31,6 @@ deliberately (failed requests) are in ``table.attrs["notes"]``, one sentence eac
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -42,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from des.workload.formats.checks import existing_file, first_line, numbers, show
-from des.workload.formats.files import FileProblem, NestedTooDeep, json_value, ragged_row, utf8_bytes
+from des.workload.formats.files import FileProblem, NestedTooDeep, csv_table, json_value, utf8_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -131,12 +130,10 @@ def load_csv(path: Path) -> pd.DataFrame:
         raise ValueError(f"cannot parse {str(path)!r}: {exc}") from None
     except OSError as exc:
         raise ValueError(f"cannot parse {str(path)!r}: {first_line(exc)}") from None
-    ragged = ragged_row(data)
-    if ragged:
-        raise fail(path, ragged.describe())
     try:
-        # every row has the header's width: no column is taken for the index (index_col=False holds to that)
-        return pd.read_csv(io.BytesIO(data), comment="#", index_col=False)
+        return csv_table(data)
+    except FileProblem as exc:  # a row of another width than the header's
+        raise fail(path, str(exc)) from None
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"cannot parse {str(path)!r}: {first_line(exc)}") from None
 

@@ -4,9 +4,12 @@
 - **CSV rows of the header's width**: :func:`ragged_row` finds a row whose field count
   differs from the header's (pandas would take extra leading fields as the index and
   shift every column, or fill a short row with blanks), counting fields the way pandas'
-  C parser splits them.
+  C parser splits them; :func:`csv_table` reads a CSV only after it found none (every
+  CSV des reads: traces, request logs, rate schedules, length files, kernel profiles).
 - **JSON** nested too deeply for Python's parser (it raises ``RecursionError``) is a
   :class:`NestedTooDeep` error (:func:`json_value`).
+- **Size**: at most :data:`MAX_FILE_BYTES` read from one file, a pipe a chunk at a time;
+  a device (``/dev/zero``) or socket is refused (:func:`read_bytes`).
 - **Compression** by the name's last suffix, as pandas infers it for CSV: ``.gz``,
   ``.bz2``, ``.xz``, ``.zip`` (one file inside), ``.zst`` (with the ``zstandard``
   package), ``.tar`` and ``.tar.gz``/``.tar.bz2``/``.tar.xz`` (one file inside). The
@@ -24,17 +27,22 @@ import importlib
 import io
 import json
 import lzma
+import os
 import re
+import stat
 import tarfile
 import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from des.workload.formats.checks import first_line
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Compression by the file name's ending (longest first), as pandas infers it.
 COMPRESSIONS = {
@@ -89,10 +97,20 @@ def data_suffix(path: Path) -> str:
     return Path(name[: len(name) - len(end)]).suffix
 
 
+#: The most bytes des reads from one file: 2 GiB. A million requests take some 40 s and
+#: 1.4 GB to simulate (README, ``des bench``); a 2 GiB trace or log holds tens of millions.
+MAX_FILE_BYTES = 2 * 2**30
+#: Bytes read at a time from a pipe, whose size is not known beforehand.
+_CHUNK = 2**24
+
+
 def read_bytes(path: Path) -> bytes:
-    """The file's content, decompressed as its name says; :class:`FileProblem` if it cannot be
-    (``OSError`` from reading passes through, for the caller's message)."""
-    raw = path.read_bytes()
+    """The file's content, decompressed as its name says; :class:`FileProblem` if it cannot be,
+    if it is a device (``/dev/zero`` never ends) or socket rather than a file, or if it holds more
+    than :data:`MAX_FILE_BYTES` (a pipe is read a chunk at a time up to that bound; the bound
+    is on the bytes read, before decompression). ``OSError`` from reading passes through, for
+    the caller's message."""
+    raw = _bounded_bytes(path)
     kind = compression(path)
     if kind is None:
         return raw
@@ -100,6 +118,31 @@ def read_bytes(path: Path) -> bytes:
         return _decompress(kind, raw)
     except (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile, tarfile.TarError) as exc:
         raise FileProblem(f"not valid {kind} data ({first_line(exc)})") from None
+
+
+def _bounded_bytes(path: Path) -> bytes:
+    """The bytes of the file at ``path``, at most :data:`MAX_FILE_BYTES` of them (see :func:`read_bytes`)."""
+    with path.open("rb") as handle:
+        info = os.fstat(handle.fileno())
+        mode = info.st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+            kind = "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise FileProblem(f"is {kind}, not a file")
+        if stat.S_ISREG(mode):
+            if info.st_size > MAX_FILE_BYTES:
+                raise FileProblem(_too_large(f"{info.st_size:,} bytes"))
+            return handle.read()
+        chunks, total = [], 0  # a pipe: its size is known once it ends
+        while chunk := handle.read(_CHUNK):
+            total += len(chunk)
+            if total > MAX_FILE_BYTES:
+                raise FileProblem(_too_large(f"more than {MAX_FILE_BYTES:,} bytes"))
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _too_large(size: str) -> str:
+    return f"holds {size}, beyond the {MAX_FILE_BYTES // 2**30} GiB des reads from one file"
 
 
 def utf8_bytes(path: Path) -> bytes:
@@ -130,6 +173,20 @@ def user_bytes(path: Path, what: str = "file") -> bytes:
         raise ValueError(f"{where}: cannot read it ({exc.strerror or exc})") from None
     except FileProblem as exc:
         raise ValueError(f"{where}: {exc}") from None
+
+
+def csv_table(data: bytes, **options: Any) -> pd.DataFrame:
+    """The CSV ``data`` (UTF-8 bytes, as :func:`utf8_bytes` returns them) as pandas reads it with
+    ``comment="#"``, ``index_col=False`` and ``options``, once :func:`ragged_row` found every row
+    of the header's width (no field is taken for an index, none shifted): :class:`FileProblem`
+    naming the first row that is not (``row 2 (line 3) has 3 fields, but the header has 2: ...``).
+    pandas's own errors (``ParserError``, ``EmptyDataError``, ``ValueError``) pass through."""
+    import pandas as pd
+
+    ragged = ragged_row(data)
+    if ragged:
+        raise FileProblem(ragged.describe())
+    return pd.read_csv(io.BytesIO(data), comment="#", index_col=False, **options)
 
 
 def _decompress(kind: str, raw: bytes) -> bytes:

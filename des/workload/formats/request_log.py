@@ -16,7 +16,6 @@ file, the row and the value.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from des.workload.formats.checks import MAX_TOKENS, first_line, show
-from des.workload.formats.files import FileProblem, NestedTooDeep, data_suffix, json_value, ragged_row, utf8_bytes
+from des.workload.formats.files import FileProblem, NestedTooDeep, csv_table, data_suffix, json_value, utf8_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,12 +58,8 @@ def _load(path: Path, jsonl: bool | None) -> pd.DataFrame:
                         raise _fail(path, f"line {i + 1} is not a JSON object")
                     rows.append(row)
             return pd.DataFrame(rows)
-        data = utf8_bytes(path)
-        ragged = ragged_row(data)
-        if ragged:
-            raise _fail(path, ragged.describe())
         # as text: Python's float() parses decimals correctly rounded, so written numbers come back exact
-        return pd.read_csv(io.BytesIO(data), comment="#", dtype=str, keep_default_na=False, index_col=False)
+        return csv_table(utf8_bytes(path), dtype=str, keep_default_na=False)
     except FileProblem as exc:
         raise _fail(path, str(exc)) from None
     except UnicodeDecodeError:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from des.workload.formats.checks import MAX_TOKENS
 from des.workload.formats.files import NestedTooDeep, json_value, user_bytes
 
 if TYPE_CHECKING:
@@ -94,12 +95,14 @@ def _number(value: Any) -> float | None:
 
 
 def _numbers(path: Path, data: dict[str, Any], key: str, n: int, integer: bool = False) -> np.ndarray:
+    """The list ``key`` as floats: finite and >= 0; with ``integer``, token counts: whole
+    numbers up to :data:`~des.workload.formats.checks.MAX_TOKENS` (beyond, no int64 holds them)."""
     values = data[key]
     out = np.empty(n)
     for i, v in enumerate(values):
         x = _number(v)
-        if x is None or not math.isfinite(x) or x < 0 or (integer and x != round(x)):
-            what = "a whole number >= 0" if integer else "a finite number >= 0"
+        if x is None or not math.isfinite(x) or x < 0 or (integer and (x != round(x) or x > MAX_TOKENS)):
+            what = f"a whole number from 0 to {MAX_TOKENS:,}" if integer else "a finite number >= 0"
             raise _fail(path, f"{key}[{i}] is {v!r}, not {what}")
         out[i] = x
     return out

@@ -20,8 +20,14 @@ prompt length (``len(output.prompt_token_ids)``):
   timestamp it never set at 0.0;
 - ``first_token_latency`` (newer releases): the frontend's ``iteration_timestamp -
   arrival_time`` when the first token came out, wall clock;
-- ``num_generation_tokens``; ``num_prompt_tokens`` (or ``prompt_tokens``, or
-  ``prompt_token_ids`` as a list; ``RequestStateStats`` lacks it, the dump adds it);
+- the output length: ``num_generation_tokens`` (``RequestStateStats``'s and
+  ``FinishedRequestStats``'s name), or ``completion_tokens`` (the OpenAI ``usage`` name
+  vLLM's server answers with), or ``output_toks``; the prompt length: ``num_prompt_tokens``
+  (``FinishedRequestStats``), or ``prompt_tokens`` (``usage``), or ``prompt_token_ids`` as a
+  list (``RequestOutput``), or ``input_toks`` (``RequestStateStats`` lacks it: the dump adds it).
+  ``input_toks`` and ``output_toks`` are the names of LLMServingSim's vLLM benchmark
+  (``bench/core/runner.py``, ``_record_from_metrics``), whose ``requests.jsonl`` is
+  ``request_id, input_toks, output_toks`` and the ``RequestStateStats`` timestamps;
 - optional: ``num_preemptions`` (the engine's ``Request.num_preemptions``, as its journey
   events carry it), ``finish_reason`` (``abort``/``error``, or ``FinishReason`` 2/3, mark
   a failed request), ``request_id``.
@@ -79,7 +85,9 @@ if TYPE_CHECKING:
 #: Keys that make a JSON line a vLLM request record (:func:`looks_like_records`).
 RECORD_SIGNATURE = ("arrival_time", "first_token_ts", "last_token_ts")
 MONOTONIC = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
-PROMPT_KEYS = ("num_prompt_tokens", "prompt_tokens", "prompt_token_ids")
+#: The names a record gives its prompt and output lengths by, the first present one read (see the module).
+PROMPT_KEYS = ("num_prompt_tokens", "prompt_tokens", "prompt_token_ids", "input_toks")
+OUTPUT_KEYS = ("num_generation_tokens", "completion_tokens", "output_toks")
 FAILED_REASONS = ("abort", "error")
 #: ``FinishReason`` (``vllm/v1/engine/__init__.py``, an IntEnum: STOP 0, LENGTH 1, ABORT 2,
 #: ERROR 3, REPETITION 4) of a failed request, when the dump kept the number.
@@ -168,11 +176,14 @@ def read_vllm_records(path: Path) -> pd.DataFrame:
         where = f"line {line}"
         if not isinstance(row, dict):
             raise _fail(path, f"{where} is not a JSON object (one request record per line)")
-        missing = [k for k in (*RECORD_SIGNATURE, "num_generation_tokens") if k not in row]
-        if not any(k in row for k in PROMPT_KEYS):
-            missing.append(" or ".join(PROMPT_KEYS))
+        missing = [k for k in RECORD_SIGNATURE if k not in row]
+        missing += [" or ".join(keys) for keys in (OUTPUT_KEYS, PROMPT_KEYS) if not any(k in row for k in keys)]
         if missing:
-            raise _fail(path, f"{where} lacks {', '.join(missing)} (a vLLM request record: RequestStateStats fields)")
+            raise _fail(
+                path,
+                f"{where} lacks {'; '.join(missing)} (a vLLM request record: RequestStateStats fields and the "
+                f"lengths); has: {', '.join(map(str, row)) or 'nothing'}",
+            )
         arrival[j] = _time(path, where, row, "arrival_time", positive=True)
         for key in MONOTONIC:
             if key in row:
@@ -180,7 +191,7 @@ def read_vllm_records(path: Path) -> pd.DataFrame:
         if row.get("first_token_latency") not in (None, 0, 0.0):
             first_latency[j] = _time(path, where, row, "first_token_latency")
         prompt[j] = _prompt_tokens(path, where, row)
-        output[j] = _count(path, where, row, "num_generation_tokens")
+        output[j] = _count(path, where, row, next(k for k in OUTPUT_KEYS if k in row))
         if row.get("num_preemptions") is not None:
             preempt[j] = _count(path, where, row, "num_preemptions")
         reason = row.get("finish_reason")
