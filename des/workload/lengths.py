@@ -45,7 +45,7 @@ from pydantic import (
 from des.config import FilePath, Strict
 from des.registry import Registry, check_union, kind_of
 from des.workload._buffer import Buffered
-from des.workload.formats.checks import existing_file, first_line, positive_ints
+from des.workload.formats.checks import existing_file, first_line, has_columns, positive_ints
 
 #: Lengths a pmf table spans at most (8 MB an array): :meth:`LengthDist.moments` adds the
 #: support beyond in closed form, so a heavy tail (lognormal sigma 2.5) costs no memory.
@@ -537,9 +537,8 @@ def read_lengths(path: Path, column: str | None) -> np.ndarray:
         else:
             frame = pd.read_csv(path, comment="#")
             if column not in frame.columns:
-                raise ValueError(
-                    f"{str(path)!r} has no column {column!r}; columns: {', '.join(map(str, frame.columns))}"
-                )
+                names = has_columns(frame.columns).replace("has: ", "columns: ", 1)
+                raise ValueError(f"{str(path)!r} has no column {column!r}; {names}")
             series = frame[column]
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"cannot read {str(path)!r}: {first_line(exc)}") from None

@@ -374,6 +374,8 @@ def _read_csv(path) -> tuple[np.ndarray, np.ndarray]:
     """The starts (seconds) and rates of a piecewise schedule's CSV; ValueError naming the problem."""
     import pandas as pd
 
+    from des.workload.formats.checks import has_columns
+
     name = path.name
     try:
         frame = pd.read_csv(path, skipinitialspace=True)
@@ -392,7 +394,7 @@ def _read_csv(path) -> tuple[np.ndarray, np.ndarray]:
     if len(named) != 1 or "rate" not in columns or others:
         raise ValueError(
             f"path: {name} needs the columns time (or start), seconds, and rate, requests per second "
-            f"(it has {', '.join(columns) or 'none'})"
+            f"({has_columns(columns).replace('has: ', 'it has ', 1)})"
         )
     if frame.empty:
         raise ValueError(f"path: {name} has no rows: one per interval (its start and its rate)")
