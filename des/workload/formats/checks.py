@@ -88,9 +88,7 @@ def positive_ints(raw: pd.Series, where: str, minimum: int = 1) -> np.ndarray:
     if bad.any():
         i = int(np.argmax(bad))
         kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(
-            f"{where.format(row=i + 1)} {show(raw.iloc[i])} is not {kind} up to {MAX_TOKENS:,}{also(bad)}"
-        )
+        raise ValueError(f"{where.format(row=i + 1)} {show(raw.iloc[i])} is not {kind} up to {MAX_TOKENS:,}{also(bad)}")
     return values.astype(np.int64)
 
 
