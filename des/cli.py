@@ -749,7 +749,8 @@ def compare(
 def ui(port: int, results: Path, no_browser: bool) -> None:
     """The what-if page: a local web app that runs des as you change a scenario.
 
-    Prints its address (http://127.0.0.1:PORT/) and serves until Ctrl-C."""
+    Prints its address (http://127.0.0.1:PORT/?token=..., the token a secret of this launch:
+    only a browser that opened it may use the page) and serves until Ctrl-C."""
     from des.ui import serve
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down, then re-raised it

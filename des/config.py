@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import types
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
@@ -171,11 +172,31 @@ def _not_numbers(value: Any) -> str | None:
 
 def resolve_path(path: Path, info: ValidationInfo) -> Path:
     """``path`` made absolute against the validation context's ``base_dir`` (the
-    directory of the scenario file), so relative paths mean the same from any CWD."""
-    base = (info.context or {}).get("base_dir") if info is not None else None
-    if path.is_absolute() or base is None:
-        return path
-    return Path(base) / path
+    directory of the scenario file), so relative paths mean the same from any CWD.
+
+    A context with ``file_roots`` (folders; the what-if page's uploads, results and working
+    directory) refuses a path outside them, links followed, before anything reads it: a
+    scenario sent to the page must not make it read (and quote) other files."""
+    context = (info.context or {}) if info is not None else {}
+    base = context.get("base_dir")
+    if not path.is_absolute() and base is not None:
+        path = Path(base) / path
+    roots = context.get("file_roots")
+    if roots is not None and not within(path, roots):
+        raise ValueError(
+            f"the page reads only files uploaded through it (or under its results folder or working "
+            f"directory), not {str(path)!r}: choose the file with the field's button"
+        )
+    return path
+
+
+def within(path: Path, roots: Iterable[Path]) -> bool:
+    """Whether ``path``, its links followed, lies inside one of ``roots`` (theirs followed too)."""
+    try:
+        real = path.resolve()
+        return any(real.is_relative_to(Path(root).resolve()) for root in roots)
+    except (OSError, RuntimeError):  # a link loop, a name too long
+        return False
 
 
 #: A path field of a scenario: relative paths are relative to the scenario file (:func:`resolve_path`).
@@ -215,7 +236,63 @@ _Loader.add_implicit_resolver(
 )
 
 
+#: The most nodes a YAML document's aliases may add when written out. A few hundred bytes
+#: of nested aliases ("billion laughs") stand for millions of nodes, which whatever walks
+#: the document (a copy, JSON, validation) would expand; a scenario's anchors add dozens.
+MAX_ALIAS_NODES = 100_000
+
+
+class AliasBomb(yaml.constructor.ConstructorError):
+    """A YAML document whose aliases expand beyond :data:`MAX_ALIAS_NODES` nodes, or into themselves."""
+
+
 def load_yaml(text: str) -> Any:
     """A YAML document through libyaml when PyYAML has it, floats as YAML 1.2 writes them, a
-    repeated key an error (:class:`DuplicateKey`; every error is a ``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a safe loader)
+    repeated key an error (:class:`DuplicateKey`), aliases bounded (:class:`AliasBomb`;
+    every error is a ``yaml.YAMLError``)."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if "&" in text:  # no anchor, no alias
+            _refuse_alias_bombs(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _refuse_alias_bombs(root: Any) -> None:
+    """Count the nodes of the composed document ``root`` as its aliases write them out
+    (each distinct node once, with its size remembered), without expanding anything;
+    :class:`AliasBomb` past :data:`MAX_ALIAS_NODES` more than it holds, or on an alias
+    inside the node it names."""
+    size: dict[int, int] = {}
+    started: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if isinstance(node.value, list):
+            kids = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+        else:
+            kids = []
+        if done:
+            size[key] = 1 + sum(size[id(kid)] for kid in kids)
+            continue
+        if key in size:
+            continue
+        if key in started:  # reached again below itself: an alias inside its own anchor
+            raise AliasBomb(None, None, "an alias refers to a node that holds it", node.start_mark)
+        started.add(key)
+        stack.append((node, True))
+        stack.extend((kid, False) for kid in kids if id(kid) not in size)
+    expanded = size[id(root)]
+    if expanded - len(size) > MAX_ALIAS_NODES:
+        raise AliasBomb(
+            None,
+            None,
+            f"its aliases expand it to {expanded:,} nodes, {expanded - len(size):,} more than it holds; "
+            f"at most {MAX_ALIAS_NODES:,} more are allowed",
+            root.start_mark,
+        )

@@ -579,11 +579,14 @@ def default_scenario_path() -> Path:
 def load_scenario(
     source: str | Path | Mapping[str, Any] | Scenario | None = None,
     overrides: Iterable[str | tuple[str, Any]] = (),
+    file_roots: Iterable[Path] | None = None,
 ) -> Scenario:
     """Validate a scenario file (or mapping) with ``dotted.key=value`` overrides.
 
     ``None`` loads the embedded default. Relative paths inside the file (traces,
-    empirical lengths) are resolved against the file's directory.
+    empirical lengths) are resolved against the file's directory. With ``file_roots``,
+    a path outside those folders is refused before it is read (the what-if page's
+    scenarios: :func:`des.config.resolve_path`).
     """
     if isinstance(source, Scenario):
         source = source.resolved()
@@ -603,7 +606,8 @@ def load_scenario(
     try:
         data, moved = normalise(data)
         aliases.update(moved)
-        scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
+        context = {"base_dir": base_dir, "file_roots": None if file_roots is None else tuple(file_roots)}
+        scenario = Scenario.model_validate(data, context=context)
         scenario._aliases = aliases
         return scenario
     except ValidationError as exc:

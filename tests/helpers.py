@@ -20,7 +20,8 @@ def des_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 def start_ui(results: Path, cwd: Path) -> tuple[subprocess.Popen, str]:
     """``des ui --no-browser --port 0 --results RESULTS`` started as a user starts it from
-    ``cwd``; the process and the first line it printed (its address)."""
+    ``cwd``; the process and the first line it printed (its address, with its token:
+    ``http://127.0.0.1:PORT/?token=...``, see :func:`ui_address`)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "des.cli", "ui", "--no-browser", "--port", "0", "--results", str(results)],
         stdout=subprocess.PIPE,
@@ -29,6 +30,13 @@ def start_ui(results: Path, cwd: Path) -> tuple[subprocess.Popen, str]:
         cwd=cwd,
     )
     return proc, proc.stdout.readline().strip()  # type: ignore[union-attr]
+
+
+def ui_address(url: str) -> tuple[str, dict[str, str]]:
+    """The base address (``http://127.0.0.1:PORT/``) of the page ``des ui`` printed as
+    ``url``, and the header that carries its token for a client other than a browser."""
+    base, _, token = url.partition("?token=")
+    return base, {"X-Des-Token": token}
 
 
 def ledger(cluster: Any) -> pd.DataFrame:

@@ -1451,3 +1451,38 @@ def test_calibrate_and_compare_report_bad_input(command_runs, case: CommandCase)
 def test_a_section_without_a_kind_is_of_the_default_kind_when_its_keys_are():
     sc = des.load_scenario(base(scheduler={"max_num_seqs": 4}))
     assert sc.scheduler.kind == "continuous" and sc.scheduler.max_num_seqs == 4
+
+
+@pytest.mark.parametrize(
+    "arrival",
+    [
+        "workload.arrival={process: trace, path: PATH, format: csv}",
+        "workload.arrival={process: nhpp, schedule: {kind: piecewise, path: PATH}}",
+        "workload.prompt_tokens={dist: empirical, path: PATH, column: prompt}",
+    ],
+)
+@pytest.mark.parametrize(
+    "secret", ["secret: TOPSECRET-123\nmore: lines\n", "/proc/self/environ", "A=TOPSECRET-123\0B=2\n"]
+)
+def test_a_file_that_is_no_table_is_not_quoted(tmp_path: Path, arrival: str, secret: str):
+    """A reader refusing a file whose first line is no header of column names says so,
+    without quoting the line: it may be a secret (a key file, a process's environment)."""
+    from tests.helpers import des_cli
+
+    path = secret if secret.startswith("/proc") else str(tmp_path / "secret.csv")
+    if not secret.startswith("/proc"):
+        Path(path).write_text(secret)
+    arrival = arrival.replace("PATH", path)
+    r = des_cli("run", "--set", arrival, "--set", "horizon.duration=10", "--out", "o", cwd=tmp_path)
+    assert r.returncode == 2
+    [line] = r.stderr.strip().splitlines()
+    assert "TOPSECRET" not in line and "PATH=" not in line and "\\x00" not in line and "\\u0000" not in line, line
+    assert "first line is not a header of column names" in line, line
+
+
+def test_a_header_of_names_is_still_quoted(tmp_path: Path):
+    from tests.helpers import des_cli
+
+    (tmp_path / "t.csv").write_text("when,how many\n1,2\n")
+    r = des_cli("run", "--set", "workload.arrival={process: trace, path: t.csv}", "--out", "o", cwd=tmp_path)
+    assert r.stderr.strip().endswith("lacks column(s) arrival_time, prompt_tokens, output_tokens; has: when, how many")

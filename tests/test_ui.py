@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -18,11 +19,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from des.scenario import load_scenario
-from des.ui import bind, form
+from des.ui import bind, form, guard
 from des.ui.app import create_app
-from tests.helpers import ROOT, des_cli, start_ui
+from tests.helpers import ROOT, des_cli, start_ui, ui_address
 
 SMALL = {"horizon": {"duration": 120}, "warmup": 10}
+#: The page's address in these tests (the Host header a browser on it sends), and its token.
+BASE, TOKEN = "http://127.0.0.1:8050", "test-token"
 
 
 def small(**more: Any) -> dict[str, Any]:
@@ -33,7 +36,7 @@ def small(**more: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def client(tmp_path_factory) -> Any:
     results = tmp_path_factory.mktemp("results")
-    with TestClient(create_app(results)) as c:
+    with TestClient(create_app(results, token=TOKEN), base_url=BASE, headers={guard.HEADER: TOKEN}) as c:
         c.results = results  # type: ignore[attr-defined]
         yield c
 
@@ -142,7 +145,10 @@ def test_a_bad_uploaded_trace_is_the_cli_line(client: TestClient, tmp_path: Path
     out = submit(client, doc)
     cli = des_cli("run", "--set", f"workload.arrival={{process: trace, path: {path}}}", "--out", str(tmp_path))
     assert cli.returncode == 2
-    assert out["id"] is None and [p["line"] for p in out["problems"]] == cli.stderr.strip().splitlines()
+    lines = [p["line"] for p in out["problems"]]
+    # the same lines, naming the file by the name it was uploaded as, not the server's temporary path
+    assert out["id"] is None and lines == cli.stderr.replace(str(Path(path).parent) + "/", "").strip().splitlines()
+    assert "'bad.csv' lacks column(s)" in lines[0] and str(Path(path).parent) not in json.dumps(out)
     assert out["problems"][0]["path"].startswith("workload.arrival")
 
 
@@ -270,10 +276,27 @@ def test_the_results_browser_stays_inside_its_root(client: TestClient):
     entries = client.get("/api/results").json()["entries"]
     assert [(e["path"], e["kind"]) for e in entries] == [("one", "run")]
     view = client.get("/api/results/view", params={"path": "one"}).json()
-    summary = dict(view["tables"][0]["rows"])
-    assert summary["num_requests"] == str(json.loads((root / "one" / "summary.json").read_text())["num_requests"])
+    saved = json.loads((root / "one" / "summary.json").read_text())
+    # the lines des run prints of the summary, its latency table, then every value, formatted and folded
+    titles = [t["title"] for t in view["tables"]]
+    assert titles[:3] == ["summary", "latency (seconds)", "every value of summary.json"]
+    lines = dict(view["tables"][0]["rows"])
+    assert lines["requests"].startswith(f"{saved['num_requests']:,} arrived: ")
+    assert lines["stable"].startswith("yes" if saved["stable"] else "NO")
+    assert list(lines) == ["requests", "load", "engine", "utilisation", "paid for", "stable"]
+    from des.render.console import fmt
+
+    latency = {row[0]: row[1:] for row in view["tables"][1]["rows"]}
+    assert latency["ttft"] == [fmt(saved[f"ttft_{c}"]) for c in ("mean", "p50", "p90", "p95", "p99")]
+    every = dict(view["tables"][2]["rows"])
+    assert view["tables"][2]["folded"] and set(every) == set(saved)
+    assert every["num_requests"] == f"{saved['num_requests']:,}" and every["stable"] in ("yes", "NO")
+    assert every["slo_attainment"] == "-" and every["ttft_p99"] == fmt(saved["ttft_p99"])
+    shown = [v for v in every.values() if v not in ("-", "yes", "NO")]
+    assert not any(v in ("None", "True", "False") for v in every.values())
+    assert all(len(v.replace(",", "").replace(".", "").lstrip("-0")) <= 7 for v in shown if v[0].isdigit())
     assert [t["title"] for t in view["texts"]] == ["scenario.yaml"]
-    assert view["tables"][1]["title"].startswith("windows") and "throughput_rps" in view["tables"][1]["columns"]
+    assert titles[3].startswith("windows") and "throughput_rps" in view["tables"][3]["columns"]
     for bad in ("..", "../..", "/etc", "one/../../x"):
         assert client.get("/api/results/view", params={"path": bad}).status_code == 404
     assert client.get("/api/results/file", params={"path": "one/requests.parquet"}).status_code == 404
@@ -309,7 +332,7 @@ def test_the_results_browser_shows_a_plan(client: TestClient):
     view = client.get("/api/results/view", params={"path": "planned"}).json()
     plan = json.loads((root / "planned" / "plan.json").read_text())
     shown = dict(view["tables"][0]["rows"])
-    assert shown["answer"] == plan["answer"] and shown["rate"] == "2.0"
+    assert shown["answer"] == plan["answer"] and shown["rate"] == "2"
     assert shown["winner.verdict"] == plan["winner"]["verdict"] == "pass"
     assert [t["title"] for t in view["tables"]] == ["plan", "candidates"]
     assert [t["title"] for t in view["texts"]] == ["winner.yaml"]
@@ -321,11 +344,19 @@ def test_the_results_browser_shows_a_plan(client: TestClient):
 def test_des_ui_prints_its_address_and_stops_cleanly_on_ctrl_c(tmp_path: Path):
     proc, line = start_ui(tmp_path, tmp_path)
     try:
-        assert line.startswith("http://127.0.0.1:") and line.endswith("/")
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[A-Za-z0-9_-]{43}", line), line
+        import urllib.error
         import urllib.request
 
-        with urllib.request.urlopen(line + "api/form", timeout=30) as r:
+        base, header = ui_address(line)
+        with urllib.request.urlopen(urllib.request.Request(base + "api/form", headers=header), timeout=30) as r:
             assert json.load(r)["doc"]["name"] == "qwen7b-4090-poisson"
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the address without its token
+            urllib.request.urlopen(base + "api/form", timeout=30)
+        assert refused.value.code == 403
+        with urllib.request.urlopen(line, timeout=30) as r:  # the printed address opens the page
+            assert r.status == 200 and b"des what-if" in r.read()
+            assert "HttpOnly" in r.headers["Set-Cookie"] and "SameSite=strict" in r.headers["Set-Cookie"]
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -378,15 +409,16 @@ def test_ctrl_c_at_a_terminal_stops_the_page_and_its_running_sweep(tmp_path: Pat
         os.chdir(tmp_path)
         os.execv(sys.executable, [sys.executable, "-m", "des.cli", "ui", "--no-browser", "--port", "0"])
     try:
-        url = _read_until(fd, lambda b: b"\n" in b).decode().strip()
+        url, header = ui_address(_read_until(fd, lambda b: b"\n" in b).decode().strip())
         assert url.startswith("http://127.0.0.1:"), url
         body = json.dumps({"kind": "sweep", "doc": small(), "fractions": [0.3, 0.6, 0.9], "replications": 10})
-        req = urllib.request.Request(url + "api/jobs", body.encode(), {"Content-Type": "application/json"})
+        req = urllib.request.Request(url + "api/jobs", body.encode(), {"Content-Type": "application/json", **header})
         with urllib.request.urlopen(req, timeout=30) as r:
             jid = json.load(r)["id"]
         end = time.monotonic() + 60
         while True:  # until the sweep is running its runs
-            with urllib.request.urlopen(f"{url}api/jobs/{jid}", timeout=30) as r:
+            asked = urllib.request.Request(f"{url}api/jobs/{jid}", headers=header)
+            with urllib.request.urlopen(asked, timeout=30) as r:
                 job = json.load(r)
             if job["message"].endswith(" runs") or time.monotonic() > end:
                 break
@@ -400,3 +432,285 @@ def test_ctrl_c_at_a_terminal_stops_the_page_and_its_running_sweep(tmp_path: Pat
             os.kill(pid, signal.SIGKILL)
     assert os.waitstatus_to_exitcode(status) == 0, shown
     assert shown.replace("\r", "").replace("^C", "").strip() == "stopped"
+
+
+# -- the guards of a page on 127.0.0.1 (reliability-review-4, S1-S7) ----------------------
+
+
+def test_a_rebound_host_is_refused(client: TestClient):
+    """DNS rebinding: a site whose name now points at 127.0.0.1 sends its own Host. It can
+    neither read the results nor start a job; the loopback names are the page's."""
+    root: Path = client.results  # type: ignore[attr-defined]
+    (root / "r").mkdir(exist_ok=True)
+    (root / "r" / "summary.json").write_text("{}")
+    evil = {"Host": "rebind.attacker.example:8050", "Origin": "http://rebind.attacker.example:8050"}
+    assert client.get("/api/results/file", params={"path": "r/summary.json"}, headers=evil).status_code == 400
+    before = len(client.app.state.jobs._jobs)  # type: ignore[attr-defined]
+    r = client.post("/api/jobs", json={"kind": "run", "doc": small()}, headers=evil)
+    assert r.status_code == 400 and len(client.app.state.jobs._jobs) == before  # type: ignore[attr-defined]
+    for host in ("127.0.0.1:8050", "localhost:8050", "[::1]:8050", "localhost"):
+        assert client.get("/api/form", headers={"Host": host}).status_code == 200, host
+
+
+def test_a_foreign_origin_cannot_change_state(client: TestClient):
+    """A state-changing request whose Origin (or, without one, Referer) is another site's is
+    refused, even with the token; the page's own, or a script's (neither header), is not."""
+    before = len(client.app.state.jobs._jobs)  # type: ignore[attr-defined]
+    job = {"kind": "run", "doc": small()}
+    for header in (
+        {"Origin": "http://attacker.example"},
+        {"Origin": "null"},
+        {"Origin": "http://127.0.0.1:9999"},
+        {"Referer": "http://attacker.example/page.html"},
+        {"Referer": "http://127.0.0.1:8050.attacker.example/"},
+    ):
+        r = client.post("/api/jobs", json=job, headers=header)
+        assert r.status_code == 403 and r.json()["detail"].startswith("refused: a request from"), header
+        assert client.post("/api/upload", params={"name": "t.csv"}, content=b"x", headers=header).status_code == 403
+    assert len(client.app.state.jobs._jobs) == before  # type: ignore[attr-defined]
+    assert client.post("/api/check", json=small(), headers={"Origin": BASE}).json() == {"problems": []}
+    assert client.post("/api/check", json=small(), headers={"Referer": BASE + "/"}).json() == {"problems": []}
+
+
+def test_without_the_token_nothing_answers(client: TestClient):
+    """Another user of the machine, or a page's cross-site request (which the SameSite
+    cookie does not go with), has no token: every route of the API refuses it, and a
+    cross-site "simple" upload writes nothing. Opening the printed address stores it."""
+    app = client.app
+    uploads = app.state.uploads.folder  # type: ignore[attr-defined]
+    kept = sorted(uploads.iterdir())
+    stranger = TestClient(app, base_url=BASE)  # no "with": its end would end the app's lifespan
+    for method, url in (
+        ("GET", "/api/form"), ("GET", "/api/results"), ("GET", "/api/results/file?path=x.json"),
+        ("GET", "/api/jobs/1-x"), ("POST", "/api/jobs"), ("POST", "/api/check"), ("POST", "/api/parse"),
+        ("POST", "/api/upload?name=t.csv"), ("POST", "/api/scenario.yaml"), ("POST", "/api/jobs/1-x/cancel"),
+    ):  # fmt: skip
+        r = stranger.request(method, url, content=b"a: 1", headers={"Content-Type": "text/plain"})
+        assert r.status_code == 403 and "des ui printed" in r.json()["detail"], (method, url)
+    assert sorted(uploads.iterdir()) == kept
+    assert stranger.get("/").status_code == 403
+    assert stranger.get("/", params={"token": TOKEN + "x"}).status_code == 403
+    assert stranger.get("/api/form", headers={guard.HEADER: "wrong"}).status_code == 403
+    opened = stranger.get("/", params={"token": TOKEN})  # the printed address
+    assert opened.status_code == 200 and "<title>des what-if</title>" in opened.text
+    cookie = opened.headers["set-cookie"]
+    assert cookie.startswith(f"des-token-8050={TOKEN};") and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert stranger.get("/api/form").status_code == 200  # the cookie alone, as the page's requests carry it
+    assert stranger.get("/").status_code == 200
+
+
+SECRET = "secret: TOPSECRET-123\nmore: lines\n"
+
+
+#: Each field that names a file, and a scenario's part setting it to ``path``.
+FILE_FIELDS = {
+    "workload.arrival.path": lambda path: {
+        "workload": {"arrival": {"process": "trace", "path": path, "format": "csv"}}
+    },
+    "workload.arrival.schedule.path": lambda path: {
+        "workload": {"arrival": {"process": "nhpp", "schedule": {"kind": "piecewise", "path": path}}}
+    },
+    "workload.prompt_tokens.path": lambda path: {"workload": {"prompt_tokens": {"dist": "empirical", "path": path}}},
+    "gpu.calibration": lambda path: {"gpu": {"base": "rtx4090", "calibration": path}},
+}
+
+
+@pytest.mark.parametrize("field", list(FILE_FIELDS))
+def test_the_page_reads_no_file_it_was_not_given(client: TestClient, tmp_path: Path, field: str):
+    """A scenario sent to the page may name only files it uploaded, or under its results
+    folder or working directory: /proc/self/environ and a secret elsewhere (or a link to it
+    in the results folder) are refused by the field, before anything reads them, and
+    nothing of them comes back."""
+    from des.dotted import merge
+
+    secret = tmp_path / "secret.csv"
+    secret.write_text(SECRET)
+    root: Path = client.results  # type: ignore[attr-defined]
+    link = root / f"link-{field}.csv"
+    link.unlink(missing_ok=True)
+    link.symlink_to(secret)
+    for path in ("/proc/self/environ", str(secret), str(link), "/etc/passwd"):
+        doc = merge(small(), FILE_FIELDS[field](path))
+        for out in (client.post("/api/check", json=doc).json(), submit(client, doc)):
+            text = json.dumps(out)
+            assert "TOPSECRET" not in text and "PATH=" not in text and "root:" not in text, text
+            [problem] = out["problems"]
+            assert problem["path"] == field, problem
+            assert problem["message"].startswith("the page reads only files uploaded through it"), problem
+
+
+def test_a_file_under_the_results_folder_is_read(client: TestClient):
+    root: Path = client.results  # type: ignore[attr-defined]
+    (root / "mine.csv").write_text("arrival_time,prompt_tokens,output_tokens\n0,10,5\n1,20,5\n")
+    doc = small()
+    doc["workload"]["arrival"] = {"process": "trace", "path": str(root / "mine.csv")}
+    doc["horizon"] = {"duration": None}
+    doc["warmup"] = 0
+    assert client.post("/api/check", json=doc).json() == {"problems": []}
+
+
+def test_trace_picked_without_a_file_asks_for_one(client: TestClient):
+    """Picking "trace" before a file leaves the path empty: the page asks for the file,
+    where the reader would name the server's working directory."""
+    doc = small()
+    doc["workload"]["arrival"] = dict(form.TEMPLATES["workload.arrival"]["trace"])
+    out = submit(client, doc)
+    assert [p["line"] for p in out["problems"]] == ["error: workload.arrival.path: choose a trace file"]
+    assert str(Path.cwd()) not in json.dumps(out)
+
+
+BOMB = (
+    "a: &a ["
+    + ", ".join(["lol"] * 10)
+    + "]\n"
+    + "".join(f"{n}: &{n} [" + ", ".join([f"*{p}"] * 10) + "]\n" for p, n in zip("abcde", "bcdef", strict=True))
+)
+
+
+def test_an_alias_bomb_is_one_problem(client: TestClient):
+    """A few hundred bytes of nested YAML aliases stand for a million nodes: refused with
+    one line while reading, never expanded (or sent back)."""
+    assert len(BOMB) < 400
+    r = client.post("/api/parse", content=BOMB.encode())
+    [problem] = r.json()["problems"]
+    assert r.json()["doc"] is None and len(r.content) < 1000
+    assert problem["line"].startswith("error: scenario: 'scenario.yaml' line 1: not valid YAML (its aliases expand")
+    assert "at most 100,000 more are allowed" in problem["line"]
+    fine = client.post("/api/parse", content=b"a: &x {b: 1}\nc: *x\n").json()  # an anchor reused: fine
+    assert fine["doc"] == {"a": {"b": 1}, "c": {"b": 1}}
+
+
+def test_parsing_does_not_hold_up_the_server(client: TestClient, monkeypatch):
+    """While a parse is being worked on, another request is answered: the work runs on the
+    thread pool, not the event loop. The parse waits for that answer; on the event loop
+    it would wait in vain (and say so)."""
+    import threading
+
+    answered = threading.Event()
+    waited: list[bool] = []
+    real = form.parse_document
+
+    def slow(data: bytes, name: str) -> dict[str, Any]:
+        waited.append(answered.wait(timeout=60))
+        return real(data, name)
+
+    monkeypatch.setattr(form, "parse_document", slow)
+    out: list[Any] = []
+    parse = threading.Thread(target=lambda: out.append(client.post("/api/parse", content=b"a: 1\n").json()))
+    parse.start()
+    assert client.get("/api/form").status_code == 200
+    answered.set()
+    parse.join()
+    assert waited == [True] and out == [{"doc": {"a": 1}, "problems": []}]
+
+
+def test_bodies_are_bounded(client: TestClient):
+    """A JSON body beyond 8 MiB is refused, whether it says its length or streams."""
+    from des.ui.app import MAX_BODY
+
+    big = b"[" + b"0," * (MAX_BODY // 2) + b"0]"
+    r = client.post("/api/check", content=big, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["detail"] == "larger than the 8 MiB the page accepts"
+
+    def chunks():
+        for _ in range(9):
+            yield b" " * 2**20
+
+    r = client.post("/api/jobs", content=chunks(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["detail"] == "larger than the 8 MiB the page accepts"
+
+
+def test_an_upload_streams_to_disk_and_is_bounded(tmp_path: Path):
+    """An upload is written as it arrives: one past the bound is refused after reading just
+    past it (not all of it), and leaves nothing behind."""
+    import asyncio
+
+    from des.ui.uploads import Refused, Uploads
+
+    ups = Uploads(tmp_path / "up", max_bytes=10_000)
+    sent = [0]
+
+    async def body():
+        for _ in range(1000):  # 1 MB offered
+            sent[0] += 1
+            yield b"x" * 1000
+
+    with pytest.raises(Refused) as refused:
+        asyncio.run(ups.save("big.csv", body()))
+    assert refused.value.status == 413 and str(refused.value) == "larger than the 9.76562 KiB the page accepts"
+    assert sent[0] == 11 and list(ups.folder.iterdir()) == []
+    with pytest.raises(Refused):  # a declared length over the bound: refused before a byte is read
+        asyncio.run(ups.save("big.csv", body(), declared=10**9))
+    assert sent[0] == 11
+
+
+def test_uploads_kept_are_bounded(client: TestClient, monkeypatch):
+    """The page keeps its newest uploads only: at most KEEP of them, and MAX_TOTAL bytes."""
+    ups = client.app.state.uploads  # type: ignore[attr-defined]
+    monkeypatch.setattr(ups, "keep", 3)
+    paths = [client.post("/api/upload", params={"name": f"t{i}.csv"}, content=b"a,b\n").json()["path"] for i in "12345"]
+    assert [Path(p).exists() for p in paths] == [False, False, True, True, True]
+    monkeypatch.setattr(ups, "max_total", 250)
+    paths = [client.post("/api/upload", params={"name": f"u{i}.csv"}, content=b"x" * 100).json()["path"] for i in "123"]
+    assert [Path(p).exists() for p in paths] == [False, True, True]
+    assert sum(f.stat().st_size for f in ups.folder.rglob("*") if f.is_file()) <= 250
+
+
+def test_an_upload_on_a_full_disk_says_so(client: TestClient, monkeypatch):
+    """ENOSPC while writing (the kernel's own, from /dev/full) is a clear problem, not a 500."""
+    from des.ui import uploads
+
+    monkeypatch.setattr(uploads, "open_new", lambda path: open("/dev/full", "wb"))  # noqa: SIM115
+    before = sorted(client.app.state.uploads.folder.iterdir())  # type: ignore[attr-defined]
+    r = client.post("/api/upload", params={"name": "t.csv"}, content=b"x" * 100_000)
+    assert r.status_code == 507 and r.json()["detail"] == "no space left on device: the upload was not kept"
+    assert sorted(client.app.state.uploads.folder.iterdir()) == before  # type: ignore[attr-defined]
+
+
+def test_a_sweep_s_grid_and_the_queue_are_bounded(client: TestClient, monkeypatch):
+    """100,000 runs in one sweep, or more jobs than may wait, are one problem line each."""
+    fractions = [0.0005 * (i + 1) for i in range(5000)]
+    why = "5,000 loads x 20 replications is 100,000 runs; the page sweeps at most 240 (des sweep runs more)"
+    out = client.post("/api/jobs", json={"kind": "sweep", "doc": small(), "fractions": fractions, "replications": 20})
+    assert out.json() == {
+        "id": None,
+        "problems": [{
+            "path": "fractions",
+            "message": why,
+            "line": f"error: fractions: {why}",
+        }],
+    }  # fmt: skip
+    jobs = client.app.state.jobs  # type: ignore[attr-defined]
+    monkeypatch.setattr(jobs, "max_queued", 1)
+    long = small(horizon={"duration": 20000})
+    ids = [submit(client, long, owner=f"tab-{i}")["id"] for i in range(3)]  # two run, one waits
+    try:
+        refused = submit(client, long, owner="tab-4")
+        assert refused["id"] is None and [p["line"] for p in refused["problems"]] == [
+            "error: jobs: 1 jobs are waiting already: cancel one, or wait for them to finish"
+        ]
+        again = submit(client, long, owner="tab-2", replace=True)  # a page's own newer run replaces its waiting one
+        assert again["id"] is not None
+        ids.append(again["id"])
+    finally:
+        for jid in ids:
+            client.post(f"/api/jobs/{jid}/cancel")
+    assert finish(client, submit(client, small())["id"])["state"] == "done"
+
+
+def test_an_entry_the_server_cannot_look_at_leaves_the_rest_listed(client: TestClient):
+    """A link whose target cannot even be looked at (its name is too long for the system)
+    is left out of the listing; the results beside it are listed, not a 500."""
+    root: Path = client.results  # type: ignore[attr-defined]
+    r = des_cli("run", "--set", "horizon.duration=30", "--set", "warmup=0", "--out", str(root / "listed"), "--quiet")
+    assert r.returncode == 0, r.stderr
+    (root / "unlookable").symlink_to("x" * 300)
+    try:
+        listing = client.get("/api/results")
+        assert listing.status_code == 200
+        paths = [e["path"] for e in listing.json()["entries"]]
+        assert "listed" in paths and "unlookable" not in paths
+        assert client.get("/api/results/view", params={"path": "unlookable"}).status_code == 404
+        assert client.get("/api/results/file", params={"path": "unlookable"}).status_code == 404
+    finally:
+        (root / "unlookable").unlink()

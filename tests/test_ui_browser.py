@@ -165,13 +165,21 @@ def test_a_bad_trace_shows_des_run_s_error_line_by_the_trace_field(page: Any, tm
     bad.write_text("when,how many\nyesterday,lots\n")
     page.select_option("[data-path='workload.arrival.process']", "trace")
     page.set_input_files("[data-path='workload.arrival.path']", str(bad))
-    page.wait_for_function("document.querySelector('#status').dataset.state === 'error'", timeout=SLOW)
+    page.wait_for_function(  # the uploaded file's problems (before it, the field asked for a file)
+        "document.querySelector('#status').dataset.state === 'error' && "
+        "document.querySelector(\".field[data-field='workload.arrival.path'] .error\").innerText.includes('bad.csv')",
+        timeout=SLOW,
+    )
     lines = page.locator(".field .error, #general-errors li").all_inner_texts()
     lines = [line for text in lines for line in text.splitlines() if line]
     doc = page.evaluate("state.doc")
     (tmp_path / "page.yaml").write_text(yaml.safe_dump(doc))
     cli = des_cli("run", "page.yaml", "--out", "x", cwd=tmp_path)
-    assert cli.returncode == 2 and sorted(lines) == sorted(cli.stderr.strip().splitlines())
+    uploaded = str(Path(doc["workload"]["arrival"]["path"]).parent) + "/"
+    assert cli.returncode == 2 and uploaded in cli.stderr
+    # des run's lines, naming the file as it was picked, not by the server's temporary path
+    assert sorted(lines) == sorted(cli.stderr.replace(uploaded, "").strip().splitlines())
+    assert "'bad.csv' lacks column(s)" in " ".join(lines) and uploaded not in page.content()
     trace_box = page.inner_text(".field[data-field='workload.arrival.path'] .error")
     assert trace_box.startswith("error: workload.arrival.path") or trace_box.startswith("error: workload.arrival")
     page.screenshot(path=str(tmp_path / "bad-trace.png"), full_page=True)
@@ -193,7 +201,8 @@ def test_the_downloaded_yaml_runs_back_to_the_page_s_numbers(page: Any, tmp_path
         page.click("#download-yaml")
     path = tmp_path / info.value.suggested_filename
     info.value.save_as(path)
-    assert path.name == "qwen7b-4090-poisson.yaml"
+    assert path.name == "qwen7b-4090-poisson-edited.yaml"  # not the default's name: it was edited
+    assert yaml.safe_load(path.read_text())["name"] == "qwen7b-4090-poisson-edited"
     summary = des_run(tmp_path, path.name)
     assert page.evaluate("state.last.result.summary") == summary
     assert shown(page) == {k: summary[k] for k in CARDS}
@@ -273,6 +282,12 @@ def test_two_configurations_pinned_side_by_side(page: Any):
     assert "pools prefill {instances 1}, decode {instances 1}" in page.inner_text(
         "#pins tr[data-row=scheduler] td[data-pin=B]"
     )
+    for key in ("ttft_p99", "throughput_rps"):  # B against A, so no one compares 0.05206 and 0.009307 by eye
+        assert page.inner_text(f"#pins tr[data-row={key}] td[data-ratio]") == "x" + page.evaluate(
+            "([a, b]) => Number((b / a).toPrecision(3)).toString()", [a[key], b[key]]
+        )
+    assert page.inner_text("#pins tr th:last-child") == "B / A"
+    assert page.inner_text("#pins tr[data-row=hardware] td[data-ratio]") == ""
     page.click("#pins button:text('Load A')")  # back to A's configuration, and its answer
     wait_for_current(page)
     assert page.evaluate("state.last.result.summary") == a
@@ -351,3 +366,27 @@ def test_an_uploaded_trace_is_replayed_as_des_run_replays_it(page: Any, tmp_path
     doc = page.evaluate("state.doc")
     (tmp_path / "page.yaml").write_text(yaml.safe_dump(doc))
     assert page.evaluate("state.last.result.summary") == des_run(tmp_path, "page.yaml")
+
+
+def test_trace_without_a_file_asks_for_one(page: Any):
+    page.select_option("[data-path='workload.arrival.process']", "trace")
+    box = ".field[data-field='workload.arrival.path'] .error"
+    page.wait_for_function(f'document.querySelector("{box}").innerText', timeout=SLOW)
+    assert page.inner_text(box) == "error: workload.arrival.path: choose a trace file"
+
+
+def test_the_results_browser_formats_a_run(page: Any, results: Path, tmp_path: Path):
+    """A run folder shows des run's lines and latency table, numbers rounded; every value of
+    summary.json is folded away, formatted (no None or True)."""
+    r = des_cli("run", "--set", "horizon.duration=30", "--set", "warmup=0", "--out", str(results / "a-run"), "--quiet")
+    assert r.returncode == 0, r.stderr
+    page.click("#tab-results")
+    page.click("#results-list li[data-path='a-run']")
+    page.wait_for_selector("#results-view h2:text('run: a-run')", timeout=SLOW)
+    text = page.inner_text("#results-view")
+    assert "requests" in text and " arrived: " in text and "latency (seconds)" in text
+    assert page.is_hidden("#results-view details table[data-table='every value of summary.json']")
+    cells = page.locator("#results-view td").all_inner_texts()
+    assert not {"None", "True", "False", "null", "true", "false"} & set(cells)
+    assert not [c for c in cells if len(c) > 12 and c.replace(".", "").replace("-", "").isdigit()]  # no 16 digits
+    page.screenshot(path=str(tmp_path / "results-run.png"), full_page=True)

@@ -153,7 +153,10 @@ class GPUSpec(Strict):
         raw = data["calibration"]
         if not isinstance(raw, str | Path):
             raise ValueError(f"calibration: must be the path of a calibration file (got {raw!r})")
-        path = resolve_path(Path(raw), info)
+        try:
+            path = resolve_path(Path(raw), info)
+        except ValueError as exc:
+            raise ValueError(f"calibration: {exc}") from None
         fitted = read_calibration(path).efficiency.model_dump()
         inline = data.get("efficiency") or {}
         if not isinstance(inline, dict):

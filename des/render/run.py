@@ -308,7 +308,27 @@ def summary_rows(sc: Scenario, result: Result) -> list[tuple[str, str]]:
     rows.append(("requests", requests_line(s, rejections(result.requests))))
     rows.append(("load", load_line(s)))
     pools = sc.deployment.pools
-    per = " per decode instance (each pool's below)" if len(pools) > 1 else ""
+    engine, *rest = summary_only_rows(s, sc.slo.limits() if sc.slo is not None else None, split=len(pools) > 1)
+    rows.append(engine)
+    for pool in pools:
+        rows.append(("memory" if len(pools) == 1 else f"{pool.layout.role} memory", memory_line(pool.memory)))
+    rows += rest
+    if result.windows is not None and s.get("windows_breached"):
+        rows.append(("SLO missed", breach_spans(result.windows)))
+    for i, line in enumerate(factor_lines(sc)):
+        rows.append(("step times" if i == 0 else "", line))
+    if result.draws is not None:
+        rows.append(("model error", "drawn (model_uncertainty): " + "; ".join(result.draws.describe())))
+    return rows
+
+
+def summary_only_rows(s: dict[str, Any], slo: dict[str, float] | None, split: bool) -> list[tuple[str, str]]:
+    """The lines of :func:`summary_rows` that a run's summary (``summary.json``) holds all
+    of, from the engine's to the windows': what the what-if page's results browser shows of
+    a run folder (``slo``: the scenario's per-request limits, seconds; ``split``: whether it
+    ran prefill and decode pools)."""
+    rows: list[tuple[str, str]] = []
+    per = " per decode instance (each pool's below)" if split else ""
     rows.append(
         (
             "engine",
@@ -316,8 +336,6 @@ def summary_rows(sc: Scenario, result: Result) -> list[tuple[str, str]]:
             f"{s['preemptions']:,} preemptions, KV capacity {s['kv_capacity_tokens']:,} tokens{per}",
         )
     )
-    for pool in pools:
-        rows.append(("memory" if len(pools) == 1 else f"{pool.layout.role} memory", memory_line(pool.memory)))
     if s.get("roofline_share") is not None:
         rows.append(("utilisation", utilisation_line(s)))
     if s.get("prefix_cache_hit_tokens"):
@@ -341,15 +359,9 @@ def summary_rows(sc: Scenario, result: Result) -> list[tuple[str, str]]:
             )
         )
     rows.append(("paid for", fleet_line(s)))
-    rows.append(("stable", stability_line(s, sc.slo.limits() if sc.slo is not None else None)))
+    rows.append(("stable", stability_line(s, slo)))
     if s.get("stationary") is not False and s.get("windows_breached"):
         rows.append(("windows", windows_line(s)))
-    if result.windows is not None and s.get("windows_breached"):
-        rows.append(("SLO missed", breach_spans(result.windows)))
-    for i, line in enumerate(factor_lines(sc)):
-        rows.append(("step times" if i == 0 else "", line))
-    if result.draws is not None:
-        rows.append(("model error", "drawn (model_uncertainty): " + "; ".join(result.draws.describe())))
     return rows
 
 

@@ -75,7 +75,7 @@ from des.tools.profile_csv import MAX_KERNEL_S, read_csv
 from des.tools.vidur import ELEMENTWISE_OPS as VIDUR_ELEMENTWISE
 from des.tools.vidur import GEMM_OPS as VIDUR_GEMM
 from des.tools.vidur import VidurProfile, profile_files, read_vidur
-from des.workload.formats.checks import show
+from des.workload.formats.checks import has_columns, show
 
 ARG = "PROFILE_DIR"
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -169,7 +169,7 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
         raise _problem(f"{name!r}: no such file (a profile needs {', '.join(FILES)})")
     frame = read_csv(path, _problem)
     if tuple(frame.columns) != columns:
-        raise _problem(f"{name!r}: columns must be {','.join(columns)} (has {','.join(map(str, frame.columns))})")
+        raise _problem(f"{name!r}: columns must be {','.join(columns)} ({has_columns(frame.columns)})")
     if frame.empty:
         raise _problem(f"{name!r} has no rows")
     for col in columns:

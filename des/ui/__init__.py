@@ -1,7 +1,8 @@
 """``des ui``: the what-if page, a local web app over the library (DESIGN.md: a
 presentation layer holding no simulation logic of its own).
 
-:func:`serve` binds 127.0.0.1 (or ``host``), prints the page's address on one line,
+:func:`serve` binds 127.0.0.1 (or ``host``), prints the page's address on one line (with
+the launch's secret token: ``http://127.0.0.1:PORT/?token=...``; :mod:`des.ui.guard`),
 opens it in a browser unless told not to, and serves until interrupted. The page
 (:mod:`des.ui.static`) is our own HTML and JavaScript, with no script from elsewhere, so
 it works offline; its figures are drawn on the server by the code that draws the report's
@@ -46,8 +47,8 @@ def serve(port: int, results: Path, open_browser: bool = True, host: str = "127.
     from des.ui.app import create_app
 
     sock = bind(host, port)
-    url = f"http://{host}:{sock.getsockname()[1]}/"
     app = create_app(results)
+    url = f"http://{host}:{sock.getsockname()[1]}/?token={app.state.token}"
     app.state.jobs.warm()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)

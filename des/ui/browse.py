@@ -33,15 +33,20 @@ class NotFound(LookupError):
 
 
 def kind_of(folder: Path) -> str | None:
-    """run, sweep or plan; None for a folder that is none of them."""
+    """run, sweep or plan; None for a folder that is none of them (or cannot be read)."""
     for kind, marker in MARKERS:
-        if (folder / marker).is_file():
-            return kind
+        try:
+            if (folder / marker).is_file():
+                return kind
+        except OSError:  # cannot be looked at (permission, a name too long): not a result
+            return None
     return None
 
 
 def entries(root: Path) -> list[dict[str, Any]]:
-    """Every result folder under ``root`` (not the runs inside a sweep or a plan), newest first."""
+    """Every result folder under ``root`` (not the runs inside a sweep or a plan), newest
+    first. An entry the server cannot list or look at (a folder it may not read, a link it
+    cannot follow) is left out: the rest are still listed."""
     found: list[dict[str, Any]] = []
     if not root.is_dir():
         return found
@@ -50,12 +55,24 @@ def entries(root: Path) -> list[dict[str, Any]]:
         kind = kind_of(folder)
         if kind is not None:
             rel = folder.relative_to(root).as_posix()
-            found.append({"path": rel, "kind": kind, "modified": (folder / dict(MARKERS)[kind]).stat().st_mtime})
+            try:
+                modified = (folder / dict(MARKERS)[kind]).stat().st_mtime
+            except OSError:
+                return
+            found.append({"path": rel, "kind": kind, "modified": modified})
             return  # a sweep's or a plan's runs are parts of it
         if depth == 0:
             return
-        for child in sorted(folder.iterdir()):
-            if child.is_dir() and not child.name.startswith("."):
+        try:
+            children = sorted(folder.iterdir())
+        except OSError:
+            return
+        for child in children:
+            try:
+                shown = child.is_dir() and not child.name.startswith(".")
+            except OSError:
+                continue
+            if shown:
                 walk(child, depth - 1)
 
     walk(root, DEPTH)
@@ -70,6 +87,14 @@ def inside(root: Path, rel: str) -> Path:
     if Path(rel).is_absolute() or ".." in parts or "\0" in rel:
         raise NotFound(rel)
     return root.joinpath(*parts)
+
+
+def _is(path: Path, test: Any) -> bool:
+    """``test(path)`` (``Path.is_dir``, ``Path.is_file``), False where it cannot be looked at."""
+    try:
+        return bool(test(path))
+    except OSError:
+        return False
 
 
 def table(frame: pd.DataFrame, title: str) -> dict[str, Any]:
@@ -89,16 +114,14 @@ def plain(v: Any) -> Any:
 def view(root: Path, rel: str) -> dict[str, Any]:
     """One result folder: its kind, tables, texts (YAML) and figures (paths under the root)."""
     folder = inside(root, rel)
-    kind = kind_of(folder) if folder.is_dir() else None
+    kind = kind_of(folder) if _is(folder, Path.is_dir) else None
     if kind is None:
         raise NotFound(rel)
     tables: list[dict[str, Any]] = []
     texts: list[dict[str, str]] = []
     if kind == "run":
         summary = json.loads((folder / "summary.json").read_text())
-        tables.append(
-            table(pd.DataFrame({"key": list(summary), "value": [str(v) for v in summary.values()]}), "summary")
-        )
+        tables += run_tables(summary, _slo(folder / "scenario.yaml"))
         if (folder / "windows.parquet").is_file():
             tables.append(table(pd.read_parquet(folder / "windows.parquet"), "windows (metrics.window seconds each)"))
     elif kind == "sweep":
@@ -110,7 +133,7 @@ def view(root: Path, rel: str) -> dict[str, Any]:
         winner = plan.get("winner") if isinstance(plan.get("winner"), dict) else {}
         flat = {k: v for k, v in plan.items() if not isinstance(v, dict | list)}
         flat.update({f"winner.{k}": v for k, v in winner.items() if not isinstance(v, dict | list)})
-        tables.append(table(pd.DataFrame({"key": list(flat), "value": [str(v) for v in flat.values()]}), "plan"))
+        tables.append(table(pd.DataFrame({"key": list(flat), "value": [shown(v) for v in flat.values()]}), "plan"))
         if (folder / "candidates.parquet").is_file():
             tables.append(table(pd.read_parquet(folder / "candidates.parquet"), "candidates"))
     for name in ("scenario.yaml", "study.yaml", "winner.yaml"):
@@ -120,10 +143,59 @@ def view(root: Path, rel: str) -> dict[str, Any]:
     return {"path": rel, "kind": kind, "tables": tables, "texts": texts, "figures": figures}
 
 
+def shown(v: Any) -> str:
+    """A value of a summary for people, as ``des run`` prints it (:func:`des.render.console.fmt`:
+    4 significant digits, thousands separated, yes/NO, '-' for none); text as it is."""
+    from des.render.console import fmt
+
+    if isinstance(v, str):
+        return v
+    if isinstance(v, dict | list):
+        return json.dumps(v)
+    return fmt(v)
+
+
+def run_tables(summary: dict[str, Any], slo: dict[str, float] | None) -> list[dict[str, Any]]:
+    """A run folder's summary as the page shows it: the lines ``des run`` prints of it
+    (:func:`des.render.run.summary_only_rows`), its latency table (seconds), and every value
+    of ``summary.json``, formatted, in a table the page folds."""
+    from des.render.run import LATENCY_COLUMNS, LATENCY_ROWS, load_line, requests_line, summary_only_rows
+
+    s = summary
+    try:
+        rows = [("requests", requests_line(s, {})), ("load", load_line(s))]
+        rows += summary_only_rows(s, slo, split=s.get("prefill_busy_fraction") is not None)
+    except (KeyError, TypeError, ValueError):  # a summary of another version of des: its values alone
+        rows = []
+    latency = [[name, *(shown(s.get(f"{name}_{c}")) for c in LATENCY_COLUMNS)] for name in LATENCY_ROWS]
+    out = []
+    if rows:
+        out.append(table(pd.DataFrame(rows, columns=["", "summary"]), "summary"))
+    out.append(table(pd.DataFrame(latency, columns=["latency (s)", *LATENCY_COLUMNS]), "latency (seconds)"))
+    every = pd.DataFrame({"key": list(s), "value": [shown(v) for v in s.values()]})
+    out.append({**table(every, "every value of summary.json"), "folded": True})
+    return out
+
+
+def _slo(path: Path) -> dict[str, float] | None:
+    """The per-request SLO limits (seconds) a run's ``scenario.yaml`` states, if any."""
+    from des.config import load_yaml
+
+    try:
+        doc = load_yaml(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    slo = doc.get("slo") if isinstance(doc, dict) else None
+    if not isinstance(slo, dict):
+        return None
+    limits = {k: v for k in ("ttft", "tpot", "e2e") if isinstance(v := slo.get(k), int | float)}
+    return limits or None
+
+
 def file(root: Path, rel: str) -> tuple[Path, str]:
     """A file under ``root`` the browser may serve, and its media type."""
     path = inside(root, rel)
-    if not path.is_file() or path.suffix not in SHOWN:
+    if not _is(path, Path.is_file) or path.suffix not in SHOWN:
         raise NotFound(rel)
     return path, SHOWN[path.suffix]
 

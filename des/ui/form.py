@@ -176,6 +176,38 @@ def fields() -> list[dict[str, Any]]:
     return out
 
 
+def shown(field: Mapping[str, Any], doc: Mapping[str, Any]) -> bool:
+    """Whether the form shows ``field`` for ``doc`` (its ``when`` holds, as the page decides)."""
+    from des.dotted import get_dotted
+
+    for path, values in field.get("when", {}).items():
+        try:
+            value = get_dotted(doc, path)
+        except (KeyError, IndexError, TypeError):
+            value = None
+        if (value is None) if "*" in values else value not in values:
+            return False
+    return True
+
+
+def empty_files(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A problem for each file field the form shows that names no file yet ("choose a
+    trace file"), rather than the reader's words for an empty path (the server's folder)."""
+    from des.dotted import get_dotted
+
+    out = []
+    for f in fields():
+        if f["kind"] != "file" or not shown(f, doc):
+            continue
+        try:
+            value = get_dotted(doc, f["path"])
+        except (KeyError, IndexError, TypeError):
+            continue  # not given: validation says it is required
+        if value is None or (isinstance(value, str) and not value.strip()):
+            out.append((f["path"], f"choose a {f['label']}"))
+    return out
+
+
 def gpu_figures() -> dict[str, dict[str, Any]]:
     """The figures of each catalog GPU the form lets a user override (bytes, bytes/s, FLOP/s)."""
     out = {}

@@ -6,7 +6,8 @@ starts in milliseconds with the library loaded. A job's process leads its own pr
 group (a sweep's pool workers join it), so cancelling ends them all. At most
 ``max_running`` jobs run at once; the rest wait in order. A page's what-if jobs replace
 one another (:meth:`Jobs.submit` with ``replace``): only the newest of an owner's runs is
-worth finishing. Finished jobs are forgotten, oldest first, beyond ``keep``.
+worth finishing. At most ``max_queued`` wait (:class:`Busy` beyond). Finished jobs are
+forgotten, oldest first, beyond ``keep``.
 """
 
 from __future__ import annotations
@@ -103,13 +104,18 @@ def _child(kind: str, args: dict[str, Any], folder: str, conn: Connection) -> No
         conn.close()
 
 
+class Busy(Exception):
+    """A job refused: as many are waiting as may."""
+
+
 class Jobs:
     """The server's jobs; every method is safe to call from any thread."""
 
-    def __init__(self, root: Path, max_running: int = 2, keep: int = 64):
+    def __init__(self, root: Path, max_running: int = 2, keep: int = 64, max_queued: int = 16):
         self.root = root
         self.max_running = max_running
         self.keep = keep
+        self.max_queued = max_queued
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -131,12 +137,17 @@ class Jobs:
 
     def submit(self, kind: str, args: dict[str, Any], owner: str = "", replace: bool = False) -> Job:
         """Queue a job (``kind`` run or sweep); with ``replace``, the owner's unfinished jobs
-        of that kind are cancelled first."""
+        of that kind are cancelled first. :class:`Busy` when :attr:`max_queued` jobs wait
+        (after those cancelled)."""
         with self._lock:
             if replace:
                 for job in self._jobs.values():
                     if job.owner == owner and job.kind == kind and not job.finished:
                         self._cancel(job)
+            running = sum(job.state == "running" for job in self._jobs.values())
+            waiting = sum(job.state == "queued" for job in self._jobs.values())
+            if waiting >= self.max_queued and running >= self.max_running:
+                raise Busy(f"{waiting} jobs are waiting already: cancel one, or wait for them to finish")
             jid = f"{next(self._ids)}-{os.urandom(4).hex()}"
             job = Job(jid, kind, owner, args, self.root / jid)
             self._jobs[jid] = job

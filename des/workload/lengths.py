@@ -45,7 +45,7 @@ from pydantic import (
 from des.config import FilePath, Strict
 from des.registry import Registry, check_union, kind_of
 from des.workload._buffer import Buffered
-from des.workload.formats.checks import existing_file, first_line, positive_ints
+from des.workload.formats.checks import existing_file, first_line, has_columns, positive_ints
 from des.workload.formats.files import FileProblem, csv_table, utf8_bytes
 
 #: Lengths a pmf table spans at most (8 MB an array): :meth:`LengthDist.moments` adds the
@@ -544,9 +544,8 @@ def read_lengths(path: Path, column: str | None) -> np.ndarray:
         else:
             frame = csv_table(data)
             if column not in frame.columns:
-                raise ValueError(
-                    f"{str(path)!r} has no column {column!r}; columns: {', '.join(map(str, frame.columns))}"
-                )
+                names = has_columns(frame.columns).replace("has: ", "columns: ", 1)
+                raise ValueError(f"{str(path)!r} has no column {column!r}; {names}")
             series = frame[column]
     except FileProblem as exc:  # a row of another width than the first
         raise ValueError(f"{str(path)!r} {exc}") from None

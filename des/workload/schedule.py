@@ -379,6 +379,8 @@ def _read_csv(path) -> tuple[np.ndarray, np.ndarray]:
     comment, a row must have the header's number of fields), with spaces after a comma skipped."""
     import pandas as pd
 
+    from des.workload.formats.checks import has_columns
+
     name = path.name
     try:
         frame = csv_table(utf8_bytes(path), skipinitialspace=True)
@@ -399,7 +401,7 @@ def _read_csv(path) -> tuple[np.ndarray, np.ndarray]:
     if len(named) != 1 or "rate" not in columns or others:
         raise ValueError(
             f"path: {name} needs the columns time (or start), seconds, and rate, requests per second "
-            f"(it has {', '.join(columns) or 'none'})"
+            f"({has_columns(columns).replace('has: ', 'it has ', 1)})"
         )
     if frame.empty:
         raise ValueError(f"path: {name} has no rows: one per interval (its start and its rate)")

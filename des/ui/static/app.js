@@ -16,6 +16,7 @@ const state = {
   lastSweep: null,    // the newest finished sweep: {doc, result, id}
   pins: {A: null, B: null},
   timer: null,
+  loaded: null,       // the scenario as opened (the default, a file, a pin): its name, and its document
 };
 sessionStorage.setItem("des-owner", state.owner);
 
@@ -173,7 +174,12 @@ async function onField(f, input) {
     if (!input.files.length) return;
     const file = input.files[0];
     const r = await fetch("/api/upload?name=" + encodeURIComponent(file.name), {method: "POST", body: file});
-    if (!r.ok) { showProblems([{path: f.path, line: "error: " + f.path + ": upload failed: " + r.statusText}]); return; }
+    if (!r.ok) {
+      const why = await r.json().then((j) => j.detail, () => r.statusText);
+      showProblems([{path: f.path, line: `error: ${f.path}: ${file.name} was not uploaded: ${why}`}]);
+      setStatus("the upload failed: see the red line", "error");
+      return;
+    }
     setPath(state.doc, f.path, (await r.json()).path);
   } else {
     setPath(state.doc, f.path, typed(input.value));
@@ -181,7 +187,22 @@ async function onField(f, input) {
   changed();
 }
 
+// The scenario as opened (the default, a file, a pin), whose name an edited scenario
+// takes with "-edited": a downloaded file (and des run's folder) then says it is not the original.
+function opened(doc) { state.loaded = {name: doc.name, doc: clone(doc)}; }
+
+function nameForEdits() {
+  if (!state.loaded) return;
+  const {name, ...mine} = state.doc;
+  const {name: was, ...theirs} = state.loaded.doc;
+  const same = JSON.stringify(mine) === JSON.stringify(theirs);
+  const base = state.loaded.name || "scenario";
+  state.doc.name = same ? state.loaded.name : base + "-edited";
+  if (state.doc.name === undefined) delete state.doc.name;
+}
+
 function changed() {
+  nameForEdits();
   fillForm();
   showYaml();
   clearTimeout(state.timer);
@@ -312,6 +333,7 @@ const MORE_CARDS = [
 function fmt(v) {
   if (v === null || v === undefined) return "-";
   if (typeof v === "boolean") return v ? "yes" : "NO";
+  if (typeof v === "string") return v;
   if (Number.isInteger(v)) return v.toLocaleString("en-US");
   if (Math.abs(v) >= 100) return v.toLocaleString("en-US", {maximumFractionDigits: 1, minimumFractionDigits: 1});
   return Number(v.toPrecision(4)).toString();
@@ -337,6 +359,13 @@ function showRun(result) {
 function tableHead(cols) { return el("tr", {}, ...cols.map((c) => el("th", {text: c}))); }
 
 // -- pins ------------------------------------------------------------------------------
+
+// B against A for a number both pins have: their ratio ("x1.52"), or "-".
+function ratio(a, b) {
+  if (typeof a !== "number" || typeof b !== "number") return "";
+  if (a === 0) return b === 0 ? "x1" : "-";
+  return "x" + Number((b / a).toPrecision(3)).toString();
+}
 
 const PIN_ROWS = [
   ["hardware", null], ["scheduler", null], ["workload", null],
@@ -381,16 +410,19 @@ function pinCell(p, key) {
 
 function showPins() {
   const cols = [["A", state.pins.A], ["B", state.pins.B]].filter(([, p]) => p);
+  const both = cols.length === 2;
   $("#pins-box").hidden = cols.length === 0;
   const table = $("#pins");
-  table.replaceChildren(tableHead(["", ...cols.map(([n]) => n)]));
+  table.replaceChildren(tableHead(["", ...cols.map(([n]) => n), ...(both ? ["B / A"] : [])]));
   for (const [key, label] of PIN_ROWS) {
+    const vs = both ? [el("td", {"data-ratio": "", text: ratio(state.pins.A.result.summary[key],
+                                                             state.pins.B.result.summary[key])})] : [];
     table.append(el("tr", {"data-row": key}, el("td", {text: label || key}),
-      ...cols.map(([n, p]) => el("td", {"data-pin": n, text: pinCell(p, key)}))));
+      ...cols.map(([n, p]) => el("td", {"data-pin": n, text: pinCell(p, key)})), ...vs));
   }
   table.append(el("tr", {}, el("td", {}), ...cols.map(([n]) => {
     const b = el("button", {text: "Load " + n});
-    b.addEventListener("click", () => { state.doc = clone(state.pins[n].doc); changed(); });
+    b.addEventListener("click", () => { state.doc = clone(state.pins[n].doc); opened(state.doc); changed(); });
     return el("td", {}, b);
   })));
   $("#pin-figures").replaceChildren(...cols.filter(([, p]) => p.sweep).map(([n, p]) =>
@@ -463,6 +495,7 @@ async function loadYaml(body, name) {
   const out = await r.json();
   if (!out.doc) { showProblems(out.problems); setStatus("the file has problems: see the red lines", "error"); return; }
   state.doc = out.doc;
+  opened(state.doc);
   changed();
 }
 
@@ -511,9 +544,10 @@ async function viewResult(path) {
   }
   for (const t of v.tables) {
     const more = t.total > t.rows.length ? ` (first ${t.rows.length} of ${t.total})` : "";
-    box.append(el("h2", {text: t.title + more}),
-               el("table", {class: "grid"}, tableHead(t.columns), ...t.rows.map((row) =>
-                 el("tr", {}, ...row.map((c) => el("td", {text: typeof c === "number" ? fmt(c) : String(c ?? "-")}))))));
+    const grid = el("table", {class: "grid", "data-table": t.title}, tableHead(t.columns), ...t.rows.map((row) =>
+      el("tr", {}, ...row.map((c) => el("td", {text: fmt(c ?? null)})))));
+    if (t.folded) box.append(el("details", {}, el("summary", {text: t.title + more}), grid));
+    else box.append(el("h2", {text: t.title + more}), grid);
   }
   for (const t of v.texts) box.append(el("details", {}, el("summary", {text: t.title}), el("pre", {text: t.text})));
 }
@@ -532,10 +566,12 @@ async function start() {
   state.fields = spec.fields; state.templates = spec.templates; state.doc = spec.doc; state.gpus = spec.gpus;
   state.carried = spec.carried;
   state.default = clone(spec.doc);
+  opened(state.default);
+  history.replaceState(null, "", "/");  // the token is in a cookie now: not left in the address bar
   buildForm();
   for (const b of document.querySelectorAll(".tab")) b.addEventListener("click", () => show(b.dataset.view));
   $("#download-yaml").addEventListener("click", downloadYaml);
-  $("#reset").addEventListener("click", () => { state.doc = clone(state.default); changed(); });
+  $("#reset").addEventListener("click", () => { state.doc = clone(state.default); opened(state.doc); changed(); });
   $("#open-yaml").addEventListener("change", (e) => {
     const file = e.target.files[0];
     if (file) loadYaml(file, file.name);

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from des.workload.formats.checks import existing_file, first_line, numbers, show
+from des.workload.formats.checks import existing_file, first_line, has_columns, numbers, show
 from des.workload.formats.files import FileProblem, NestedTooDeep, csv_table, json_value, utf8_bytes
 
 if TYPE_CHECKING:
@@ -180,9 +180,7 @@ def require(path: Path, frame: pd.DataFrame, columns: Sequence[str]) -> None:
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         present = [str(c) for c in frame.columns]
-        raise MissingColumns(
-            f"{str(path)!r} lacks column(s) {', '.join(missing)}; has: {', '.join(present) or 'none'}", present
-        )
+        raise MissingColumns(f"{str(path)!r} lacks column(s) {', '.join(missing)}; {has_columns(present)}", present)
     if len(frame) == 0:
         raise fail(path, "has no rows")
 

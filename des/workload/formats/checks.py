@@ -7,6 +7,7 @@ showing it as the user wrote it.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,27 @@ def show(value) -> str:
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return repr(int(value))
     return repr(value)
+
+
+#: A column name an error may quote: a short run of letters, digits, ``_ . - ( ) /`` and
+#: spaces starting with a letter (or pandas' ``Unnamed: N`` for a blank one).
+COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.()/ -]{0,39}|Unnamed: \d+")
+#: The most column names an error quotes.
+MAX_NAMES = 12
+
+
+def has_columns(columns) -> str:
+    """What a file's header holds, for an error: ``has: a, b`` when every name looks like
+    a column's (:data:`COLUMN_NAME`; at most :data:`MAX_NAMES` of them), else that its first
+    line is not a header. An error about a file that is no table (``/proc/self/environ``, a
+    key file) so never quotes what the file holds."""
+    names = [str(c) for c in columns]
+    if not names:
+        return "has: none"
+    if not all(COLUMN_NAME.fullmatch(n) for n in names):
+        return "its first line is not a header of column names"
+    more = f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else ""
+    return f"has: {', '.join(names[:MAX_NAMES])}{more}"
 
 
 def existing_file(path: Path) -> None:
@@ -66,7 +88,7 @@ def positive_ints(raw: pd.Series, where: str, minimum: int = 1) -> np.ndarray:
     if bad.any():
         i = int(np.argmax(bad))
         kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{where.format(row=i + 1)} {show(raw.iloc[i])} is not {kind} up to {MAX_TOKENS:,}")
+        raise ValueError(f"{where.format(row=i + 1)} {show(raw.iloc[i])} is not {kind} up to {MAX_TOKENS:,}{also(bad)}")
     return values.astype(np.int64)
 
 
@@ -77,5 +99,21 @@ def times_from(raw: pd.Series, where: str, unit: str = "seconds") -> np.ndarray:
     bad = ~np.isfinite(values) | (values < 0)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{where.format(row=i + 1)} {show(raw.iloc[i])} is not a time >= 0 ({unit})")
+        raise ValueError(f"{where.format(row=i + 1)} {show(raw.iloc[i])} is not a time >= 0 ({unit}){also(bad)}")
     return values
+
+
+#: How many more bad rows a problem names after its first.
+MORE_ROWS = 4
+
+
+def also(bad: np.ndarray) -> str:
+    """The rows (from 1) after the first where ``bad`` holds, for the end of a problem with the
+    first: ``" (also rows 4, 7 and 12 more)"``, "" when it is the only one. A file with many
+    bad rows says so at once, rather than one fix at a time."""
+    rows = np.flatnonzero(bad)[1:]
+    if rows.size == 0:
+        return ""
+    listed = ", ".join(str(r + 1) for r in rows[:MORE_ROWS])
+    more = f" and {rows.size - MORE_ROWS:,} more" if rows.size > MORE_ROWS else ""
+    return f" (also row{'s' if rows.size > 1 else ''} {listed}{more})"

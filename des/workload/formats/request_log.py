@@ -23,8 +23,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from des.workload.formats.checks import MAX_TOKENS, first_line, show
-from des.workload.formats.files import FileProblem, NestedTooDeep, csv_table, data_suffix, json_value, utf8_bytes
+from des.workload.formats.checks import MAX_TOKENS, first_line, has_columns, show
+from des.workload.formats.files import (
+    FileProblem,
+    NestedTooDeep,
+    csv_table,
+    data_suffix,
+    json_value,
+    utf8_bytes,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -121,8 +128,7 @@ def read_request_log(path: Path, jsonl: bool | None = None) -> pd.DataFrame:
     if not (relative or absolute):
         missing.append("ttft and e2e (or first_token_time and finish_time)")
     if missing:
-        have = ", ".join(map(str, frame.columns)) or "none"
-        raise _fail(path, f"lacks column(s) {'; '.join(missing)}; has: {have}")
+        raise _fail(path, f"lacks column(s) {'; '.join(missing)}; {has_columns(frame.columns)}")
     arrival = _column(path, frame, "arrival_time", "a finite time")
     prompt = _column(path, frame, "prompt_tokens", f"a positive integer up to {MAX_TOKENS:,}", integer=True)
     output = _column(path, frame, "output_tokens", f"a positive integer up to {MAX_TOKENS:,}", integer=True)
