@@ -51,6 +51,7 @@ from des.config import PLAUSIBLE_LATENCY, parse_seconds, plausible_latency
 from des.dotted import get_dotted
 from des.engine.deployment import new_path
 from des.errors import ScenarioError
+from des.metrics.stability import judged_unstable
 from des.output import Staged, remove_stale_staging
 from des.scenario import Scenario, load_scenario
 from des.study.adequacy import MAX_EXTENSIONS, Adequacy, check, extended, is_closed
@@ -189,7 +190,7 @@ def judge(
     the runs drew the step-time model's error, and the intervals are prediction intervals
     from the replications' spread (:func:`des.study.intervals.model_interval`)."""
     checks = checks or []
-    unstable = sum(not s["stable"] for s in summaries)
+    unstable = sum(judged_unstable(s) for s in summaries)  # a schedule's run (stable: None) has no such verdict
     transient = sum(c.explains(s) for c, s in zip(checks, summaries, strict=True)) if checks else 0
     metrics: dict[str, tuple[float, float, float]] = {}
     methods: dict[str, str] = {}
@@ -373,12 +374,34 @@ def _bracket(search: Search, lo: float, hi: float) -> tuple[float, float] | str:
     """``(lo, hi)`` with the SLOs holding at lo and failing at hi, doubling hi as needed;
     or why there is no such bracket."""
     if not search.evaluate(lo).holds:
-        return "the SLOs fail at the lowest value tried"
+        return _failing_low(search, lo)
     for _ in range(MAX_DOUBLINGS):
         if not search.evaluate(hi).holds:
             return lo, hi
         lo, hi = hi, hi * 2
     return "the SLOs still hold at the highest value tried"
+
+
+def _failing_low(search: Search, lo: float) -> str:
+    """Why a search has no answer when the SLOs fail at its lowest value ``lo``: the value,
+    the failure, and for arrivals that follow a schedule, the peak rate there (a schedule's
+    run is judged over its whole stretch: its SLOs can fail at any scale when its peak or
+    its start-up does not meet them)."""
+    ev = search.evaluate(lo)
+    why = "; ".join(ev.why) or "an SLO's mean is beyond its limit"
+    text = f"the SLOs fail at the lowest value tried, {search.param} = {lo:g} ({why})"
+    from des.workload.arrivals import peak_rate
+
+    try:
+        peak = peak_rate(load_scenario(search.base, [(search.param, lo)]).workload.arrival)
+    except ScenarioError:
+        peak = None
+    if peak is not None:
+        text += (
+            f"; there the schedule's rate peaks at {peak:.3g} req/s, and a scheduled run is judged over the whole "
+            "schedule, its peak included"
+        )
+    return text + "; try a lower --low, or looser SLOs"
 
 
 def _ci_edge(search: Search, start: float, sure: Callable[[Evaluation], bool], up: bool, rel_tol: float):
