@@ -93,10 +93,15 @@ def main() -> None:
 
 
 def _scenario(
-    path: Path | None, overrides: Sequence[str], seed: int | None = None, model_uncertainty: bool = False
+    path: Path | None,
+    overrides: Sequence[str],
+    seed: int | None = None,
+    model_uncertainty: bool = False,
+    hardware: bool = True,
 ) -> Scenario:
     """The scenario at ``path`` (the embedded default when None) with ``--set``, ``--seed``
-    and ``--model-uncertainty``."""
+    and ``--model-uncertainty``; ``hardware=False``: not checked against its own GPUs
+    (:func:`des.scenario.load_scenario`), for ``des plan``, which deploys it on others."""
     from des.scenario import load_scenario, read_yaml
     from des.study.spec import is_study
 
@@ -107,7 +112,7 @@ def _scenario(
         items.append(("seed", seed))
     if model_uncertainty:
         items.append(("model_uncertainty", True))
-    return load_scenario(path, items)
+    return load_scenario(path, items, hardware=hardware)
 
 
 def _seed(seed: int | None) -> int | None:
@@ -485,9 +490,11 @@ def capacity(
     )
     for note in question.notes:
         warning(note)
+    runner = open_backend(backend, workers or default_workers(), address)
+    runner.check()
     out_dir = _writable(out_dir or _default_folder(sc.name))
     answer = question.answer(
-        open_backend(backend, workers or default_workers(), address),
+        runner,
         out_dir,
         lambda ev: click.echo(probe_line(question.param, ev), err=as_json),
     )
@@ -570,7 +577,7 @@ def plan(
     from des.study.runner import open_backend
     from des.study.sweep import default_workers
 
-    sc = _scenario(scenario, overrides)
+    sc = _scenario(scenario, overrides, hardware=False)  # its model and workload, planned on the GPUs searched
     options = PlanOptions(
         splits=not no_splits, mixed=mixed, variants=variants, pipeline=_ints("--pp", pipeline) or [1],
         max_num_seqs=_ints("--max-num-seqs", seqs), max_num_batched_tokens=_ints("--max-num-batched-tokens", budgets),
@@ -578,15 +585,17 @@ def plan(
     )  # fmt: skip
     names = None if gpus is None else [g.strip() for g in gpus.split(",") if g.strip()]
     question = PlanQuestion.ask(sc, slos, rate, rate_scale, names, max_gpus, prices, price_file, options)
+    backend = open_backend("dask" if address else "local", workers or default_workers(), address, "--scheduler")
+    backend.check()
     out_dir = _writable(out_dir or _default_folder(f"plan-{sc.name}"))
-    backend = open_backend("dask" if address else "local", workers or default_workers(), address)
-    answer = question.answer(backend, out_dir, lambda o: click.echo(outcome_line(o), err=as_json))
-    pareto(answer.plan, out_dir / "pareto.png")
+    answer = question.answer(
+        backend, out_dir, lambda o: click.echo(outcome_line(o), err=as_json), figures={"pareto.png": pareto}
+    )
     if as_json:
         click.echo(dumps(answer.body))
     else:
         click.echo(answer_text(answer.body))
-        click.echo(f"wrote {out_dir}/ (plan.json, candidates.parquet, winner.yaml, pareto.png)")
+        click.echo(f"wrote {out_dir}/ ({', '.join(answer.files)})")
     if not answer.met:
         raise SystemExit(1)
 

@@ -24,6 +24,12 @@ class ScenarioError(ValueError):
         """The problems as ``error: path: message`` lines."""
         return [f"error: {p}: {m}" if p else f"error: {m}" for p, m in self.problems]
 
+    def for_option(self, option: str, *fields: str) -> ScenarioError:
+        """The problems of a value the command-line ``option`` set at ``fields`` (a key and
+        the other names it goes by): theirs named by the option (``--rate: must be a finite
+        number``), any other's it caused named under it (``--rate-scale: horizon: ...``)."""
+        return ScenarioError([(option, m if p in fields else f"{p}: {m}" if p else m) for p, m in self.problems])
+
     def prefixed(self, prefix: str) -> ScenarioError:
         """The same problems with ``prefix.`` put before every path."""
         return ScenarioError([(f"{prefix}.{p}" if p else prefix, m) for p, m in self.problems])

@@ -264,12 +264,18 @@ class Scenario(Strict):
         return Deployed(self.cluster, self.scheduler, self.speculative, self.model, self.gpu, self.precision, roofline)
 
     @model_validator(mode="after")
-    def _hardware_can_serve(self) -> Scenario:
+    def _hardware_can_serve(self, info: ValidationInfo) -> Scenario:
         """What vLLM refuses to start, des refuses to simulate: a weight format it has no kernel
         for on the GPU (:mod:`des.catalog.quantization`), a tensor-parallel degree that
         does not divide the attention heads, a context beyond the model's, a model that does
         not fit, and more KV blocks than the memory left holds. Then the deployment is
-        resolved, once: every pool's proposer and memory plan (:attr:`deployment`)."""
+        resolved, once: every pool's proposer and memory plan (:attr:`deployment`).
+
+        Skipped for a scenario loaded with ``hardware=False`` (:func:`load_scenario`: the
+        base of ``des plan``, whose model and workload are planned on other GPUs): it has no
+        deployment and cannot be simulated."""
+        if info.context is not None and info.context.get("hardware") is False:
+            return self
         found: list[tuple[str, str]] = []
         layout = self._layout()
         resolved: list[ResolvedPool] = []
@@ -359,7 +365,10 @@ class Scenario(Strict):
     def deployment(self) -> Deployment:
         """The deployment resolved once, at validation: the engine's layout and every pool's
         memory plan and proposer (:mod:`des.engine.layout`)."""
-        assert self._deployment is not None, "a Scenario is made by validation"
+        if self._deployment is None:
+            raise ValueError(
+                "this scenario was loaded without its hardware (load_scenario(hardware=False)): no deployment"
+            )
         return self._deployment
 
     def named(self, path: str) -> str:
@@ -381,7 +390,7 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _prices_name_gpus(self) -> Scenario:
         """Every GPU ``prices`` names is the catalog's or one of the run's."""
-        known = {*catalog.gpu_names(), *(pool.gpu.name for pool in self.layout.pools)}
+        known = {*catalog.gpu_names(), *(pool.gpu.name for pool in self._layout().pools)}
         for name in self.prices:
             if name not in known:
                 raise ScenarioError(
@@ -580,13 +589,17 @@ def load_scenario(
     source: str | Path | Mapping[str, Any] | Scenario | None = None,
     overrides: Iterable[str | tuple[str, Any]] = (),
     file_roots: Iterable[Path] | None = None,
+    hardware: bool = True,
 ) -> Scenario:
     """Validate a scenario file (or mapping) with ``dotted.key=value`` overrides.
 
     ``None`` loads the embedded default. Relative paths inside the file (traces,
     empirical lengths) are resolved against the file's directory. With ``file_roots``,
     a path outside those folders is refused before it is read (the what-if page's
-    scenarios: :func:`des.config.resolve_path`).
+    scenarios: :func:`des.config.resolve_path`). ``hardware=False``
+    skips what only its GPUs decide (the model fits, its heads divide the TP degree:
+    ``Scenario._hardware_can_serve``), for a scenario whose model and workload are
+    deployed elsewhere (``des plan``'s base); such a scenario has no :attr:`~Scenario.deployment`.
     """
     if isinstance(source, Scenario):
         source = source.resolved()
@@ -606,7 +619,8 @@ def load_scenario(
     try:
         data, moved = normalise(data)
         aliases.update(moved)
-        context = {"base_dir": base_dir, "file_roots": None if file_roots is None else tuple(file_roots)}
+        roots = None if file_roots is None else tuple(file_roots)
+        context = {"base_dir": base_dir, "file_roots": roots, "hardware": hardware}
         scenario = Scenario.model_validate(data, context=context)
         scenario._aliases = aliases
         return scenario

@@ -151,6 +151,10 @@ def test_every_option_is_vllms(grid: dict[str, list[LaunchCommand]], name: str) 
         assert kv["kv_role"] in KV_ROLES and kv["kv_connector"] in KV_CONNECTORS and set(kv) <= KV_TRANSFER_KEYS
         assert shlex.split(cmd.text) == cmd.argv
         assert json.loads(json.dumps(cmd.as_dict()))["argv"] == cmd.argv
+        assert len(cmd.servers) == cmd.instances
+        for server in cmd.servers:  # each server: the pool's command on a port of its own
+            assert server.argv == [*cmd.argv, "--port", str(server.port)] and "--port" in VLLM_SERVE_FLAGS
+            assert shlex.split(server.shell)[len(server.env) :] == server.argv
 
 
 def test_flag_set_is_vllm_0_19() -> None:
@@ -296,3 +300,59 @@ def test_inline_model_with_its_own_repository() -> None:
     assert own[0].argv[2] == "me/qwen-20l"
     (shorter,) = commands(["model={base: qwen2.5-7b, max_model_len: 8192}"])
     assert shorter.argv[2] == "Qwen/Qwen2.5-7B-Instruct" and flags(shorter)["--max-model-len"] == "8192"
+
+
+def _placed(cmds: list[LaunchCommand]) -> list[tuple[str, int, dict[str, str], int]]:
+    return [(c.role, s.node, s.env, s.port) for c in cmds for s in c.servers]
+
+
+def test_servers_sharing_a_node_get_their_own_devices_and_ports() -> None:
+    """A split on one 8-GPU machine: each server its own consecutive GPUs, API port and NIXL
+    side-channel port (docs/features/nixl_connector_usage.md's same-host example), as a
+    shell line; on AMD GPUs the device list is HIP_VISIBLE_DEVICES."""
+    from des.plan.space import Candidate
+
+    base = des.load_scenario(None, ["gpu=mi300x", "model=llama-3.1-70b", "cluster.tp=4"]).resolved()
+    split = Candidate("mi300x", 4, "disaggregated", prefill_instances=1, decode_instances=1).overrides(base)
+    prefill, decode = launch_commands(des.load_scenario(split))
+    assert _placed([prefill, decode]) == [
+        ("prefill", 0, {"HIP_VISIBLE_DEVICES": "0,1,2,3", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600"}, 8000),
+        ("decode", 0, {"HIP_VISIBLE_DEVICES": "4,5,6,7", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5601"}, 8001),
+    ]
+    assert decode.servers[0].shell.startswith(
+        "HIP_VISIBLE_DEVICES=4,5,6,7 VLLM_NIXL_SIDE_CHANNEL_PORT=5601 vllm serve meta-llama/Llama-3.1-70B-Instruct "
+    ) and decode.servers[0].shell.endswith(" --port 8001")
+    # on NVIDIA GPUs, CUDA_VISIBLE_DEVICES; a third server overflows onto a second machine
+    cuda = launch_commands(des.load_scenario(None, DISAGGREGATED + ["cluster.tp=4"]))
+    assert _placed(cuda) == [
+        ("prefill", 0, {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600"}, 8000),
+        ("decode", 0, {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5601"}, 8001),
+        ("decode", 1, {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600"}, 8000),
+    ]
+    # data-parallel ranks take a side-channel port each (base + dp_rank); colocated servers need none
+    moe = commands([*MOE_H100, "cluster.dp=2", "cluster.expert_parallel=true", "cluster.replicas=2"])
+    assert _placed(moe) == [
+        ("colocated", 0, {"CUDA_VISIBLE_DEVICES": "0,1"}, 8000),
+        ("colocated", 0, {"CUDA_VISIBLE_DEVICES": "2,3"}, 8001),
+    ]
+    from des.plan.launch import place
+
+    [wide] = place([LaunchCommand("decode", 2, "h100-80gb", ["vllm", "serve", "m", "--data-parallel-size", "2"],
+                                  gpus_per_instance=2)], nixl=True)  # fmt: skip
+    assert [s.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] for s in wide.servers] == ["5600", "5602"]
+
+
+def test_the_plan_prints_each_servers_line() -> None:
+    from des.render.plan import answer_text
+
+    cmds = [c.as_dict() for c in commands(DISAGGREGATED)]
+    win = {"slo_metrics": {}, "cost_per_million_tokens": 1.0, "kwh_per_million_tokens": 1.0, "launch": cmds}
+    verdicts = {"pass": 1, "marginal": 0, "fail": 0, "pruned": 0}
+    body = {"answer": "x", "winner": win, "verdicts": verdicts, "pruned": {}, "candidates": 1, "simulated": 1}
+    launched = [line for line in answer_text(body).splitlines() if line.startswith("  launch")]
+    assert [line.split(" vllm serve ")[0] for line in launched] == [
+        "  launch prefill CUDA_VISIBLE_DEVICES=0 VLLM_NIXL_SIDE_CHANNEL_PORT=5600",
+        "  launch decode CUDA_VISIBLE_DEVICES=1 VLLM_NIXL_SIDE_CHANNEL_PORT=5601",
+        "  launch decode CUDA_VISIBLE_DEVICES=2 VLLM_NIXL_SIDE_CHANNEL_PORT=5602",
+    ]
+    assert [line.rsplit(" ", 1)[-1] for line in launched] == ["8000", "8001", "8002"]

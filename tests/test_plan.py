@@ -176,7 +176,7 @@ def test_bad_plan_input_is_one_line(tmp_path, args, start):
 def test_a_gpus_list_that_names_none_is_one_line_and_writes_nothing(tmp_path):
     proc = des_cli("plan", "--rate", "5", "--slo", "ttft_p99<=2", "--gpus", " , ", "--out", str(tmp_path / "p"))
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: --gpus: names no GPU; known: ") and len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith("error: --gpus: no GPU given; known: ") and len(proc.stderr.splitlines()) == 1
     assert not (tmp_path / "p").exists()
 
 

@@ -110,6 +110,8 @@ def read_price_file(
         text = Path(path).read_text()
     except OSError as exc:
         raise ScenarioError((option, f"cannot read {path}: {exc.strerror or exc}")) from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError((option, f"{path} is not a text file (byte {exc.start} is not UTF-8)")) from None
     pairs: list[tuple[str, Any]] = []
     if str(path).lower().endswith(".csv"):
         rows = csv.DictReader(text.splitlines())

@@ -13,19 +13,39 @@ if TYPE_CHECKING:
     from des.plan.planner import Plan
 
 
-def pareto(p: Plan, path: Path) -> Path:
+#: How far (a factor) from the values shown an SLO's limit is still drawn on a log axis;
+#: farther, the axis would span hundreds of decades (matplotlib's margins overflow near 1e308).
+LOG_REACH = 1e6
+
+
+def _on_scale(limit: float, values: np.ndarray, log: bool) -> bool:
+    """Whether the limit can be drawn beside ``values`` (on a log axis: positive, and within
+    :data:`LOG_REACH` of them, or of 1 s when none is shown)."""
+    if not log:
+        return True
+    finite = values[np.isfinite(values) & (values > 0)]
+    low, high = (finite.min(), finite.max()) if finite.size else (1.0, 1.0)
+    return bool(limit > 0 and low / LOG_REACH <= limit <= high * LOG_REACH)
+
+
+def pareto(p: Plan, path: Path, fmt: str = "png") -> Path:
     """Cost per hour against each SLO metric (mean and interval) of the simulated candidates
     (their rows of ``candidates.parquet``, :func:`des.plan.output.table`), coloured by
     verdict, the winner ringed, the limit dashed; with a panel of the capacities against
-    the target rate (req/s) when some were searched. Returns ``path``."""
+    the target rate (req/s) when some were searched, in ``fmt``. Returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import pandas as pd
 
     from des.plan.output import table
+    from des.study.capacity import is_latency
 
     rows = table(p)
+    if rows.empty:  # no candidate at all: the panels, empty
+        metrics = [c for t in p.slos for c in (t.metric, f"{t.metric}_lo", f"{t.metric}_hi")]
+        rows = pd.DataFrame(columns=["name", "usd_per_hour", "verdict", "capacity", *metrics])
     slos, rate, win = p.slos, p.rate, p.winner
     sim = rows[rows["verdict"].isin(["pass", "fail", "marginal"])]
     caps = rows[rows["capacity"].notna()]
@@ -61,16 +81,23 @@ def pareto(p: Plan, path: Path) -> Path:
             ax.plot(
                 w["usd_per_hour"], w[term.metric], "o", ms=13, mfc="none", mec="black", label=f"winner: {w['name']}"
             )
-        ax.axhline(term.limit, color="0.3", ls="--", lw=1)
+        latency = is_latency(term.metric)
+        shown = sim[term.metric].to_numpy(float) if len(sim) else np.array([])
+        if _on_scale(term.limit, shown, latency):
+            ax.axhline(term.limit, color="0.3", ls="--", lw=1)
+        else:
+            ax.set_title(f"limit {term.op}{term.limit:g} off the scale", fontsize=8)
         ax.set_xlabel("USD per hour (list prices)")
-        latency = term.metric.split("_")[0] in ("ttft", "tpot", "e2e", "itl", "queue", "second")
         ax.set_ylabel(f"{term.metric} (s)" if latency else term.metric)
         if latency:
             ax.set_yscale("log")
-        ax.legend(fontsize=7, frameon=False, loc="best")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, frameon=False, loc="best")
+        else:
+            ax.text(0.5, 0.5, "no candidate simulated", ha="center", va="center", transform=ax.transAxes, color="0.4")
     where = "\n" if n == 1 else " "  # one panel is too narrow for the title on one line
     fig.suptitle(f"des plan: {rate:g} req/s;{where}every simulated configuration, mean and 95 % interval")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format=fmt)  # the format given: a staged file's name ends .tmp
     plt.close(fig)
     return path

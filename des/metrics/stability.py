@@ -32,7 +32,8 @@ is the overloaded one) is in :mod:`des.metrics.verdict`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 from numpy.exceptions import RankWarning
@@ -41,6 +42,15 @@ GROWTH_LIMIT = 0.05
 LEVEL_LIMIT = 0.5
 NOISE_SDS = 3.0
 SAMPLES = 50
+
+
+def judged_unstable(summary: Mapping[str, Any]) -> bool:
+    """Whether a run's summary says it was unstable: ``stable`` False. None (the rule does
+    not apply: a run whose arrival rate follows a schedule has no single steady state,
+    :func:`des.metrics.verdict.stationarity`) and NaN (a table's missing value) are not
+    an instability, and count as no verdict wherever runs are judged."""
+    stable = summary.get("stable")
+    return stable is not None and stable == stable and not bool(stable)
 
 
 def _level(times: np.ndarray, t: np.ndarray) -> np.ndarray:

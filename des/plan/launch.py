@@ -64,6 +64,21 @@ round-robin) or llm-d. NIXL pulls the KV when the prompt is done, which is des's
 ``kv_transfer.mode: pull``; ``push`` and ``layerwise`` overlap are other engines' (SGLang,
 Dynamo, Mooncake) and an error here. Each pool's ``instances`` are its servers
 (the pool's ``instances``); under an autoscaler, those serving at t = 0.
+
+**Servers on a node.** Servers that share a machine need their own GPUs, their own API port
+and, with NIXL, their own side-channel port, which ``instances`` copies of one command do not
+have. Each command's :attr:`LaunchCommand.servers` places its servers (:func:`place`): every
+GPU type on nodes of :data:`NODE_GPUS` GPUs, filled in the plan's order (prefill servers,
+then decode), each server on consecutive devices of one node (``CUDA_VISIBLE_DEVICES``;
+``HIP_VISIBLE_DEVICES`` on AMD GPUs, which vLLM's ROCm platform copies into
+``CUDA_VISIBLE_DEVICES``, ``_sync_hip_cuda_env_vars`` in ``vllm/platforms/rocm.py``), ports
+``--port 8000, 8001, ...`` on each node (vLLM's default is 8000) and, for disaggregated
+serving, ``VLLM_NIXL_SIDE_CHANNEL_PORT`` from NIXL's default 5600, a server's data-parallel
+ranks taking ``base + dp_rank`` (``docs/features/nixl_connector_usage.md``: "each vLLM worker
+needs a unique port on its host"; its same-host example starts the prefiller with
+``CUDA_VISIBLE_DEVICES=0 VLLM_NIXL_SIDE_CHANNEL_PORT=5600 ... --port 8100`` and the decoder
+with ``CUDA_VISIBLE_DEVICES=1 VLLM_NIXL_SIDE_CHANNEL_PORT=5601 ... --port 8200``). A server of
+more GPUs than a node is a multi-node deployment and gets no device list.
 """
 
 from __future__ import annotations
@@ -71,7 +86,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from des import catalog
@@ -110,13 +125,49 @@ PD_PROXY = (
 )
 
 
+#: GPUs per machine the servers are placed on (an 8-GPU HGX/DGX or MI300X platform).
+NODE_GPUS = 8
+#: The first API port on a node (vLLM's default ``--port``) and NIXL's default side-channel
+#: port (``VLLM_NIXL_SIDE_CHANNEL_PORT``, ``docs/features/nixl_connector_usage.md``).
+FIRST_PORT, FIRST_SIDE_CHANNEL_PORT = 8000, 5600
+#: GPU architectures vLLM runs on ROCm, whose devices ``HIP_VISIBLE_DEVICES`` selects.
+ROCM_ARCHITECTURES = frozenset({"cdna3"})
+
+
+@dataclass(frozen=True)
+class Server:
+    """One server of a pool, placed (:func:`place`): on machine ``node`` of its GPU type
+    (numbered from 0), on GPUs ``devices`` there (empty: it spans machines), serving on
+    ``port``; ``env``: the device list and NIXL's side-channel port before ``argv`` (the
+    pool's command with ``--port``)."""
+
+    node: int
+    devices: tuple[int, ...]
+    port: int
+    env: dict[str, str]
+    argv: list[str]
+
+    @property
+    def shell(self) -> str:
+        """``NAME=value ... vllm serve ... --port N``, one shell line."""
+        return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in self.env.items()), shlex.join(self.argv)])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node, "devices": list(self.devices), "port": self.port, "env": dict(self.env),
+            "argv": list(self.argv), "text": self.shell,
+        }  # fmt: skip
+
+
 @dataclass(frozen=True)
 class LaunchCommand:
     """One pool's server command: start ``instances`` servers of ``argv`` (``vllm serve
     MODEL ...``) on ``gpu`` (the catalog name, or an inline GPU's) with ``env`` set.
     ``role``: ``colocated``, ``prefill`` or ``decode``; ``gpus_per_instance``: the GPUs one
     server takes (tp × pp × dp); ``note``: what else the deployment needs (a load balancer,
-    the P/D proxy); ``text``: ``argv`` as one shell-quoted line (``shlex.split(text) == argv``)."""
+    the P/D proxy); ``servers``: each of the ``instances`` servers placed on a node, with its
+    devices and ports (:func:`place`); ``text``: ``argv`` as one shell-quoted line
+    (``shlex.split(text) == argv``)."""
 
     role: Role
     instances: int
@@ -125,6 +176,7 @@ class LaunchCommand:
     env: dict[str, str] = field(default_factory=dict)
     gpus_per_instance: int = 1
     note: str = ""
+    servers: tuple[Server, ...] = ()
     text: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -146,6 +198,7 @@ class LaunchCommand:
             "env": dict(self.env),
             "text": self.text,
             "note": self.note,
+            "servers": [server.as_dict() for server in self.servers],
         }
 
 
@@ -174,7 +227,52 @@ def launch_commands(scenario: Scenario) -> list[LaunchCommand]:
         ))  # fmt: skip
     repo, checkpoint_flags = checkpoint(scenario.model, scenario.precision)
     _check_link(scenario, plan)
-    return [_command(scenario, plan, pool, repo, checkpoint_flags) for pool in plan.pools]
+    commands = [_command(scenario, plan, pool, repo, checkpoint_flags) for pool in plan.pools]
+    rocm = {pool.gpu.name: pool.gpu.architecture in ROCM_ARCHITECTURES for pool in plan.pools}
+    return place(commands, nixl=plan.link is not None, rocm=rocm)
+
+
+def place(commands: list[LaunchCommand], nixl: bool, rocm: dict[str, bool] | None = None) -> list[LaunchCommand]:
+    """``commands`` with their servers placed (the module's docstring): each GPU type's
+    machines of :data:`NODE_GPUS` GPUs filled in order, each server on consecutive devices of
+    one, with an API port of its own there and, with ``nixl``, a side-channel port for each of
+    its data-parallel ranks. ``rocm``: whether a GPU type (by name) runs vLLM on ROCm."""
+    free: dict[str, list[int]] = {}  # per GPU type: the next free device on each of its machines
+    ports: dict[tuple[str, int], tuple[int, int]] = {}  # per machine: the next API and side-channel ports
+    out = []
+    for cmd in commands:
+        dp = _value(cmd.argv, "--data-parallel-size", 1)
+        servers = []
+        for _ in range(cmd.instances):
+            nodes = free.setdefault(cmd.gpu, [])
+            need = cmd.gpus_per_instance
+            devices: tuple[int, ...]
+            if need > NODE_GPUS:  # a multi-node server: whole machines of its own
+                node, devices = len(nodes), ()
+                nodes += [NODE_GPUS] * -(-need // NODE_GPUS)
+            else:
+                node = next((i for i, used in enumerate(nodes) if used + need <= NODE_GPUS), len(nodes))
+                if node == len(nodes):
+                    nodes.append(0)
+                devices = tuple(range(nodes[node], nodes[node] + need))
+                nodes[node] += need
+            port, side = ports.get((cmd.gpu, node), (FIRST_PORT, FIRST_SIDE_CHANNEL_PORT))
+            ports[(cmd.gpu, node)] = (port + 1, side + dp)
+            env = {}
+            if devices:
+                var = "HIP_VISIBLE_DEVICES" if (rocm or {}).get(cmd.gpu) else "CUDA_VISIBLE_DEVICES"
+                env[var] = ",".join(map(str, devices))
+            if nixl:
+                env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side)
+            env |= cmd.env
+            servers.append(Server(node, devices, port, env, [*cmd.argv, "--port", str(port)]))
+        out.append(replace(cmd, servers=tuple(servers)))
+    return out
+
+
+def _value(argv: list[str], flag: str, default: int) -> int:
+    """The integer after ``flag`` in ``argv`` (``default`` when it is not there)."""
+    return int(argv[argv.index(flag) + 1]) if flag in argv else default
 
 
 def hf_repo(model: ModelSpec) -> str | None:
@@ -369,4 +467,4 @@ def _note(scenario: Scenario, plan: Layout, pool: PoolLayout) -> str:
     return "; ".join(notes)
 
 
-__all__ = ["LaunchCommand", "launch_commands", "checkpoint", "hf_repo", "NIXL_KV_TRANSFER"]
+__all__ = ["LaunchCommand", "Server", "launch_commands", "place", "checkpoint", "hf_repo", "NIXL_KV_TRANSFER"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +78,14 @@ def _entry(o: Outcome, p: Plan, launch: list[Any] | None = None, scenario: str |
     return entry
 
 
-def plan_json(p: Plan, folder: Path, launch: list[Any] | None, prices: dict[str, Any]) -> dict[str, Any]:
-    """The answer as plain data, the winner's scenario written beside it."""
+#: The winner's scenario file, beside ``plan.json`` (only when there is a winner).
+WINNER = "winner.yaml"
+#: The files a plan writes, besides those the command adds (its figure).
+PLAN_FILES = ("plan.json", "candidates.parquet", WINNER)
+
+
+def plan_json(p: Plan, launch: list[Any] | None, prices: dict[str, Any]) -> dict[str, Any]:
+    """The answer as plain data (the winner's scenario is :data:`WINNER`, written beside it by :func:`write`)."""
     win = p.winner
     body: dict[str, Any] = {
         "rate": p.rate,
@@ -102,9 +109,7 @@ def plan_json(p: Plan, folder: Path, launch: list[Any] | None, prices: dict[str,
             f"; the closest is {close.candidate.name} (margin {close.margin(p.slos):+.1%})" if close else ""
         )
         return body
-    path = folder / "winner.yaml"
-    path.write_text(yaml.safe_dump(win.scenario.resolved() if win.scenario else {}, sort_keys=False))
-    body["winner"] = _entry(win, p, launch, path.name)
+    body["winner"] = _entry(win, p, launch, WINNER)
     body["runners_up"] = [_entry(o, p) for o in p.passing[1 : 1 + 3]]
     cheaper = [
         o for o in p.outcomes
@@ -118,15 +123,37 @@ def plan_json(p: Plan, folder: Path, launch: list[Any] | None, prices: dict[str,
     return body
 
 
-def write(p: Plan, folder: Path, launch: list[Any] | None, prices: dict[str, Any]) -> dict[str, Any]:
-    """Write the plan's files into ``folder``; returns ``plan.json``'s content."""
-    from des.output import json_text, parquet_writer
+def write(
+    p: Plan,
+    folder: Path,
+    launch: list[Any] | None,
+    prices: dict[str, Any],
+    extra: Mapping[str, Callable[[Path], object]] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Write the plan's files into ``folder``, and ``extra`` (name: a function writing it at
+    the path given, such as the command's figure): all staged under temporary names, then
+    moved into place together (:class:`des.output.Staged`), so a failure part-way leaves
+    the folder's earlier plan whole; a plan without a winner removes an earlier
+    :data:`WINNER`. Returns ``plan.json``'s content and the names of the files written."""
+    from des.output import Staged, json_text, parquet_writer, remove_stale_staging
 
+    extra = dict(extra or {})
     folder.mkdir(parents=True, exist_ok=True)
-    body = plan_json(p, folder, launch, prices)
-    parquet_writer(table(p))(folder / "candidates.parquet")
-    (folder / "plan.json").write_text(json_text(body))
-    return body
+    remove_stale_staging(folder, (*PLAN_FILES, *extra))
+    body = plan_json(p, launch, prices)
+    win = p.winner
+    with Staged(folder) as staged:
+        staged.write("plan.json", lambda path: path.write_text(json_text(body)))
+        staged.write("candidates.parquet", parquet_writer(table(p)))
+        if win is not None:
+            text = yaml.safe_dump(win.scenario.resolved() if win.scenario else {}, sort_keys=False)
+            staged.write(WINNER, lambda path: path.write_text(text))
+        else:
+            staged.drop(WINNER)  # an earlier plan's winner is no answer to this one
+        for name, draw in extra.items():
+            staged.write(name, draw)
+        written = staged.commit()
+    return body, [target.name for target in written]
 
 
 def dumps(body: dict[str, Any]) -> str:

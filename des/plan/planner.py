@@ -16,9 +16,13 @@
    lengthened, as in a capacity search. The runs are kept under ``OUT/runs/``, so a plan
    started again reuses them. Once the cheapest passing configuration and ``runners_up``
    more are known, the costlier candidates are not simulated (pruned: "costlier than ...").
-5. **Answer**: the winner (the cheapest ``pass``; ties: fewer GPUs, then the larger
-   margin), the runners-up, and for every cheaper candidate why it failed: which SLO, at
-   what value against its limit.
+5. **Answer**: the winner (the cheapest ``pass``), the runners-up, and for every cheaper
+   candidate why it failed: which SLO, at what value against its limit. Ties at equal
+   price go to the simpler configuration (:func:`rank_key`): fewer GPUs, then colocated
+   serving before a prefill/decode split (fewer pools: no KV transfer, no proxy), then
+   fewer engines (fewer servers to run and balance), then the larger margin, then the name.
+   Candidates are simulated in the same order, so that of equal-priced ones the simpler
+   are simulated first.
 
 Every candidate's row (its configuration, price, verdict, reason, and each SLO metric's
 mean and interval) goes to ``candidates.parquet``; ``plan.json`` holds the winner with
@@ -152,10 +156,25 @@ def _verdict(ev: Evaluation, slos: Sequence[SLOTerm]) -> tuple[str, str]:
     return "fail", f"{why} ({detail})"
 
 
-def rank_key(o: Outcome) -> tuple[float, int, str]:
-    """Cheapest first, then fewest GPUs, then by name (deterministic)."""
+def rank_key(o: Outcome) -> tuple[float, int, int, int, str]:
+    """Cheapest first; at equal price the simpler (the module's docstring): fewest GPUs,
+    then fewest pools (colocated before a split), then fewest engines; then by name
+    (deterministic)."""
     price = o.usd_per_hour if o.usd_per_hour is not None else math.inf
-    return (price, o.candidate.num_gpus, o.candidate.name)
+    c = o.candidate
+    pools = 1 if c.replicas else 2
+    return (price, c.num_gpus, pools, c.engines, c.name)
+
+
+#: The verdicts in the answer's order.
+VERDICT_ORDER = {"pass": 0, "marginal": 1, "fail": 2, "pruned": 3}
+
+
+def answer_key(o: Outcome, slos: Sequence[SLOTerm]) -> tuple[Any, ...]:
+    """The answer's order: by verdict, then :func:`rank_key`'s (cheapest, then the simpler),
+    then as simple at that price the larger margin, then the name: the first ``pass`` wins."""
+    *simpler, name = rank_key(o)
+    return (VERDICT_ORDER[o.verdict], *simpler, -o.margin(slos), name)
 
 
 def plan(
@@ -182,10 +201,8 @@ def plan(
     ``load`` req/s for an open process, or a trace's ``rate_scale`` (its recorded rate scaled).
 
     ``runner`` must be entered (a backend's ``with`` block); runs go under ``root``."""
-    data = base.resolved()
-    param = _param(data)
-    data["workload"]["arrival"] = _at_load(data["workload"]["arrival"], param, load)
-    rate = offered_rate(load_scenario(data))
+    data, param = at_load(base, load)
+    rate = offered_rate(load_scenario(data, hardware=False))
     result = Plan(rate, list(slos), replications, param, load)
     pending: list[Outcome] = []
     space = candidates(
@@ -223,19 +240,22 @@ def plan(
                 progress(o)
         i += len(batch)
     result.outcomes += pending
-    order = {"pass": 0, "marginal": 1, "fail": 2, "pruned": 3}
-
-    def key(o: Outcome) -> tuple[Any, ...]:
-        price, gpus, name = rank_key(o)
-        return (order[o.verdict], price, gpus, -o.margin(slos), name)  # equal price and GPUs: the larger margin
-
-    result.outcomes.sort(key=key)
+    result.outcomes.sort(key=lambda o: answer_key(o, slos))
     if capacities:  # how much more the winner and the runners-up carry: a capacity search each
         for o in result.passing[: 1 + runners_up]:
             o.capacity = _capacity(o, data, slos, replications, runner, root, rate / load)
             if progress is not None:
                 progress(o)
     return result
+
+
+def at_load(base: Scenario, load: float) -> tuple[dict[str, Any], str]:
+    """The base scenario as plain data with its arrivals at ``load``, and the parameter the
+    load sets (an open process's ``rate``, or the ``rate_scale`` of a replay or a schedule)."""
+    data = base.resolved()
+    param = _param(data)
+    data["workload"]["arrival"] = _at_load(data["workload"]["arrival"], param, load)
+    return data, param
 
 
 def _param(data: dict[str, Any]) -> str:

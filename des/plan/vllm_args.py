@@ -10,10 +10,10 @@ passed to ``add_argument`` in ``vllm/engine/arg_utils.py`` (``EngineArgs.add_cli
 ``AsyncEngineArgs.add_cli_args``, 181 names), and the three ``vllm serve`` adds itself in
 ``vllm/entrypoints/openai/cli_args.py`` (``make_arg_parser``). Not listed: the short aliases
 (``-tp``, ``-dp``, ``-q`` ...), the OpenAI front-end's server options (``--host``, ``--port``
-... from ``FrontendArgs``), which des never emits. Below them: the values the options des
-fills from a fixed set accept (``Literal`` types of vLLM's config classes) and the keys its
-JSON options take (the fields of ``SpeculativeConfig`` and ``KVTransferConfig``, and the
-connectors vLLM registers), from the same files of the same release.
+... from ``FrontendArgs``), of which des emits only ``--port`` (:data:`FRONTEND_FLAGS`).
+Below them: the values the options des fills from a fixed set accept (``Literal`` types of
+vLLM's config classes) and the keys its JSON options take (the fields of ``SpeculativeConfig``
+and ``KVTransferConfig``, and the connectors vLLM registers), from the same files of the same release.
 """
 
 from __future__ import annotations
@@ -89,9 +89,13 @@ NEGATABLE: frozenset[str] = frozenset({
     "--enable-expert-parallel",
 })  # fmt: skip
 
+#: The one front-end option des emits: each server's ``--port`` (``FrontendArgs.port``, default
+#: 8000, ``vllm/entrypoints/openai/cli_args.py``), so that servers sharing a node listen apart.
+FRONTEND_FLAGS: frozenset[str] = frozenset({"--port"})
+
 #: Every option name a ``vllm serve`` command des writes may use.
 VLLM_SERVE_FLAGS: frozenset[str] = (
-    ENGINE_FLAGS | SERVE_FLAGS | frozenset("--no-" + flag.removeprefix("--") for flag in NEGATABLE)
+    ENGINE_FLAGS | SERVE_FLAGS | FRONTEND_FLAGS | frozenset("--no-" + flag.removeprefix("--") for flag in NEGATABLE)
 )
 
 # The values des passes to options that take one of a fixed set, from the same release.

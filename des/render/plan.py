@@ -30,12 +30,18 @@ def answer_text(body: dict[str, Any]) -> str:
             f"  ${win['cost_per_million_tokens']:.4f} and at most {win['kwh_per_million_tokens']:.3g} kWh "
             "(board power) per million output tokens at the target rate"
         )
-        for cmd in win.get("launch") or []:
+        launch = win.get("launch") or []
+        nodes = {(c["gpu"], s["node"]) for c in launch for s in c.get("servers", [])}
+        for cmd in launch:
             if "error" in cmd:
                 lines.append(f"  launch: none: {cmd['error']}")
                 continue
-            role = f"{cmd['instances']} x " + ("" if cmd["role"] == "colocated" else f"{cmd['role']}: ")
-            lines.append(f"  launch {role}{cmd['text']}")
+            role = "" if cmd["role"] == "colocated" else f"{cmd['role']} "
+            if not cmd.get("servers"):  # a plan.json written before servers were placed
+                lines.append(f"  launch {cmd['instances']} x {role.replace(' ', ': ')}{cmd['text']}")
+            for server in cmd.get("servers", []):  # each on its devices and ports (des.plan.launch.place)
+                where = f"on {cmd['gpu']} node {server['node']}: " if len(nodes) > 1 else ""
+                lines.append(f"  launch {role}{where}{server['text']}")
         for o in body.get("runners_up", []):
             lines.append(f"runner-up: {o['name']} at ${o['cost_per_hour']:.2f} per hour")
         for o in body.get("cheaper", [])[:8]:

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from des.metrics.stability import GROWTH_LIMIT, LEVEL_LIMIT
+from des.metrics.stability import GROWTH_LIMIT, LEVEL_LIMIT, judged_unstable
 
 #: The fill-up left (share of the window's arrivals) above which a warm-up or horizon is short.
 FILL_LIMIT = 0.2 * GROWTH_LIMIT
@@ -120,8 +120,7 @@ def check(summary: Mapping[str, Any], requests: pd.DataFrame, closed: bool = Fal
     if 0 < dropped < finite.size and finite.mean() > 0:
         bias = float(finite[dropped:].mean() / finite.mean() - 1)
     p99 = float(np.percentile(served, 99)) if served.size else None
-    stable = summary.get("stable")
-    unstable = stable is not None and stable == stable and not bool(stable)  # False, not None or NaN
+    unstable = judged_unstable(summary)  # False, not None (a schedule's run) or NaN
     checked = Adequacy(fill, float(share), bool(summary.get("drifting")), p99, bias, unstable)
     if unstable and checked.flagged and _transient(summary, fill):
         checked = Adequacy(fill, float(share), checked.drifting, p99, bias, True, True)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from des.metrics.stability import judged_unstable
 from des.study.adequacy import check, is_closed
 from des.study.adequacy import describe as describe_short
 from des.study.intervals import SHARES, describe, estimate, latency_stat
@@ -95,9 +96,7 @@ def points_table(runs: pd.DataFrame, specs: Sequence[RunSpec], grid_keys: Sequen
         summaries = sub.to_dict("records")
         closed = is_closed(members[0].scenario)
         checks = [check(r, f, closed) for r, f in zip(summaries, frames, strict=True)]
-        row["unstable_runs"] = sum(
-            r.get("stable") is not None and r["stable"] == r["stable"] and not r["stable"] for r in summaries
-        )
+        row["unstable_runs"] = sum(judged_unstable(r) for r in summaries)
         row["runs_short"] = sum(c.short for c in checks)
         row["unstable_transient"] = sum(c.explains(r) for c, r in zip(checks, summaries, strict=True))
         row["adequacy"] = describe_short(checks, summaries)

@@ -51,6 +51,7 @@ from des.config import PLAUSIBLE_LATENCY, parse_seconds, plausible_latency
 from des.dotted import get_dotted
 from des.engine.deployment import new_path
 from des.errors import ScenarioError
+from des.metrics.stability import judged_unstable
 from des.output import Staged, remove_stale_staging
 from des.scenario import Scenario, load_scenario
 from des.study.adequacy import MAX_EXTENSIONS, Adequacy, check, extended, is_closed
@@ -97,14 +98,30 @@ class SLOTerm:
         return self.within(mean), self.within(worst), not self.within(best)
 
 
+#: The latencies an SLO may bound (their statistics: ``ttft_p99``, ``itl_mean``, ...), in seconds.
+LATENCIES = (*PLAUSIBLE_LATENCY, "itl", "second_token")
+#: Metrics that only a scenario with an ``slo:`` section measures (its per-request limits).
+NEEDS_SLO_SECTION = ("slo_attainment", "goodput_rps")
+
+
+def is_latency(metric: str) -> bool:
+    """Whether ``metric`` is a statistic of a latency (seconds)."""
+    return metric.rsplit("_", 1)[0] in LATENCIES
+
+
 def parse_slo(text: str, known: Sequence[str]) -> SLOTerm:
+    """``METRIC<=VALUE`` or ``METRIC>=VALUE`` as an :class:`SLOTerm`; ScenarioError naming
+    ``--slo`` for what is no objective: an unknown metric, a limit that is not a finite
+    number, a lower bound on a latency (``ttft_p99>=2``), and a limit that every run meets or
+    none can (a latency of 0 s or less, a share beyond [0, 1], a ``>=`` of 0 or less on a
+    metric never negative). Both ``des plan`` and ``des capacity`` read their SLOs here."""
     m = SLO_PATTERN.match(text)
     if not m:
         raise ScenarioError(("--slo", f"expected METRIC<=VALUE or METRIC>=VALUE, got {text!r}; {QUOTE_HINT}"))
     metric, op, raw = m.group(1), m.group(2), m.group(3)
     if metric not in known:
         raise ScenarioError(("--slo", f"unknown metric {metric!r}; valid: {', '.join(known)}"))
-    latency = metric.rsplit("_", 1)[0] in PLAUSIBLE_LATENCY  # a limit in seconds, or with a time unit
+    latency = is_latency(metric)  # a limit in seconds, or with a time unit
     try:
         limit, unit = parse_seconds(raw) if latency else (float(raw), False)
     except ValueError:
@@ -112,8 +129,49 @@ def parse_slo(text: str, known: Sequence[str]) -> SLOTerm:
         raise ScenarioError(("--slo", f"{raw!r} is not {what}")) from None
     if not math.isfinite(limit):
         raise ScenarioError(("--slo", f"limit must be finite (got {raw!r})"))
+    why = _no_objective(metric, op, limit)
+    if why:
+        raise ScenarioError(("--slo", f"{text.strip()}: {why}"))
     doubt = None if unit else plausible_latency(metric, limit)
     return SLOTerm(metric, limit, op, f"--slo {text.strip()}: {doubt}" if doubt else "")
+
+
+def _no_objective(metric: str, op: str, limit: float) -> str | None:
+    """Why ``metric op limit`` is no objective (None: it is one). Every metric is >= 0, a
+    share (``slo_attainment``, ``gpu_busy_fraction``, ...) within [0, 1], and a latency > 0."""
+    if is_latency(metric):
+        if op == ">=":
+            return f"a lower bound on a latency is not an SLO (an upper one is: {metric}<={limit:g})"
+        if limit <= 0:
+            return f"a latency limit must be > 0 s (no run has {metric} <= {limit:g} s)"
+        return None
+    share = metric in SHARES
+    if op == ">=":
+        if limit <= 0:
+            return f"every run has {metric} >= {limit:g}: the limit must be > 0"
+        if share and limit > 1:
+            return f"{metric} is a share, at most 1: no run has it >= {limit:g}"
+    else:
+        if limit < 0:
+            return f"{metric} is never negative: no run has it <= {limit:g}"
+        if share and limit >= 1:
+            return f"{metric} is a share, at most 1: every run has it <= {limit:g}"
+    return None
+
+
+def check_measured(slos: Sequence[SLOTerm], scenario: Scenario) -> None:
+    """ScenarioError naming ``--slo`` when an SLO names a metric the scenario does not
+    measure: ``slo_attainment`` and ``goodput_rps`` need its ``slo:`` section (the
+    per-request limits they count against)."""
+    if scenario.slo is not None and scenario.slo.limits():
+        return
+    for term in slos:
+        if term.metric in NEEDS_SLO_SECTION:
+            raise ScenarioError((
+                "--slo",
+                f"{term}: {term.metric} counts the requests that meet the scenario's per-request limits, and it has "
+                "none: add them to the scenario, e.g. --set 'slo={ttft: 2, tpot: 0.1}'",
+            ))  # fmt: skip
 
 
 def metric_names() -> list[str]:
@@ -189,7 +247,7 @@ def judge(
     the runs drew the step-time model's error, and the intervals are prediction intervals
     from the replications' spread (:func:`des.study.intervals.model_interval`)."""
     checks = checks or []
-    unstable = sum(not s["stable"] for s in summaries)
+    unstable = sum(judged_unstable(s) for s in summaries)  # a schedule's run (stable: None) has no such verdict
     transient = sum(c.explains(s) for c, s in zip(checks, summaries, strict=True)) if checks else 0
     metrics: dict[str, tuple[float, float, float]] = {}
     methods: dict[str, str] = {}
@@ -373,12 +431,34 @@ def _bracket(search: Search, lo: float, hi: float) -> tuple[float, float] | str:
     """``(lo, hi)`` with the SLOs holding at lo and failing at hi, doubling hi as needed;
     or why there is no such bracket."""
     if not search.evaluate(lo).holds:
-        return "the SLOs fail at the lowest value tried"
+        return _failing_low(search, lo)
     for _ in range(MAX_DOUBLINGS):
         if not search.evaluate(hi).holds:
             return lo, hi
         lo, hi = hi, hi * 2
     return "the SLOs still hold at the highest value tried"
+
+
+def _failing_low(search: Search, lo: float) -> str:
+    """Why a search has no answer when the SLOs fail at its lowest value ``lo``: the value,
+    the failure, and for arrivals that follow a schedule, the peak rate there (a schedule's
+    run is judged over its whole stretch: its SLOs can fail at any scale when its peak or
+    its start-up does not meet them)."""
+    ev = search.evaluate(lo)
+    why = "; ".join(ev.why) or "an SLO's mean is beyond its limit"
+    text = f"the SLOs fail at the lowest value tried, {search.param} = {lo:g} ({why})"
+    from des.workload.arrivals import peak_rate
+
+    try:
+        peak = peak_rate(load_scenario(search.base, [(search.param, lo)]).workload.arrival)
+    except ScenarioError:
+        peak = None
+    if peak is not None:
+        text += (
+            f"; there the schedule's rate peaks at {peak:.3g} req/s, and a scheduled run is judged over the whole "
+            "schedule, its peak included"
+        )
+    return text + "; try a lower --low, or looser SLOs"
 
 
 def _ci_edge(search: Search, start: float, sure: Callable[[Evaluation], bool], up: bool, rel_tol: float):
@@ -477,14 +557,18 @@ class CapacityQuestion:
         notes = [note for note in scenario_warnings(scenario) if note.startswith("model_uncertainty:")]
         replications = replications or (MODEL_REPLICATIONS if scenario.model_uncertainty else 5)
         terms = tuple(parse_slo(s, metric_names()) for s in slos)
+        check_measured(terms, scenario)
         base = scenario.resolved()
         if target_rate is not None:
-            if target_rate <= 0:
+            if not target_rate > 0:  # nan too
                 raise ScenarioError(("--replicas-for", f"must be > 0 (got {target_rate})"))
             if "rate" not in base["workload"]["arrival"]:
                 process = base["workload"]["arrival"]["process"]
                 raise ScenarioError(("--replicas-for", f"needs arrivals with a rate; {process} arrivals have none"))
-            base = load_scenario(base, [("workload.arrival.rate", target_rate)]).resolved()
+            try:
+                base = load_scenario(base, [("workload.arrival.rate", target_rate)]).resolved()
+            except ScenarioError as exc:
+                raise exc.for_option("--replicas-for", "workload.arrival.rate") from None
             if len(base["cluster"]["pools"]) > 1:
                 raise ScenarioError((
                     "--replicas-for",
@@ -503,6 +587,18 @@ class CapacityQuestion:
             load_scenario(base, [(param, value)])
         except ScenarioError as exc:
             raise exc.prefixed("--param") from None
+        for flag, key in (("--low", "low"), ("--high", "high")):
+            bound = options.get(key)
+            if bound is None:
+                continue
+            if not math.isfinite(bound):
+                raise ScenarioError((flag, f"must be a finite number (got {bound})"))
+            try:
+                load_scenario(base, [(param, int(round(bound)) if isinstance(value, int) else bound)])
+            except ScenarioError as exc:
+                raise exc.for_option(flag, param, new_path(base, param)) from None
+        if options.get("low") is not None and options.get("high") is not None and options["low"] >= options["high"]:
+            raise ScenarioError(("--low", f"must be below --high (got {options['low']:g} and {options['high']:g})"))
         notes += [term.note for term in terms if term.note]
         if is_replay(base) and replications < 5:
             notes.append(

@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from des.errors import ScenarioError
 from des.interrupt import check
 from des.output import FolderLocked, discard_pending, folder_lock
 from des.study.spec import RunSpec
@@ -201,6 +202,9 @@ class LocalBackend:
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_worker_started)
         return self
 
+    def check(self) -> None:
+        """Nothing to check before the output folder is taken (see :meth:`DaskBackend.check`)."""
+
     def __exit__(self, exc_type: object, *exc: object) -> None:
         pool, self._pool = self._pool, None
         if pool is None:
@@ -282,12 +286,32 @@ def _interrupts_ignored() -> Iterator[None]:
 
 
 class DaskBackend:
-    """Runs on a dask.distributed cluster (a LocalCluster of ``workers`` when ``address`` is None)."""
+    """Runs on a dask.distributed cluster (a LocalCluster of ``workers`` when ``address`` is
+    None); ``option``: the command-line option that gave the address, named when it cannot
+    be reached."""
 
-    def __init__(self, workers: int, address: str | None = None):
-        self.workers, self.address = workers, address
+    def __init__(self, workers: int, address: str | None = None, option: str = "--address"):
+        self.workers, self.address, self.option = workers, address, option
         self._client: Any = None
         self._cluster: Any = None
+
+    def _connect(self) -> Any:
+        """A client of the scheduler at :attr:`address`; ScenarioError naming :attr:`option`
+        when the address is malformed or nothing answers there."""
+        from dask.distributed import Client
+
+        try:
+            return Client(self.address)
+        except (OSError, ValueError, TypeError) as exc:
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ScenarioError((self.option, f"cannot reach a dask scheduler at {self.address!r}: {why}")) from None
+
+    def check(self) -> None:
+        """Connect to the scheduler at :attr:`address` and leave (nothing to check for a
+        LocalCluster): a command calls it before it takes its output folder, so that an
+        address that cannot be reached is one line naming its option, with nothing written."""
+        if self.address is not None:
+            self._connect().close()
 
     def __enter__(self) -> DaskBackend:
         try:
@@ -304,7 +328,7 @@ class DaskBackend:
             )
             self._client = Client(self._cluster)
         else:
-            self._client = Client(self.address)
+            self._client = self._connect()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -329,9 +353,12 @@ class DaskBackend:
 Backend = LocalBackend | DaskBackend
 
 
-def open_backend(kind: str = "local", workers: int = 1, address: str | None = None) -> Backend:
-    """The backend named ``kind`` (``local`` or ``dask``); use it as a context manager."""
-    return DaskBackend(workers, address) if kind == "dask" else LocalBackend(workers)
+def open_backend(
+    kind: str = "local", workers: int = 1, address: str | None = None, option: str = "--address"
+) -> Backend:
+    """The backend named ``kind`` (``local`` or ``dask``); use it as a context manager.
+    ``option``: the command-line option that gave ``address`` (named when it cannot be reached)."""
+    return DaskBackend(workers, address, option) if kind == "dask" else LocalBackend(workers)
 
 
 #: Progress callback: (runs done, counting the share done of each run in flight; runs asked

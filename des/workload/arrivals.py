@@ -622,6 +622,18 @@ def scheduled(arrival: object) -> bool:
     return isinstance(arrival, NHPP) or getattr(arrival, "modulate", None) is not None
 
 
+def peak_rate(arrival: object) -> float | None:
+    """The highest rate (req/s) a scheduled process reaches: an nhpp's schedule's peak as
+    scaled, a modulated process's rate times its schedule's peak over its mean (None: its
+    rate follows no schedule)."""
+    if isinstance(arrival, NHPP):
+        return float(arrival.scaled.peak)
+    schedule = getattr(arrival, "modulate", None)
+    if schedule is None:
+        return None
+    return float(arrival.rate * schedule.peak / schedule.mean)  # type: ignore[attr-defined]
+
+
 ARRIVALS: Registry[type[Strict]] = Registry("arrival process")
 for _cls in (Poisson, Gamma, MMPP, OnOff, NHPP, Closed, Trace):
     ARRIVALS.register(kind_of(_cls), _cls)
