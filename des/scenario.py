@@ -94,11 +94,26 @@ class SLO(Strict):
         return {k: v for k, v in self.model_dump(exclude={"attainment"}).items() if v is not None}
 
 
+#: The shortest window (seconds): a millisecond, below the shortest step a GPU takes, so
+#: a window shorter would not hold a step to say how the run went.
+MIN_WINDOW = 1e-3
+
+
 class MetricsConfig(Strict):
     """How a run is reported over time: ``window`` seconds per row of windows.parquet
-    (:mod:`des.metrics.windows`)."""
+    (:mod:`des.metrics.windows`), at least :data:`MIN_WINDOW`."""
 
     window: Annotated[Seconds, Field(gt=0)] = 300.0
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, v: float) -> float:
+        if v < MIN_WINDOW:
+            raise ValueError(
+                f"{v:g} s is shorter than {MIN_WINDOW:g} s (a millisecond, below any step's time): "
+                "such a window holds no step to say how the run went"
+            )
+        return v
 
 
 class Scenario(Strict):
