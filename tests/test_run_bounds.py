@@ -6,12 +6,16 @@ as written."""
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import des
+from des.engine.autoscaler import Autoscaler
+from des.engine.scaling import MAX_COLD_START, MIN_INTERVAL, AutoscalerConfig
 from des.scenario import MIN_WINDOW
 
 BASE = {
@@ -96,3 +100,101 @@ def test_a_window_shorter_than_a_millisecond_is_refused(window):
     [(path, message)] = problems(f"metrics.window={window}")
     assert path == "metrics.window" and f"shorter than {MIN_WINDOW:g} s" in message
     assert loads("metrics.window=1ms").metrics.window == MIN_WINDOW
+
+
+# -- R2: autoscaler settings whose cost had no bound ----------------------------------------
+
+SCALED = {
+    "metric": "queue_length", "target": 2, "min_instances": 0, "max_instances": 4, "interval": 1, "cooldown": 5,
+    "cold_start": 20,
+}  # fmt: skip
+
+
+def scaled(**autoscaler: object) -> dict:
+    return {**BASE, "horizon": {"duration": 60}, "warmup": 0,
+            "cluster": {"replicas": 0, "autoscaler": {**SCALED, **autoscaler}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("interval", [0.001, 1e-6, 1e-9, "10ms"])
+def test_an_interval_shorter_than_any_autoscaler_evaluates_is_refused(interval):
+    [(path, message)] = problems(base=scaled(interval=interval))
+    assert path == "cluster.autoscaler.interval" and f"shorter than {MIN_INTERVAL:g} s" in message
+    assert loads(base=scaled(interval=MIN_INTERVAL)).deployment is not None
+
+
+@pytest.mark.parametrize("cold_start", [1e9, 86_401, "25h", {"weights_bandwidth": 1000}, {"engine_start": 1e6}])
+def test_a_cold_start_beyond_a_day_is_refused_however_written(cold_start):
+    [(path, message)] = problems(base=scaled(cold_start=cold_start))
+    assert path == "cluster.autoscaler.cold_start" and f"beyond {MAX_COLD_START:,.0f} s (a day)" in message
+    assert loads(base=scaled(cold_start=MAX_COLD_START)).deployment is not None
+    assert loads(base=scaled(cold_start="auto")).deployment is not None
+
+
+def test_the_cold_start_bound_is_asked_of_a_pool_as_the_user_wrote_it():
+    base = {
+        **BASE,
+        "cluster": {
+            "pools": [
+                {"instances": 1, "autoscaler": {**SCALED, "min_instances": 1, "cold_start": {"engine_start": 1e6}}}
+            ]
+        },
+    }
+    [(path, _)] = problems(base=base)
+    assert path == "cluster.pools.0.autoscaler.cold_start"
+
+
+class _Fleet:
+    """As much of a Fleet as :meth:`Autoscaler.evaluate` reads: what it decides, kept."""
+
+    def __init__(self) -> None:
+        self.active: list[int] = [0]
+        self.asked: list[int] = []
+
+    def count(self, state: str) -> int:
+        return 0
+
+    def start(self, n: int) -> None:
+        self.active += [0] * n
+        self.asked.append(len(self.active))
+
+    def stop(self, n: int) -> None:
+        del self.active[:n]
+        self.asked.append(len(self.active))
+
+
+def stabilised(recommendations: list[int], cooldown_up: float, cooldown: float, cap: int) -> list[int]:
+    """HPA's stabilisation by brute force: every decision from a scan of all the past."""
+    current, out = 1, []
+    for now, _ in enumerate(recommendations):
+        seen = list(enumerate(recommendations[: now + 1]))
+        up = min(d for t, d in seen if t >= now - cooldown_up)
+        down = max(d for t, d in seen if t >= now - cooldown)
+        new = up if up > current else down if down < current else current
+        new = min(max(new, 0), cap)
+        if new != current:
+            out.append(new)
+        current = new
+    return out
+
+
+@pytest.mark.parametrize(("cooldown_up", "cooldown"), [(0, 0), (0, 7), (3, 7), (7, 3), (5, 1000)])
+def test_stabilisation_keeps_only_what_can_still_be_the_lowest_or_highest(cooldown_up, cooldown):
+    rng = np.random.default_rng(37)
+    recommendations = rng.integers(0, 9, 400).tolist() + [4] * 2000
+    config = AutoscalerConfig.model_validate({**SCALED, "max_instances": 6, "cooldown_up": cooldown_up,
+                                              "cooldown": cooldown})  # fmt: skip
+    scaler = object.__new__(Autoscaler)
+    clock = SimpleNamespace(now=0.0)
+    fleet = _Fleet()
+    scaler.env = clock  # type: ignore[assignment]
+    scaler.fleet = fleet  # type: ignore[assignment]
+    scaler.config = config
+    scaler.lows, scaler.highs = deque(), deque()
+    feed = iter(recommendations)
+    scaler.recommend = lambda: next(feed)  # type: ignore[method-assign]
+    for t in range(len(recommendations)):
+        clock.now = float(t)
+        scaler.evaluate()
+    assert fleet.asked == stabilised(recommendations, cooldown_up, cooldown, 6)
+    # 2,000 evaluations of one recommendation later, one of them is all it remembers
+    assert len(scaler.lows) == len(scaler.highs) == 1
