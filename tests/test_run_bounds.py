@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 import des
-from des.engine.autoscaler import Autoscaler
+from des.engine.autoscaler import STARTING, Autoscaler
 from des.engine.scaling import MAX_COLD_START, MIN_INTERVAL, AutoscalerConfig
+from des.metrics.result import build_result
 from des.scenario import MIN_WINDOW
+from des.simulation import build, run_until, stop_event
 
 BASE = {
     "name": "base",
@@ -198,3 +200,20 @@ def test_stabilisation_keeps_only_what_can_still_be_the_lowest_or_highest(cooldo
     assert fleet.asked == stabilised(recommendations, cooldown_up, cooldown, 6)
     # 2,000 evaluations of one recommendation later, one of them is all it remembers
     assert len(scaler.lows) == len(scaler.highs) == 1
+
+
+# -- W10: scale-ups and scale-downs count like events ---------------------------------------
+
+
+def test_scale_ups_and_downs_add_up_to_the_change_in_instances_asked_for():
+    # the review's scale-from-zero run: drains undone by a burst are scale-ups too
+    sc = loads(base=scaled())
+    env, cluster, procs = build(sc)
+    run_until(env, stop_event(sc, env, cluster, procs))
+    fleet = cluster.topology.pools[0].fleet
+    assert fleet is not None
+    res = build_result(sc, cluster, end_time=env.now)
+    ups, downs = res.summary["scale_ups"], res.summary["scale_downs"]
+    assert ups - downs == len(fleet.active) + fleet.count(STARTING) - 0  # none at t = 0
+    serving = np.diff(np.frombuffer(fleet.timeline.serving, dtype=np.int64))
+    assert ups >= serving[serving > 0].sum() > 0 and downs >= -serving[serving < 0].sum() > 0

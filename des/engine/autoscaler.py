@@ -111,6 +111,9 @@ class Fleet:
         self.ready_at = [0.0] * len(instances)  # when a starting instance serves
         self.generation = [0] * len(instances)  # bumped when a start is cancelled
         self.timeline = Timeline(initial, initial)
+        # instances asked for (started, or brought back from draining) and let go (a start
+        # cancelled, or a drain begun): like events, so scale_ups - scale_downs is the change
+        # in instances serving or starting
         self.scale_ups = self.scale_downs = 0
         self.routed = 0  # requests routed to the pool so far
         self.autoscaler: Autoscaler | None = None  # the process that scales it
@@ -139,6 +142,7 @@ class Fleet:
                 break
             if s == DRAINING:
                 self._activate(i)
+                self.scale_ups += 1  # a scale-up, as the drain it undoes was a scale-down
                 n -= 1
         for i, s in enumerate(self.state):
             if n == 0:
