@@ -317,7 +317,8 @@ class Scenario(Strict):
 
     def _pool_problems(self, i: int, pool: PoolLayout) -> list[tuple[str, str]]:
         """What vLLM refuses of pool ``i`` before it plans memory: its weights' format on its
-        GPU, a TP degree its heads cannot share, a context or a step too long."""
+        GPU, a TP degree its heads cannot share, a context or a step too long, a step's token
+        budget below its sequences (``vllm/config/scheduler.py``)."""
         model, found = self.model, []
         refused = unsupported(pool.gpu, self.precision)
         if refused is not None:
@@ -347,7 +348,14 @@ class Scenario(Strict):
                 "(vLLM refuses a max_model_len above the model's; its outputs beyond are not to be trusted)"
             )))  # fmt: skip
         context = min(limit or model.max_model_len, model.max_model_len)
-        if isinstance(policy, ContinuousSettings) and not policy.enable_chunked_prefill:
+        if isinstance(policy, ContinuousSettings) and policy.max_num_batched_tokens < policy.max_num_seqs:
+            budget, seqs = policy.max_num_batched_tokens, policy.max_num_seqs
+            found.append((self._setting(i, "max_num_batched_tokens"), (
+                f"{budget} is fewer than max_num_seqs ({seqs}), which vLLM refuses at start-up, chunked prefill "
+                f"or not (SchedulerConfig: 'max_num_batched_tokens ({budget}) must be greater than or equal to "
+                f"max_num_seqs ({seqs}).')"
+            )))  # fmt: skip
+        elif isinstance(policy, ContinuousSettings) and not policy.enable_chunked_prefill:
             budget = policy.max_num_batched_tokens
             if budget < context:
                 found.append((self._setting(i, "max_num_batched_tokens"), (

@@ -15,7 +15,9 @@ import pytest
 
 import des
 from des.engine.autoscaler import STARTING, Autoscaler
+from des.engine.policy import MAX_BATCH
 from des.engine.scaling import MAX_COLD_START, MIN_INTERVAL, AutoscalerConfig
+from des.engine.speculative import MAX_SPECULATIVE_TOKENS
 from des.metrics.result import build_result
 from des.scenario import MIN_WINDOW
 from des.simulation import build, run_until, stop_event
@@ -217,3 +219,57 @@ def test_scale_ups_and_downs_add_up_to_the_change_in_instances_asked_for():
     assert ups - downs == len(fleet.active) + fleet.count(STARTING) - 0  # none at t = 0
     serving = np.diff(np.frombuffer(fleet.timeline.serving, dtype=np.int64))
     assert ups >= serving[serving > 0].sum() > 0 and downs >= -serving[serving < 0].sum() > 0
+
+
+# -- T2, T3, W8: engine settings beyond what vLLM (or a run) takes --------------------------
+
+
+SPEC = {"method": "ngram", "acceptance_rate": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "bound", "echo"),
+    [
+        ("scheduler.max_num_seqs", 10**23, MAX_BATCH, 10**23),
+        ("scheduler.max_num_seqs", MAX_BATCH + 1, MAX_BATCH, MAX_BATCH + 1),
+        ("scheduler", {"kind": "static", "max_batch_size": 10**23}, MAX_BATCH, 10**23),
+        ("speculative", {**SPEC, "num_speculative_tokens": 10**20}, MAX_SPECULATIVE_TOKENS, 10**20),
+        ("scheduler.speculative", {**SPEC, "num_speculative_tokens": 129}, MAX_SPECULATIVE_TOKENS, 129),
+    ],
+)
+def test_batch_and_draft_sizes_beyond_their_bounds_are_one_line(key, value, bound, echo):
+    [(path, message)] = problems((key, value))
+    assert path.startswith(key) and path.endswith(("max_num_seqs", "max_batch_size", "num_speculative_tokens"))
+    assert message == f"must be <= {bound} (got {echo})"
+
+
+def test_the_largest_batch_and_draft_still_load():
+    most = [f"scheduler.max_num_seqs={MAX_BATCH}", f"scheduler.max_num_batched_tokens={MAX_BATCH}"]
+    assert loads(*most, "gpu=h100-80gb").scheduler.max_batch == MAX_BATCH
+    spec = {"method": "ngram", "num_speculative_tokens": MAX_SPECULATIVE_TOKENS, "acceptance_rate": 0.5}
+    assert loads(("speculative", spec)).speculative is not None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "where", "budget", "seqs"),
+    [
+        (["scheduler.max_num_batched_tokens=1"], "scheduler.max_num_batched_tokens", 1, 128),
+        (["scheduler.max_num_batched_tokens=127", "scheduler.enable_chunked_prefill=false"],
+         "scheduler.max_num_batched_tokens", 127, 128),
+        (["scheduler.max_num_seqs=256", "scheduler.max_num_batched_tokens=128"], "scheduler.max_num_batched_tokens",
+         128, 256),
+        # a split's decode pool, in the old shape: named as written
+        (["scheduler.kind=disaggregated", "scheduler.decode.max_num_seqs=256",
+          "scheduler.decode.max_num_batched_tokens=200"], "scheduler.decode.max_num_batched_tokens", 200, 256),
+        # a pool's own max_num_seqs against the policy's budget: the budget is named where written
+        (["cluster={pools: [{instances: 1, scheduler: {max_num_seqs: 3000}}]}"], "scheduler.max_num_batched_tokens",
+         2048, 3000),
+    ],
+)  # fmt: skip
+def test_a_token_budget_below_max_num_seqs_is_refused_in_vllms_words(overrides, where, budget, seqs):
+    [(path, message)] = problems(*overrides)
+    assert path == where
+    assert f"'max_num_batched_tokens ({budget}) must be greater than or equal to max_num_seqs ({seqs}).'" in message
+    # the budget raised to max_num_seqs, vLLM starts (chunked prefill off, it must hold the context too)
+    if not any("chunked" in o for o in overrides):
+        assert loads(*overrides, f"{where}={seqs}").deployment is not None
