@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import des
+from des.catalog.routing import Zipf, distinct_table, inclusion_probabilities
 from des.engine.autoscaler import STARTING, Autoscaler
 from des.engine.policy import MAX_BATCH
 from des.engine.scaling import MAX_COLD_START, MIN_INTERVAL, AutoscalerConfig
@@ -273,3 +274,44 @@ def test_a_token_budget_below_max_num_seqs_is_refused_in_vllms_words(overrides, 
     # the budget raised to max_num_seqs, vLLM starts (chunked prefill off, it must hold the context too)
     if not any("chunked" in o for o in overrides):
         assert loads(*overrides, f"{where}={seqs}").deployment is not None
+
+
+# -- W6, W7, C4: Zipf routing at any skew, only where there are experts, one line ----------
+
+
+@pytest.mark.parametrize("s", [300.0, 309.0, 400.0, 1e6])
+def test_a_steep_zipf_skew_tends_to_its_limit_the_k_most_popular_experts(s):
+    q = inclusion_probabilities(128, 8, s)
+    assert np.isfinite(q).all() and q.sum() == pytest.approx(8) and (q[:8] == pytest.approx(1.0, abs=1e-15))
+    assert (q[8:] <= 1e-15).all()
+    table = distinct_table(128, 8, Zipf(zipf=s))
+    assert table is not None and table[0] == 0.0
+    assert table[1:] == pytest.approx([8.0] * (len(table) - 1), rel=1e-10)  # every step reads just those 8
+    assert table == pytest.approx(distinct_table(128, 8, Zipf(zipf=300.0)), rel=1e-10)
+
+
+def test_a_gentle_skew_is_what_it_was():
+    q = inclusion_probabilities(128, 8, 1.2)  # water-filling: two capped, the rest i^-1.2 scaled
+    w = np.arange(3, 129, dtype=float) ** -1.2
+    assert q[:2].tolist() == [1.0, 1.0] and q[2:] == pytest.approx(w * 6 / w.sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("routing", "where", "says"),
+    [
+        ("skewed", "model.routing", "must be 'uniform' or {zipf: s}"),
+        ({"zipf": -1}, "model.routing.zipf", "must be >= 0 (got -1)"),
+        ({"zipf": "x"}, "model.routing.zipf", "not the string 'x'"),
+        ({"zipf": 1, "zipff": 2}, "model.routing.zipff", "unknown key"),
+        ({}, "model.routing.zipf", "required"),
+    ],
+)
+def test_a_bad_routing_is_one_line_naming_the_key_as_written(routing, where, says):
+    [(path, message)] = problems(("model", {"base": "qwen3-30b-a3b", "routing": routing}), "gpu=h100-80gb")
+    assert path == where and says in message and "Zipf" not in path
+
+
+def test_routing_on_a_dense_model_is_refused():
+    [(path, message)] = problems(("model", {"base": "qwen2.5-7b", "routing": {"zipf": 1}}))
+    assert path == "model.routing" and "dense" in message
+    assert loads(("model", {"base": "qwen2.5-7b", "routing": "uniform"})).model.routing == "uniform"
