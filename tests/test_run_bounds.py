@@ -315,3 +315,29 @@ def test_routing_on_a_dense_model_is_refused():
     [(path, message)] = problems(("model", {"base": "qwen2.5-7b", "routing": {"zipf": 1}}))
     assert path == "model.routing" and "dense" in message
     assert loads(("model", {"base": "qwen2.5-7b", "routing": "uniform"})).model.routing == "uniform"
+
+
+# -- W11: a draft that does not fit is the draft's problem, with hints that are possible -----
+
+DRAFT = {"method": "draft", "num_speculative_tokens": 3, "acceptance_rate": 0.6}
+
+
+def test_a_draft_too_big_is_named_where_written_with_no_impossible_hint():
+    # 150 GiB of draft and target on 24 GB cards: no tensor-parallel degree 28 heads allow
+    # holds it, and pipeline stages with speculation are refused, so no hint at all
+    [(path, message)] = problems(("scheduler.speculative", {**DRAFT, "model": "qwen2.5-72b"}))
+    assert path == "scheduler.speculative.model"
+    assert message.startswith("qwen2.5-72b (the draft model) does not fit beside qwen2.5-7b on 1 x rtx4090")
+    assert "it fits" not in message and "pp" not in message
+
+
+def test_a_hint_for_a_draft_holds_when_taken():
+    spec = ("speculative", {**DRAFT, "model": "qwen2.5-14b"})
+    [(path, message)] = problems(spec)
+    assert path == "speculative.model" and message.endswith("; it fits with cluster.tp: 4 (4 x rtx4090)")
+    assert loads(spec, "cluster.tp=4").speculative is not None
+
+
+def test_a_target_too_big_is_still_the_models_with_its_hints():
+    [(path, message)] = problems("model=qwen2.5-72b")
+    assert path == "model" and "it fits with cluster.tp: 8 (8 x rtx4090) or with cluster.pp: 8" in message
