@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -47,7 +47,7 @@ from des.engine.features import Deployed, problems
 from des.engine.layout import Deployment, Layout, PoolLayout, ResolvedPool
 from des.engine.schedulers import SCHEDULERS, ContinuousConfig, SchedulerConfig
 from des.engine.schedulers.settings import ContinuousSettings
-from des.engine.speculative import SpeculativeConfig
+from des.engine.speculative import Proposer, SpeculativeConfig
 from des.errors import ScenarioError, did_you_mean, reword, validation_errors
 from des.registry import kind_of
 from des.workload.arrivals import ARRIVALS, Trace, expected_count, expected_time, scheduled
@@ -94,11 +94,26 @@ class SLO(Strict):
         return {k: v for k, v in self.model_dump(exclude={"attainment"}).items() if v is not None}
 
 
+#: The shortest window (seconds): a millisecond, below the shortest step a GPU takes, so
+#: a window shorter would not hold a step to say how the run went.
+MIN_WINDOW = 1e-3
+
+
 class MetricsConfig(Strict):
     """How a run is reported over time: ``window`` seconds per row of windows.parquet
-    (:mod:`des.metrics.windows`)."""
+    (:mod:`des.metrics.windows`), at least :data:`MIN_WINDOW`."""
 
     window: Annotated[Seconds, Field(gt=0)] = 300.0
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, v: float) -> float:
+        if v < MIN_WINDOW:
+            raise ValueError(
+                f"{v:g} s is shorter than {MIN_WINDOW:g} s (a millisecond, below any step's time): "
+                "such a window holds no step to say how the run went"
+            )
+        return v
 
 
 class Scenario(Strict):
@@ -287,9 +302,12 @@ class Scenario(Strict):
             proposer = pool.proposer(self.model, self.precision)  # refused by speculative_problems if none
             try:
                 memory = pool.memory(self.model, self.precision, proposer)
-            except ScenarioError as exc:  # at `model`: say what would fit
+            except ScenarioError as exc:  # at `model`, or the draft's: say what would fit
                 (where, message), *_ = exc.problems
-                raise ScenarioError((where, message + _what_fits(i, pool, self.model, self.precision))) from None
+                if proposer is not None and _fits(pool, self.model, self.precision, None):
+                    where, message = self._draft_too_big(pool, proposer, message)
+                hint = _what_fits(i, pool, self.model, self.precision, self._allows(i))
+                raise ScenarioError((where, message + hint)) from None
             if memory.num_blocks > memory.fitting_blocks:
                 gib = 1 << 30
                 need = memory.num_blocks * memory.block_size * memory.kv_bytes_per_token / gib
@@ -308,7 +326,8 @@ class Scenario(Strict):
 
     def _pool_problems(self, i: int, pool: PoolLayout) -> list[tuple[str, str]]:
         """What vLLM refuses of pool ``i`` before it plans memory: its weights' format on its
-        GPU, a TP degree its heads cannot share, a context or a step too long."""
+        GPU, a TP degree its heads cannot share, a context or a step too long, a step's token
+        budget below its sequences (``vllm/config/scheduler.py``)."""
         model, found = self.model, []
         refused = unsupported(pool.gpu, self.precision)
         if refused is not None:
@@ -338,7 +357,14 @@ class Scenario(Strict):
                 "(vLLM refuses a max_model_len above the model's; its outputs beyond are not to be trusted)"
             )))  # fmt: skip
         context = min(limit or model.max_model_len, model.max_model_len)
-        if isinstance(policy, ContinuousSettings) and not policy.enable_chunked_prefill:
+        if isinstance(policy, ContinuousSettings) and policy.max_num_batched_tokens < policy.max_num_seqs:
+            budget, seqs = policy.max_num_batched_tokens, policy.max_num_seqs
+            found.append((self._setting(i, "max_num_batched_tokens"), (
+                f"{budget} is fewer than max_num_seqs ({seqs}), which vLLM refuses at start-up, chunked prefill "
+                f"or not (SchedulerConfig: 'max_num_batched_tokens ({budget}) must be greater than or equal to "
+                f"max_num_seqs ({seqs}).')"
+            )))  # fmt: skip
+        elif isinstance(policy, ContinuousSettings) and not policy.enable_chunked_prefill:
             budget = policy.max_num_batched_tokens
             if budget < context:
                 found.append((self._setting(i, "max_num_batched_tokens"), (
@@ -349,6 +375,30 @@ class Scenario(Strict):
                     "enable chunked prefill)"
                 )))  # fmt: skip
         return found
+
+    def _draft_too_big(self, pool: PoolLayout, proposer: Proposer, message: str) -> tuple[str, str]:
+        """The problem of a model that fits alone but not with its speculative ``proposer``
+        (the memory plan's ``message`` about both): at the proposer's key, as the draft's."""
+        spec = self.speculative
+        assert spec is not None
+        what = f"{spec.model} (the {spec.method} model)" if spec.model else f"{self.model.name}'s {spec.method} layers"
+        _, _, budget = message.partition(": ")
+        return ("speculative.model" if spec.model else "speculative.method"), (
+            f"{what} does not fit beside {self.model.name} on {pool.tp} x {pool.gpu.name}, its "
+            f"{proposer.weight_bytes / (1 << 30):.2f} GiB resident with the target's: {budget}"
+        )
+
+    def _allows(self, i: int) -> Callable[[dict[str, Any]], bool]:
+        """Whether pool ``i`` with the fields of an update (``tp``, ``pp``, ``dp`` ...) is a
+        deployment no feature refuses (:mod:`des.engine.features`): a hint must be possible."""
+        deployed = self._deployed()
+
+        def allows(update: dict[str, Any]) -> bool:
+            pools = list(self.cluster.pools)
+            pools[i] = pools[i].model_copy(update=update)
+            return not problems(replace(deployed, cluster=self.cluster.model_copy(update={"pools": pools})))
+
+        return allows
 
     def _setting(self, i: int, name: str) -> str:
         """Where the batching setting ``name`` of pool ``i`` is written: the pool's own
@@ -668,52 +718,57 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
     return notes
 
 
-def _what_fits(i: int, pool: PoolLayout, model: ModelSpec, precision: Precision) -> str:
+def _fits(pool: PoolLayout, model: ModelSpec, precision: Precision, proposer: Proposer | None) -> bool:
+    """Whether ``model`` at ``precision`` (and ``proposer``'s weights and KV beside it) leaves
+    room for a KV block on ``pool``'s GPUs."""
+    try:
+        pool.memory(model, precision, proposer)
+    except ScenarioError:
+        return False
+    return True
+
+
+def _what_fits(
+    i: int, pool: PoolLayout, model: ModelSpec, precision: Precision, allows: Callable[[dict[str, Any]], bool]
+) -> str:
     """``; it fits with ...``: the smallest tensor-parallel degree vLLM accepts that makes
-    ``model`` fit pool ``i``'s GPUs, and the lightest weight format that does on as many."""
+    ``model`` (with the pool's speculative proposer) fit pool ``i``'s GPUs, the fewest
+    pipeline stages or expert-parallel ranks, and the lightest weight format that does on as
+    many; only those ``allows`` (no feature refuses them, :mod:`des.engine.features`) and
+    the GPU runs (its kernels for the format)."""
     hints = []
     heads, kv = model.num_attention_heads, model.num_key_value_heads
     proposer = pool.proposer(model, precision)
     at = f"cluster.pools.{i}"
     for tp in (2, 4, 8, 16, 32):
-        if tp <= pool.tp or heads % tp or (tp % kv if tp >= kv else kv % tp):
+        if tp <= pool.tp or heads % tp or (tp % kv if tp >= kv else kv % tp) or not allows({"tp": tp}):
             continue
-        try:
-            replace(pool, tp=tp).memory(model, precision, replace(pool, tp=tp).proposer(model, precision))
-        except ScenarioError:
-            continue
-        hints.append(f"{at}.tp: {tp} ({tp} x {pool.gpu.name})")
-        break
+        if _fits(replace(pool, tp=tp), model, precision, replace(pool, tp=tp).proposer(model, precision)):
+            hints.append(f"{at}.tp: {tp} ({tp} x {pool.gpu.name})")
+            break
     par = pool.parallel
     for pp in (2, 4, 8):  # stages split the weights on GPUs that need not share heads
-        if pool.role != "colocated" or pp <= par.pp or pp > model.num_layers:
+        if pool.role != "colocated" or pp <= par.pp or pp > model.num_layers or not allows({"pp": pp}):
             continue
-        try:
-            replace(pool, parallel=replace(par, pp=pp)).memory(model, precision, proposer)
-        except ScenarioError:
-            continue
-        hints.append(f"{at}.pp: {pp} ({pp * pool.tp} x {pool.gpu.name})")
-        break
+        if _fits(replace(pool, parallel=replace(par, pp=pp)), model, precision, proposer):
+            hints.append(f"{at}.pp: {pp} ({pp * pool.tp} x {pool.gpu.name})")
+            break
     if model.is_moe and pool.role == "colocated":  # data parallelism spreads the experts
         for dp in (2, 4, 8):
             if dp <= par.dp or (model.num_experts or 0) % (dp * pool.tp):
                 continue
-            try:
-                replace(pool, parallel=replace(par, dp=dp, expert_parallel=True)).memory(model, precision, proposer)
-            except ScenarioError:
+            if not allows({"dp": dp, "expert_parallel": True}):
                 continue
-            hints.append(f"{at}.dp: {dp} and {at}.expert_parallel: true ({dp * pool.tp} x {pool.gpu.name})")
-            break
+            if _fits(replace(pool, parallel=replace(par, dp=dp, expert_parallel=True)), model, precision, proposer):
+                hints.append(f"{at}.dp: {dp} and {at}.expert_parallel: true ({dp * pool.tp} x {pool.gpu.name})")
+                break
     for weights in ("fp8", "int4-awq"):
         lighter = precision.model_copy(update={"weights": weights})
-        if lighter.weight_bytes_per_param >= precision.weight_bytes_per_param:
+        if lighter.weight_bytes_per_param >= precision.weight_bytes_per_param or unsupported(pool.gpu, lighter):
             continue
-        try:
-            pool.memory(model, lighter, pool.proposer(model, lighter))
-        except ScenarioError:
-            continue
-        hints.append(f"precision.weights: {weights}")
-        break
+        if _fits(pool, model, lighter, pool.proposer(model, lighter)):
+            hints.append(f"precision.weights: {weights}")
+            break
     return f"; it fits with {' or with '.join(hints)}" if hints else ""
 
 

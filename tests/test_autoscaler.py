@@ -376,4 +376,5 @@ def test_a_request_finding_every_instance_draining_brings_one_back():
     fleet.stop(1)
     assert fleet.state == ["draining"] and not fleet.active
     entrance = fleet.entrance()
-    assert entrance == (inst, 0.0) and fleet.state == ["serving"] and fleet.scale_ups == 0
+    assert entrance == (inst, 0.0) and fleet.state == ["serving"]
+    assert (fleet.scale_ups, fleet.scale_downs) == (1, 1)  # brought back: a scale-up, as its drain was a scale-down

@@ -33,8 +33,9 @@ def pool(draw, typical_tokens: float, pressure: bool) -> dict[str, Any]:
     p: dict[str, Any] = {"instances": draw(st.integers(1, 3))}
     if draw(st.booleans()):
         p["max_num_seqs"] = draw(st.sampled_from([1, 2, 8, 64]))
-    if draw(st.booleans()):
-        p["max_num_batched_tokens"] = draw(st.sampled_from([32, 256, 2048]))
+    if draw(st.booleans()):  # vLLM: a step's token budget is at least its sequences (128 unset)
+        seqs = p.get("max_num_seqs", 128)
+        p["max_num_batched_tokens"] = draw(st.sampled_from([t for t in (32, 256, 2048) if t >= seqs]))
     if pressure:
         blocks = max(1, int(draw(st.sampled_from([0.7, 1.2, 2.0, 4.0])) * typical_tokens) // 16)
         p["num_gpu_blocks_override"] = blocks

@@ -53,7 +53,8 @@ def test_preemption_of_the_newest_request_and_its_recompute(tmp_path):
 def test_chunked_prefill_timeline(tmp_path):
     # budget 8: A's 20-token prompt takes chunks 8, 8, 4; B (prompt 2) joins the third
     # step with the 4 tokens left; both emit their first token at t = 3.
-    sc = trace_scenario(tmp_path, [(0, 20, 3), (0, 2, 2)], {"kind": "continuous", "max_num_batched_tokens": 8})
+    budget = {"kind": "continuous", "max_num_batched_tokens": 8, "max_num_seqs": 8}  # vLLM: budget >= max_num_seqs
+    sc = trace_scenario(tmp_path, [(0, 20, 3), (0, 2, 2)], budget)
     r = des.simulate(sc)
     req, steps = by_id(r), r.steps
     assert steps["prefill_tokens"].tolist() == [8, 8, 6, 0, 0]
@@ -66,7 +67,7 @@ def test_chunked_prefill_timeline(tmp_path):
 
 
 def test_without_chunked_prefill_a_budget_below_the_context_is_refused_as_vllm_refuses_it(tmp_path):
-    settings = {"kind": "continuous", "max_num_batched_tokens": 8, "enable_chunked_prefill": False}
+    settings = {"kind": "continuous", "max_num_batched_tokens": 8, "max_num_seqs": 8, "enable_chunked_prefill": False}
     with pytest.raises(ScenarioError) as err:
         trace_scenario(tmp_path, [(0, 20, 3)], settings)
     (where, message), *_ = err.value.problems

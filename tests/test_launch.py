@@ -270,16 +270,6 @@ def test_api_servers_per_data_parallel_engine() -> None:
             "NixlConnector",
         ),
         ([*MOE_H100, "cluster.dp=2", "cluster.all2all_backend=all_to_all"], "cluster.all2all_backend", "expert"),
-        (
-            ["scheduler.max_num_seqs=256", "scheduler.max_num_batched_tokens=128"],
-            "scheduler.max_num_batched_tokens",
-            "fewer than max_num_seqs",
-        ),
-        (
-            [*DISAGGREGATED, "scheduler.decode.max_num_batched_tokens=200"],
-            "scheduler.decode.max_num_batched_tokens",
-            "fewer than max_num_seqs (256)",
-        ),
     ],
 )
 def test_unlaunchable_scenarios(overrides: list[str], field: str, words: str) -> None:

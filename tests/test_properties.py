@@ -128,10 +128,11 @@ def schedulers(draw, kind: str | None = None) -> dict[str, Any]:
             "release_on": draw(st.sampled_from(["batch_end", "finish"])),
         }
     else:
+        seqs = draw(st.sampled_from([2, 4, 32]) | st.integers(1, 8))
         s = {
             "kind": "continuous",
-            "max_num_seqs": draw(st.sampled_from([2, 4, 32]) | st.integers(1, 8)),
-            "max_num_batched_tokens": draw(st.sampled_from([16, 64, 256, 2048])),
+            "max_num_seqs": seqs,  # vLLM: the token budget is at least max_num_seqs
+            "max_num_batched_tokens": draw(st.sampled_from([t for t in (16, 64, 256, 2048) if t >= seqs])),
             "enable_chunked_prefill": draw(st.booleans()),
         }
     s["block_size"] = draw(st.sampled_from([1, 4, 16]))

@@ -18,13 +18,15 @@ bound at build time, so the per-step cost is a table lookup.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import NonNegativeFloat
+from pydantic import NonNegativeFloat, ValidationError
 
 from des.config import Strict
+from des.errors import ScenarioError, did_you_mean, reword, validation_errors
 
 
 class Zipf(Strict):
@@ -35,6 +37,33 @@ class Zipf(Strict):
 
 Routing = Literal["uniform"] | Zipf
 
+
+def routing(value: Any) -> Any:
+    """A model's ``routing`` as written, checked as the one it is: ``uniform``, or a mapping
+    that is a :class:`Zipf` (its problems named by its own keys, ``zipf``, not by both
+    kinds a union would try). ValueError (ScenarioError) otherwise."""
+    if value == "uniform" or isinstance(value, Zipf):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"must be 'uniform' or {{zipf: s}}, a Zipf skew s >= 0 (got {value!r})")
+    try:
+        return Zipf.model_validate(value)
+    except ValidationError as exc:
+        problems = []
+        for err in validation_errors(exc):
+            key, kind = ".".join(map(str, err["loc"])), err["type"]
+            if kind == "extra_forbidden":
+                message = "unknown key" + did_you_mean(key, Zipf.model_fields)
+            elif kind == "missing":
+                message = "required"
+            else:
+                message = reword(err["msg"].removeprefix("Value error, "))
+                if kind != "scenario_error" and isinstance(err.get("input"), int | float | str):
+                    message += f" (got {err['input']!r})"
+            problems.append((key, message))
+        raise ScenarioError(problems) from None
+
+
 #: Token counts the precomputed table covers; a step of more tokens reads the table's last
 #: entry (at 65 536 tokens every expert with ``q_i ≥ 2e-4`` is all but certainly touched).
 TABLE_TOKENS = 1 << 16
@@ -42,12 +71,15 @@ TABLE_TOKENS = 1 << 16
 
 def inclusion_probabilities(experts: int, k: int, s: float) -> np.ndarray:
     """Per-expert probability that one token picks it, ``q_i = min(1, c · i^−s / Σ j^−s)``
-    with ``Σ q_i = k`` (water-filling over the capped experts)."""
-    w = np.arange(1, experts + 1, dtype=float) ** (-s)
+    with ``Σ q_i = k`` (water-filling over the capped experts). The weights are taken in
+    log space, relative to the most popular expert left (``(i / i₀)^−s``, the first 1), so
+    a steep skew underflows the rare experts to 0, never the sum: as ``s`` grows the ``k``
+    most popular are picked by every token and the others by none, its limit."""
+    log_rank = np.log(np.arange(1, experts + 1, dtype=float))
     q = np.empty(experts)
     capped = 0  # the most popular experts, picked by every token
     while True:
-        rest = w[capped:]
+        rest = np.exp(-s * (log_rank[capped:] - log_rank[capped]))
         scaled = rest * (k - capped) / rest.sum()
         if scaled[0] <= 1.0 or capped == k:
             q[:capped] = 1.0

@@ -14,12 +14,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, field_validator, model_validator
 
 from des.catalog.efficiency import Efficiency
 from des.catalog.interconnect import InterconnectSpec
 from des.catalog.precision import Precision
-from des.catalog.routing import Routing
+from des.catalog.routing import Routing, Zipf, routing
 from des.config import Strict, resolve_path
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
@@ -355,7 +355,16 @@ class ModelSpec(Strict):
                 raise ValueError("first_k_dense: leaves no sparse layer (use a dense model)")
         elif self.num_shared_experts:
             raise ValueError("num_shared_experts: needs num_experts (a mixture of experts)")
+        elif isinstance(self.routing, Zipf):
+            raise ValueError(
+                f"routing: {self.name} is dense (no num_experts): it has no experts to route tokens to; remove routing"
+            )
         return self
+
+    @field_validator("routing", mode="before")
+    @classmethod
+    def _one_routing(cls, v: Any) -> Any:
+        return routing(v)
 
     @property
     def is_moe(self) -> bool:

@@ -111,6 +111,9 @@ class Fleet:
         self.ready_at = [0.0] * len(instances)  # when a starting instance serves
         self.generation = [0] * len(instances)  # bumped when a start is cancelled
         self.timeline = Timeline(initial, initial)
+        # instances asked for (started, or brought back from draining) and let go (a start
+        # cancelled, or a drain begun): like events, so scale_ups - scale_downs is the change
+        # in instances serving or starting
         self.scale_ups = self.scale_downs = 0
         self.routed = 0  # requests routed to the pool so far
         self.autoscaler: Autoscaler | None = None  # the process that scales it
@@ -139,6 +142,7 @@ class Fleet:
                 break
             if s == DRAINING:
                 self._activate(i)
+                self.scale_ups += 1  # a scale-up, as the drain it undoes was a scale-down
                 n -= 1
         for i, s in enumerate(self.state):
             if n == 0:
@@ -217,9 +221,12 @@ class Autoscaler:
         self.env = env
         self.fleet = fleet
         self.config = config
-        keep = max(config.cooldown, config.cooldown_up)
-        self.history: deque[tuple[float, int]] = deque()  # (time, recommendation), the last ``keep`` seconds
-        self.keep = keep
+        # (time, recommendation) of the last cooldown_up seconds, recommendations rising from
+        # the front (its lowest), and of the last cooldown seconds, falling (its highest): a
+        # recommendation that a later one as low (high) outlives can never be the lowest
+        # (highest) again, so each evaluation is O(1) amortised, whatever cooldown / interval
+        self.lows: deque[tuple[float, int]] = deque()
+        self.highs: deque[tuple[float, int]] = deque()
         self.busy_seen = [inst.busy_at(0.0) for inst in fleet.instances]
         self.routed_seen = 0
         self.process = env.process(self._run())
@@ -261,12 +268,19 @@ class Autoscaler:
     def evaluate(self) -> None:
         now, cfg, fleet = self.env.now, self.config, self.fleet
         desired = self.recommend()
-        history = self.history
-        history.append((now, desired))
-        while history[0][0] < now - self.keep:
-            history.popleft()
-        up = min(d for t, d in history if t >= now - cfg.cooldown_up)
-        down = max(d for t, d in history if t >= now - cfg.cooldown)
+        lows, highs = self.lows, self.highs
+        while lows and lows[-1][1] >= desired:
+            lows.pop()
+        lows.append((now, desired))
+        while lows[0][0] < now - cfg.cooldown_up:
+            lows.popleft()
+        while highs and highs[-1][1] <= desired:
+            highs.pop()
+        highs.append((now, desired))
+        while highs[0][0] < now - cfg.cooldown:
+            highs.popleft()
+        up = lows[0][1]  # the lowest recommendation of the last cooldown_up seconds
+        down = highs[0][1]  # the highest of the last cooldown seconds
         current = len(fleet.active) + fleet.count(STARTING)
         new = up if up > current else down if down < current else current
         new = min(max(new, cfg.min_instances), cfg.max_instances)

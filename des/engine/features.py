@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from des.catalog.memory import weight_bytes
 from des.catalog.precision import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.engine.deployment import ClusterConfig
@@ -138,7 +139,8 @@ def scaling_problems(d: Deployed) -> Problems:
     out: Problems = []
     for i, pool in enumerate(d.cluster.pools):
         entry = pool.role != "decode"
-        problem = scaling_problem(pool.autoscaler, pool.instances, pool.dp, pool.pp, "instances", entry=entry)
+        weights = weight_bytes(d.model, d.precision) if pool.autoscaler is not None else 0
+        problem = scaling_problem(pool.autoscaler, pool.instances, pool.dp, pool.pp, "instances", entry, weights)
         if problem is not None:
             key, _, message = problem.partition(": ")
             out.append((f"cluster.pools.{i}.{key}", message))

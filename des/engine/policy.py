@@ -35,6 +35,11 @@ from des.engine.speculative import SpeculativeConfig
 Items = TypeVar("Items")
 Role = Literal["colocated", "prefill", "decode"]
 ROLES: tuple[Role, ...] = ("colocated", "prefill", "decode")
+#: The most sequences one step may hold (``max_num_seqs``, ``max_batch_size``): as many as
+#: the most instances or data-parallel ranks a pool may have
+#: (:data:`des.engine.layout.MAX_INSTANCES`), 40 times vLLM's default of 256; beyond, a
+#: batch's counts leave what a table column (int64) and a step's cost arithmetic hold.
+MAX_BATCH = 10_000
 
 
 @dataclass(slots=True)

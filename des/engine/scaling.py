@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
-from des.catalog.coldstart import ColdStartSpec, cold_start_spec
+from des.catalog.coldstart import ColdStartSpec, cold_start_spec, default_cold_start
 from des.config import Seconds, Strict, parse_seconds
 from des.errors import ScenarioError
 
@@ -22,6 +22,15 @@ Metric = Literal["queue_length", "kv_use", "running", "utilization", "arrival_ra
 SHARES = ("kv_use", "utilization")
 #: Kubernetes HPA's default tolerance (``--horizontal-pod-autoscaler-tolerance``).
 TOLERANCE = 0.1
+#: The shortest ``interval`` (seconds). No autoscaler evaluates more often: KEDA's
+#: ``pollingInterval`` is whole seconds (30 by default), HPA syncs every 15 s
+#: (``--horizontal-pod-autoscaler-sync-period``), Knative's autoscaler ticks every 2 s. Each
+#: evaluation is a simulation event, so a run costs its length over the interval in them.
+MIN_INTERVAL = 1.0
+#: The longest cold start (seconds): a day. The catalog's slowest, DeepSeek-V3's 1.3 TB of
+#: bf16 weights read at the default 0.5 GB/s, is 46 minutes; requests held for a longer one
+#: keep the autoscaler evaluating, once an ``interval``, until it serves.
+MAX_COLD_START = 86_400.0
 
 
 class AutoscalerConfig(Strict):
@@ -60,7 +69,19 @@ class AutoscalerConfig(Strict):
             raise ValueError(
                 f"must be >= 0 seconds, auto, or {{weights_bandwidth, engine_start, graph_capture}} (got {v!r})"
             )
+        if seconds > MAX_COLD_START:
+            raise ValueError(cold_start_beyond(seconds))
         return seconds
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, v: float) -> float:
+        if v < MIN_INTERVAL:
+            raise ValueError(
+                f"{v:g} s is shorter than {MIN_INTERVAL:g} s: no autoscaler evaluates more often (KEDA polls in "
+                "whole seconds, HPA every 15 s, Knative every 2 s), and each evaluation is a simulation event"
+            )
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> AutoscalerConfig:
@@ -85,13 +106,29 @@ class AutoscalerConfig(Strict):
         return self.scale_down_threshold if self.scale_down_threshold is not None else self.target * (1 - TOLERANCE)
 
 
+def cold_start_beyond(seconds: float) -> str:
+    """Why a cold start of ``seconds`` is refused: it is beyond :data:`MAX_COLD_START`."""
+    return (
+        f"{seconds:,.6g} s is beyond {MAX_COLD_START:,.0f} s (a day): the slowest model's start is under an hour, "
+        "and the run would evaluate the autoscaler every interval until it served"
+    )
+
+
 def scaling_problem(
-    config: AutoscalerConfig | None, instances: int, dp: int, pp: int, field: str, entry: bool = True
+    config: AutoscalerConfig | None,
+    instances: int,
+    dp: int,
+    pp: int,
+    field: str,
+    entry: bool = True,
+    weight_bytes: int = 0,
 ) -> str | None:
     """Why a pool of ``instances`` at t = 0 (named ``field``) cannot have ``config``'s
     autoscaler, or None: its start outside ``[min_instances, max_instances]``; engines of
     data-parallel ranks or pipeline stages (not modelled: they would scale as whole
-    servers); scale from zero on a pool that requests do not enter (a decode pool)."""
+    servers); scale from zero on a pool that requests do not enter (a decode pool); a cold
+    start (of ``auto`` or the catalog's figures replaced, for ``weight_bytes`` of weights,
+    bytes) beyond :data:`MAX_COLD_START`, even without compiling and graph capture."""
     if config is None:
         return (
             None if instances > 0 else f"{field}: 0 instances serve nothing (0 is for an autoscaler's scale from zero)"
@@ -109,4 +146,9 @@ def scaling_problem(
             "autoscaler.min_instances: 0 is for the pool requests enter (scale from zero); a decode pool "
             "needs at least 1 to receive transfers"
         )
+    cold = config.cold_start
+    if not isinstance(cold, float | int):
+        seconds = (default_cold_start() if cold == "auto" else cold).seconds(weight_bytes, cuda_graphs=False)
+        if seconds > MAX_COLD_START:
+            return f"autoscaler.cold_start: {cold_start_beyond(seconds)}"
     return None

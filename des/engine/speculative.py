@@ -51,6 +51,10 @@ NEEDS_MODEL = frozenset({"draft", "eagle"})
 #: draft_model), allocating KV slots for the next step's drafts ahead of time
 #: (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.__init__``).
 LOOKAHEAD = frozenset({"draft", "eagle", "mtp"})
+#: The most tokens proposed per sequence per step: vLLM's rejection sampler asserts
+#: ``max_spec_len <= MAX_SPEC_LEN``, 128 (``vllm/v1/sample/rejection_sampler.py``; 32 in
+#: its first V1 releases). Useful values are a few (vLLM's examples use 2 to 5).
+MAX_SPECULATIVE_TOKENS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +83,7 @@ class SpeculativeConfig(Strict):
 
     method: Literal["ngram", "draft", "eagle", "mtp"]
     model: str | None = None
-    num_speculative_tokens: int = Field(ge=0)
+    num_speculative_tokens: int = Field(ge=0, le=MAX_SPECULATIVE_TOKENS)
     acceptance_rate: float = Field(ge=0.0, le=1.0)
 
     @model_validator(mode="after")

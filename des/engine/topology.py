@@ -57,7 +57,7 @@ class PoolFacts:
     gpu: str = ""  # the catalog name of its GPUs
     gpus_per_instance: int = 1  # GPUs of each of its engines (tp x pp)
     timeline: Timeline | None = None  # an autoscaled pool's serving and paying counts over time (None: fixed)
-    scalings: tuple[int, int] = (0, 0)  # instances started, and stopped or cancelled, by its autoscaler
+    scalings: tuple[int, int] = (0, 0)  # scale-ups (started, or back from draining), scale-downs (drained, cancelled)
 
 
 class Server:

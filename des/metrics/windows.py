@@ -3,7 +3,13 @@ what the run paid for (GPU-hours, cost).
 
 A run whose load changes (a rate schedule, an autoscaler) has no single steady state to
 summarise: its answer is how each stretch of it went. Windows ``[k W, (k + 1) W)`` tile
-the run from t = 0 to its end (the last one shorter when the run ends inside it):
+the run from t = 0 to its end (the last one shorter when the run ends inside it), a row
+each; but a stretch of two or more windows in which nothing happens (no request arrives or
+finishes, no step ends, no instance starts, serves or stops) is one row from the first's
+start to the last's end. Its rates and instance counts are those of each window it stands
+for (no request, the same instances throughout) and its GPU-hours and cost their sum, so
+nothing is lost, and the table's size follows the traffic, not the clock: a trace of epoch
+timestamps, or a day replayed a billion times slower, is a few rows, not millions:
 
 - ``arrived``, ``offered_rps``: requests arriving in the window; ``rejected`` and
   ``unfinished``: those of them rejected, or not done when the run stopped;
@@ -75,6 +81,15 @@ def cost(pools: Sequence[PoolFacts], prices: Mapping[str, float | None], lo: flo
     return total
 
 
+def rows(busy: np.ndarray, n: int) -> np.ndarray:
+    """The first window of each row of a run of ``n`` windows, where the windows ``busy``
+    (indices, sorted and unique) each have a row of their own and every stretch of others
+    between them is one row: ``[0, b, b + 1, …]`` for each busy ``b``, at most
+    ``2 len(busy) + 1`` rows whatever ``n``."""
+    after = busy + 1
+    return np.union1d(np.union1d(busy, after[after < n]), np.zeros(1, dtype=np.int64))
+
+
 def windows_table(
     requests: pd.DataFrame,
     steps: pd.DataFrame,
@@ -85,22 +100,35 @@ def windows_table(
     attainment: float | None = None,
     prices: Mapping[str, float | None] | None = None,
 ) -> pd.DataFrame:
-    """A row per window of ``window`` seconds from 0 to ``end`` (see the module's docstring)."""
+    """A row per window of ``window`` seconds from 0 to ``end`` (seconds), a stretch of idle
+    windows one row (see the module's docstring)."""
     n = max(1, math.ceil(end / window))
-    starts = np.arange(n) * window
-    ends = np.minimum(starts + window, end) if end > 0 else starts + window
-    span = ends - starts
 
-    def index(t: np.ndarray) -> np.ndarray:
+    def grid(t: np.ndarray) -> np.ndarray:
         return np.clip(np.nan_to_num(t, nan=0.0) // window, 0, n - 1).astype(np.int64)
-
-    def count(mask: np.ndarray, where: np.ndarray) -> np.ndarray:
-        return np.bincount(where[mask], minlength=n)
 
     status = requests["status"].to_numpy()
     completed = status == "completed"
-    arrived_in = index(requests["arrival_time"].to_numpy())
-    finished_in = index(requests["finish_time"].to_numpy())
+    arrived_at = grid(requests["arrival_time"].to_numpy())
+    finished_at = grid(requests["finish_time"].to_numpy())
+    step_end = (steps["start"] + steps["duration"]).to_numpy()
+    stepped_at = grid(step_end)
+    changes = [grid(np.frombuffer(p.timeline.times, dtype=float)) for p in pools if p.timeline is not None]
+    busy = np.unique(np.concatenate([arrived_at, finished_at[completed], stepped_at, *changes]))
+    first = rows(busy, n)
+    last = np.append(first[1:] - 1, n - 1)  # the last window of each row
+    m = len(first)
+    starts = first * window
+    ends = np.minimum(last * window + window, end) if end > 0 else starts + window
+    span = ends - starts
+
+    def row_of(at: np.ndarray) -> np.ndarray:
+        return np.searchsorted(first, at, side="right") - 1
+
+    def count(mask: np.ndarray, where: np.ndarray) -> np.ndarray:
+        return np.bincount(where[mask], minlength=m)
+
+    arrived_in, finished_in = row_of(arrived_at), row_of(finished_at)
     every = np.ones(len(requests), bool)
     out = pd.DataFrame({"start": starts.astype(float), "end": ends.astype(float)})
     out["arrived"] = count(every, arrived_in)
@@ -109,19 +137,18 @@ def windows_table(
     out["unfinished"] = count(status == "unfinished", arrived_in)
     out["completed"] = count(completed, finished_in)
     out["throughput_rps"] = out["completed"] / span
-    step_end = (steps["start"] + steps["duration"]).to_numpy()
-    tokens = np.bincount(index(step_end), weights=steps["tokens_emitted"].to_numpy(), minlength=n)
+    tokens = np.bincount(row_of(stepped_at), weights=steps["tokens_emitted"].to_numpy(), minlength=m)
     out["output_tokens_per_s"] = tokens / span
     done = requests.loc[completed, ["ttft", "tpot", "e2e"]].assign(window=arrived_in[completed])
     groups = done.groupby("window")
     for name, qs in (("ttft", (50, 90, 99)), ("tpot", (50, 99)), ("e2e", (50, 99))):
         for q in qs:
-            out[f"{name}_p{q}"] = groups[name].quantile(q / 100).reindex(range(n)).to_numpy()
+            out[f"{name}_p{q}"] = groups[name].quantile(q / 100).reindex(range(m)).to_numpy()
     if slo:
         ok = np.ones(len(done), bool)
         for name, limit in slo.items():
             ok &= ~(done[name].to_numpy() > limit)  # NaN (tpot of one-token outputs) passes
-        share = pd.Series(ok, index=done.index).groupby(done["window"].to_numpy()).mean().reindex(range(n))
+        share = pd.Series(ok, index=done.index).groupby(done["window"].to_numpy()).mean().reindex(range(m))
         out["slo_attainment"] = share.to_numpy()
         out["slo_met"] = [None if math.isnan(x) or attainment is None else bool(x >= attainment) for x in share]
     else:
@@ -129,6 +156,8 @@ def windows_table(
         out["slo_met"] = None
 
     def per_window(field: str, pool: PoolFacts) -> np.ndarray:
+        if pool.timeline is None:  # paying_seconds of a fixed pool, row by row at once
+            return pool.instances * np.maximum(ends - starts, 0.0)
         return np.array([paying_seconds(pool, lo, hi, field) for lo, hi in zip(starts, ends, strict=True)])
 
     out["instances_serving"] = sum(per_window("serving", p) for p in pools) / span
@@ -138,9 +167,12 @@ def windows_table(
             out[f"{p.role}_serving"] = per_window("serving", p) / span
             out[f"{p.role}_paying"] = per_window("paying", p) / span
     out["gpu_hours"] = sum(per_window("paying", p) * p.gpus_per_instance for p in pools) / 3600.0
-    out["cost"] = [
-        cost(pools, prices, lo, hi) if prices is not None else None for lo, hi in zip(starts, ends, strict=True)
-    ]
+    out["cost"] = [None] * m
+    if prices is not None and all(prices.get(p.gpu) is not None for p in pools):
+        paid = np.zeros(m)  # cost()'s sum, row by row at once: the same terms in the same order
+        for p in pools:
+            paid = paid + per_window("paying", p) * p.gpus_per_instance / 3600.0 * float(prices[p.gpu] or 0.0)
+        out["cost"] = paid.tolist()
     return out
 
 

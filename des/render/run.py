@@ -208,7 +208,7 @@ def fleet_line(s: dict[str, Any]) -> str:
         else ", no price known (prices: {GPU: USD per hour})"
     )
     moves = (
-        f"; {s['scale_ups']} instances started, {s['scale_downs']} stopped"
+        f"; {s['scale_ups']} scale-ups, {s['scale_downs']} scale-downs"
         if s.get("scale_ups") or s.get("scale_downs")
         else ""
     )

@@ -137,6 +137,10 @@ class ContinuousScheduler:
     def wakeup_time(self) -> float | None:
         return None
 
+    def gap_logs(self) -> list[Any]:
+        """None: it predates the inter-token gap logs (the oracle compares requests and steps)."""
+        return []
+
     def sync(self) -> None:
         """Copy the running requests' progress from the arrays onto the Request objects."""
         self.running.sync()

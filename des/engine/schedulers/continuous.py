@@ -73,7 +73,7 @@ from pydantic import Field
 from des.cost.base import BatchShape
 from des.engine.itl import ItlLog
 from des.engine.kvcache import BlockManager, CacheConfig
-from des.engine.policy import Role, Step, length_rejection
+from des.engine.policy import MAX_BATCH, Role, Step, length_rejection
 from des.engine.request import Request
 from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
 
@@ -81,7 +81,7 @@ from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
 class ContinuousBatching(CacheConfig):
     """vLLM-style engine arguments of continuous batching. Sizes in tokens."""
 
-    max_num_seqs: int = Field(128, ge=1)
+    max_num_seqs: int = Field(128, ge=1, le=MAX_BATCH)
     max_num_batched_tokens: int = Field(2048, ge=1)
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True

@@ -25,7 +25,7 @@ from pydantic import Field, NonNegativeFloat
 from des.cost.base import BatchShape
 from des.engine.itl import ItlLog
 from des.engine.kvcache import BlockManager, CacheConfig
-from des.engine.policy import Role, Step, length_rejection
+from des.engine.policy import MAX_BATCH, Role, Step, length_rejection
 from des.engine.request import Request
 
 
@@ -33,7 +33,7 @@ class StaticConfig(CacheConfig):
     """Static batching. ``max_wait`` in seconds."""
 
     kind: Literal["static"] = "static"
-    max_batch_size: int = Field(8, ge=1)
+    max_batch_size: int = Field(8, ge=1, le=MAX_BATCH)
     max_wait: NonNegativeFloat = 0.0
     release_on: Literal["batch_end", "finish"] = "batch_end"
 
