@@ -123,7 +123,8 @@ def view(root: Path, rel: str) -> dict[str, Any]:
         summary = json.loads((folder / "summary.json").read_text())
         tables += run_tables(summary, _slo(folder / "scenario.yaml"))
         if (folder / "windows.parquet").is_file():
-            tables.append(table(pd.read_parquet(folder / "windows.parquet"), "windows (metrics.window seconds each)"))
+            caption = "windows (metrics.window seconds each; an idle stretch is one row from its start to its end)"
+            tables.append(table(pd.read_parquet(folder / "windows.parquet"), caption))
     elif kind == "sweep":
         points = pd.read_parquet(folder / "points.parquet")
         lead = [c for c in points.columns if c in ("variant", "load") or "." in c]
