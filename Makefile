@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run day quick test test-fast lint bench golden clean
+.PHONY: run studies day quick test test-fast lint bench golden clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,17 +14,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q des analysis  # an editable install is not byte-compiled: do it once
 	touch $(STAMP)
 
-# The main job: the default scenario's summary, then the headline study
-# (RTX 4090 + Qwen2.5-7B, static vs continuous batching, Poisson and bursty traffic),
-# the prefill/decode studies (2 and 4 GPUs, colocated vs disaggregated, unlike GPUs priced), the prefix-caching
-# studies (system prompts, multi-turn chat), what one 4090 can serve and what speculative decoding adds
-# against load, and the report with its figures in reports/. The day-long studies are `make day`'s.
+# The main job: the default scenario's summary, then the headline study (RTX 4090 +
+# Qwen2.5-7B, static vs continuous batching, Poisson and bursty traffic, each scheduler's
+# capacity under a default SLO), burstiness on 1 to 8 GPUs, the seed lesson's slot grid, and
+# the report with its figures in reports/. `make studies` adds the other studies, `make day`
+# the day-long ones; each writes the report again with their sections.
 run: $(STAMP)
 	$(BIN)/des run --out results/default
 	$(BIN)/des sweep scenarios/headline.yaml --out results/headline
 	$(BIN)/des sweep scenarios/burstiness.yaml --out results/burstiness --brief
 	$(BIN)/des sweep scenarios/detail.yaml --out results/detail --brief
 	$(BIN)/des sweep scenarios/lesson-grid.yaml --out results/lesson-grid --brief
+	$(BIN)/python -m analysis.report --results results --out reports
+
+# The prefill/decode studies (2 and 4 GPUs, colocated vs disaggregated, unlike GPUs priced),
+# prefix caching (system prompts, multi-turn chat), what one 4090 can serve and what
+# speculative decoding adds against load; then the report with their sections.
+studies: run
 	$(BIN)/des sweep scenarios/pd-compare.yaml --out results/pd-compare --brief
 	$(BIN)/des sweep scenarios/pd-breakeven.yaml --out results/pd-breakeven --brief
 	$(BIN)/des sweep scenarios/pd-split.yaml --out results/pd-split --brief
@@ -37,7 +43,7 @@ run: $(STAMP)
 	$(BIN)/python -m analysis.report --results results --out reports
 
 # The day-long studies: a day of diurnal traffic and a burst on RTX 4090s (fixed clusters
-# against autoscaling; each run simulates a whole day), then the report again with their section.
+# against autoscaling; each run simulates a whole day), then the report with their section.
 day: run
 	$(BIN)/des sweep scenarios/day-4090.yaml --out results/day-4090 --brief
 	$(BIN)/des sweep scenarios/burst-4090.yaml --out results/burst-4090 --brief

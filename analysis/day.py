@@ -212,22 +212,8 @@ def burst_facts(sweep: Sweep) -> dict[str, Any]:
     }
 
 
-#: The section in place of the day's, when its studies have not been run (``make run`` leaves
-#: them to ``make day``: each of their runs simulates a whole day of traffic).
-NOT_RUN = """## A day of traffic: a cluster fixed for the peak against autoscaling
-
-Not in this report: the day-long studies (`scenarios/day-4090.yaml`, a diurnal day of
-traffic on RTX 4090s fixed against autoscaled, and `scenarios/burst-4090.yaml`, a burst)
-have not been run into `{res}`. `make day` runs them and writes this report again with
-their section.
-"""
-
-
 def section(res: Path, out: Path) -> tuple[str, dict[str, Path]]:
-    """The report's section on a day of traffic and a burst (Markdown), and their figures;
-    a line saying how to get them when their sweeps are not in ``res``."""
-    if not all((res / name / "points.parquet").is_file() for name in (STUDY, BURST)):
-        return NOT_RUN.format(res=res), {}
+    """The report's section on a day of traffic and a burst (Markdown), and their figures."""
     sweep = Sweep(res / STUDY)
     slo = float(sweep.study["set"]["slo"]["ttft"])
     figure = save(draw(sweep, slo), out / "day.png")

@@ -1,9 +1,11 @@
 """Write reports/README.md: the headline study's figures and what they say.
 
 Reads the sweeps written by ``make run`` (``results/headline``, ``results/burstiness``,
-``results/detail``, ``results/lesson-grid``, the prefill/decode studies ``results/pd-*``
-the prefix-caching studies ``results/caching-*``, ``results/models-4090``,
-``results/speculative`` and ``results/day-4090``), draws every figure into
+``results/detail``, ``results/lesson-grid``), by ``make studies`` (the prefill/decode
+studies ``results/pd-*``, the prefix-caching studies ``results/caching-*``,
+``results/models-4090`` and ``results/speculative``) and by ``make day``
+(``results/day-4090``, ``results/burst-4090``); a section whose studies are missing says
+which target sweeps them (:data:`SECTIONS`). It draws every figure into
 ``reports/`` with the other analysis scripts, reads each scheduler's capacity under the
 default SLO off the headline sweep (analysis/capacity.py), adds the prefill/decode
 (analysis/pd_report.py), prefix-caching (analysis/caching.py), what-a-4090-serves
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +142,49 @@ def facts(res: Path) -> dict[str, Any]:
     )
 
 
+#: The report's sections beyond the headline's: its placeholder, its title, the studies it
+#: reads, and the make target that runs them (``make run`` runs the headline's studies only).
+SECTIONS: dict[str, tuple[Callable[[Path, Path], tuple[str, dict[str, Path]]], str, tuple[str, ...], str]] = {
+    "pd_section": (
+        pd_report.section,
+        "Disaggregated prefill/decode serving, at equal GPU count",
+        ("pd-compare", "pd-breakeven", "pd-split", "pd-interference", "pd-hetero"),
+        "make studies",
+    ),
+    "caching_section": (caching.section, "Prefix caching", ("caching-system-prompt", "caching-chat"), "make studies"),
+    "models_section": (models.section, "What one RTX 4090 can serve", ("models-4090", "speculative"), "make studies"),
+    "day_section": (
+        day.section,
+        "A day of traffic: a cluster fixed for the peak against autoscaling",
+        ("day-4090", "burst-4090"),
+        "make day",
+    ),
+}
+
+
+def not_run(title: str, studies: tuple[str, ...], target: str, res: Path) -> str:
+    """A section's place in the report when its studies have not been swept into ``res``."""
+    names = ", ".join(f"`scenarios/{s}.yaml`" for s in studies)
+    return (
+        f"## {title}\n\nNot in this report: its studies ({names}) have not been swept into `{res}`. "
+        f"`{target}` sweeps them and writes this report again with this section.\n"
+    )
+
+
+def sections(res: Path, out: Path) -> tuple[dict[str, str], dict[str, Path]]:
+    """Each section of :data:`SECTIONS` (Markdown) and the figures drawn for them; a section
+    whose studies are not all in ``res`` says how to get it and draws nothing."""
+    texts: dict[str, str] = {}
+    figures: dict[str, Path] = {}
+    for key, (section, title, studies, target) in SECTIONS.items():
+        if not all((res / s / "points.parquet").is_file() for s in studies):
+            texts[key] = not_run(title, studies, target, res)
+            continue
+        texts[key], drawn = section(res, out)
+        figures |= {f"pd_{k}": v for k, v in drawn.items()} if key == "pd_section" else drawn
+    return texts, figures
+
+
 def main(argv=None) -> Path:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, default=Path("results"))
@@ -148,18 +193,9 @@ def main(argv=None) -> Path:
     res, out = args.results, args.out
     out.mkdir(parents=True, exist_ok=True)
     figures = _figures(res, out)
-    pd_section, pd_figures = pd_report.section(res, out)
-    caching_section, caching_figures = caching.section(res, out)
-    models_section, models_figures = models.section(res, out)
-    day_section, day_figures = day.section(res, out)
-    figures |= {f"pd_{k}": v for k, v in pd_figures.items()} | caching_figures | models_figures | day_figures
-    sections = {
-        "pd_section": pd_section,
-        "caching_section": caching_section,
-        "models_section": models_section,
-        "day_section": day_section,
-    }
-    text = render("report", facts(res) | sections)
+    texts, drawn = sections(res, out)
+    figures |= drawn
+    text = render("report", facts(res) | texts)
     path = out / "README.md"
     path.write_text(text)
     print(f"wrote {path} and {len(figures)} figures")

@@ -73,14 +73,24 @@ def test_the_windows_drawn_are_the_runs_own(results):
     assert w["gpu_hours"].sum() == pytest.approx(summary["gpu_hours"], rel=1e-9)
 
 
-def test_without_the_day_studies_the_section_says_how_to_get_it(results, tmp_path):
-    """``make run`` leaves the day-long studies to ``make day``: without their sweeps (or with
-    one of the two only) the section names them and the command, and draws nothing."""
-    for present in ([], [day.STUDY]):
+def test_a_section_whose_studies_are_missing_says_how_to_get_it(results, tmp_path):
+    """``make run`` leaves the other studies to ``make studies`` and ``make day``: a section
+    whose sweeps are missing (all, or one of two) names its studies and the target, and
+    draws nothing; with both sweeps there, the section is drawn."""
+    from analysis import report
+
+    for present in ([], [day.STUDY], [day.STUDY, day.BURST]):
         res = tmp_path / f"res{len(present)}"
         res.mkdir()
         for name in present:
             (res / name).symlink_to(results / name)
-        text, figures = day.section(res, tmp_path)
-        assert figures == {}
-        assert "`make day`" in text and "scenarios/day-4090.yaml" in text and "scenarios/burst-4090.yaml" in text
+        texts, figures = report.sections(res, tmp_path)
+        assert set(texts) == set(report.SECTIONS)
+        for key in ("pd_section", "caching_section", "models_section"):
+            assert "Not in this report" in texts[key] and "`make studies`" in texts[key]
+        if len(present) < 2:
+            text = texts["day_section"]
+            assert figures == {} and "`make day`" in text
+            assert "scenarios/day-4090.yaml" in text and "scenarios/burst-4090.yaml" in text
+        else:
+            assert set(figures) == {"day", "burst"} and "Not in this report" not in texts["day_section"]
