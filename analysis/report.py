@@ -142,7 +142,7 @@ def facts(res: Path) -> dict[str, Any]:
     )
 
 
-#: The report's sections beyond the headline's: its placeholder, its title, the studies it
+#: The report's sections beyond the headline's: the function writing each, its title, the studies it
 #: reads, and the make target that runs them (``make run`` runs the headline's studies only).
 SECTIONS: dict[str, tuple[Callable[[Path, Path], tuple[str, dict[str, Path]]], str, tuple[str, ...], str]] = {
     "pd_section": (
