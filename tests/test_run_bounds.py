@@ -22,26 +22,7 @@ from des.engine.speculative import MAX_SPECULATIVE_TOKENS
 from des.metrics.result import build_result
 from des.scenario import MIN_WINDOW
 from des.simulation import build, run_until, stop_event
-
-BASE = {
-    "name": "base",
-    "seed": 0,
-    "horizon": {"duration": 30},
-    "warmup": 5,
-    "workload": {
-        "arrival": {"process": "poisson", "rate": 4.0},
-        "prompt_tokens": {"dist": "lognormal", "mean": 512, "sigma": 0.6},
-        "output_tokens": {"dist": "geometric", "mean": 128},
-    },
-    "scheduler": {"kind": "continuous", "max_num_seqs": 128, "max_num_batched_tokens": 2048},
-}
-
-
-def problems(*overrides: str | tuple[str, object], base: dict | None = None) -> list[tuple[str, str]]:
-    """The problems ``load_scenario`` reports for the base scenario with ``overrides``."""
-    with pytest.raises(des.ScenarioError) as err:
-        des.load_scenario(base or BASE, list(overrides))
-    return err.value.problems
+from tests.test_input_hardening import BASE, problems
 
 
 def loads(*overrides: str | tuple[str, object], base: dict | None = None) -> des.Scenario:
