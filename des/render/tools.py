@@ -122,7 +122,7 @@ def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
     """The profile and spec sheet fitted, the fit per op group (and per model, for a profile
     of several), the factors kept beside it, the files written and how a scenario names
     the calibration file."""
-    from des.tools.calibrate import ENGINE_CPU, VIDUR_GROUPS, fit_table, model_table
+    from des.tools.calibrate import ENGINE_CPU, VIDUR_GROUPS, fit_table, model_table, model_tp_table
 
     console, gpu = out(), fit.gpu
     meta = fit.profile.describe()
@@ -162,6 +162,17 @@ def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
                 f"{row['max_abs_pct']:.0f} %",
             )  # fmt: skip
         console.print(by)
+    per_tp = model_tp_table(fit)
+    if per_tp:
+        by_tp = Table(title="per model and TP degree", title_justify="left")
+        for col in ("group", "model", "tp", "points", "median |err|", "max |err|"):
+            by_tp.add_column(col, justify="left" if col in ("group", "model") else "right")
+        for row in per_tp:
+            by_tp.add_row(
+                row["group"], row["model"], str(row["tp"]), f"{row['points']:,}", f"{row['median_abs_pct']:.1f} %",
+                f"{row['max_abs_pct']:.0f} %",
+            )  # fmt: skip
+        console.print(by_tp)
     sd = ", ".join(f"{k} {v:.3f}" for k, v in fit.efficiency.uncertainty.items())
     kept = (
         f"not in the profile, kept from the catalog's {gpu.name}: every factor but the "

@@ -191,8 +191,10 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     return frame
 
 
-def read_profile(path: Path) -> Profile:
-    """The profile in folder ``path``; every problem as a ScenarioError naming ``PROFILE_DIR``."""
+def read_profile(path: Path, dense_layers: tuple[str, ...] | None = None) -> Profile:
+    """The profile in folder ``path``; every problem as a ScenarioError naming ``PROFILE_DIR``.
+    ``dense_layers``: the operators ``dense.csv`` must hold (default: a dense model's GEMMs
+    and element-wise kernels)."""
     if not path.exists():
         raise _problem(f"{str(path)!r}: no such folder")
     if not path.is_dir():
@@ -200,18 +202,9 @@ def read_profile(path: Path) -> Profile:
     dense = _read_csv(path / "dense.csv", FILES["dense.csv"])
     per_seq = _read_csv(path / "per_sequence.csv", FILES["per_sequence.csv"])
     attention = _read_csv(path / "attention.csv", FILES["attention.csv"])
-    meta: dict[str, Any] = {}
-    meta_path = path / "meta.yaml"
-    if meta_path.exists():
-        try:
-            loaded = load_yaml(meta_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise _problem(f"{str(meta_path)!r}: cannot read it ({str(exc).splitlines()[0]})") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise _problem(f"{str(meta_path)!r} does not hold a mapping")
-        meta = loaded or {}
+    meta = read_meta(path / "meta.yaml")
     need = {
-        "dense.csv": (dense, (*GEMMS, *ELEMENTWISE_LAYER, *ELEMENTWISE_STEP)),
+        "dense.csv": (dense, dense_layers or (*GEMMS, *ELEMENTWISE_LAYER, *ELEMENTWISE_STEP)),
         "per_sequence.csv": (per_seq, PER_SEQUENCE),
     }
     for name, (frame, layers) in need.items():
@@ -238,6 +231,19 @@ def read_profile(path: Path) -> Profile:
     return Profile(path, dense, per_seq, attention, meta)
 
 
+def read_meta(meta_path: Path) -> dict[str, Any]:
+    """A profile's ``meta.yaml`` as a mapping ({} when there is none)."""
+    if not meta_path.exists():
+        return {}
+    try:
+        loaded = load_yaml(meta_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise _problem(f"{str(meta_path)!r}: cannot read it ({str(exc).splitlines()[0]})") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise _problem(f"{str(meta_path)!r} does not hold a mapping")
+    return loaded or {}
+
+
 def profile_format(path: Path) -> str:
     """The format of the profile in folder ``path``: ``llmservingsim`` (``dense.csv``,
     ``per_sequence.csv``, ``attention.csv``) or ``vidur`` (``mlp.csv`` files under it)."""
@@ -247,10 +253,13 @@ def profile_format(path: Path) -> str:
         raise _problem(f"{str(path)!r} is not a folder")
     if (path / "dense.csv").exists():
         return "llmservingsim"
+    if tree_folders(path):
+        return "llmservingsim-tree"
     if profile_files(path):
         return "vidur"
     raise _problem(
-        f"{str(path)!r} is not a kernel profile: it needs {', '.join(FILES)} (LLMServingSim) or "
+        f"{str(path)!r} is not a kernel profile: it needs {', '.join(FILES)} (LLMServingSim), "
+        "<org>/<model>/<variant>/tp<N>/ folders of them (LLMServingSim, several models and TP degrees) or "
         "<org>/<model>/mlp.csv files under it (Vidur)"
     )
 
@@ -259,10 +268,15 @@ def fit_folder(path: Path, gpu: GPUSpec, model: ModelSpec | None) -> Fit:
     """Read the profile in ``path`` in whichever format it is and fit it: an LLMServingSim
     profile needs ``model`` (the shapes it measured); a Vidur profile brings its models and
     keeps ``gpu``'s own factors for the groups it cannot fit."""
-    if profile_format(path) == "vidur":
+    fmt = profile_format(path)
+    if fmt == "vidur":
         if model is not None:
             raise ScenarioError(("--model", "a Vidur profile brings its models' shapes: leave --model out"))
         return fit_vidur(read_vidur(path), gpu, gpu.efficiency)
+    if fmt == "llmservingsim-tree":
+        if model is not None:
+            raise ScenarioError(("--model", "this profile names its models in each meta.yaml: leave --model out"))
+        return fit_tree(read_tree(path), gpu)
     if model is None:
         raise ScenarioError(("--model", "required for this profile: the catalog model whose shapes it measured"))
     return fit_profile(read_profile(path), gpu, model)
@@ -357,7 +371,7 @@ class Fit:
 
     gpu: GPUSpec
     model: ModelSpec | None
-    profile: Profile | VidurProfile
+    profile: Profile | VidurProfile | TreeProfile
     efficiency: Efficiency
     groups: dict[str, GroupResult]
 
@@ -366,7 +380,7 @@ class Fit:
         """The model(s) whose shapes were fitted."""
         if self.model is not None:
             return self.model.name
-        assert isinstance(self.profile, VidurProfile)
+        assert isinstance(self.profile, VidurProfile | TreeProfile)
         return ", ".join(self.profile.models)
 
     def calibration_text(self) -> str:
@@ -705,6 +719,320 @@ def fit_vidur(profile: VidurProfile, gpu: GPUSpec, base: Efficiency) -> Fit:
     sd = residual_sd(fitter.groups)
     efficiency = with_uncertainty(efficiency, {str(k): v for k, v in base.uncertainty.items()} | sd)
     return Fit(gpu, None, profile, efficiency, fitter.groups)
+
+
+# -- several models and TP degrees of LLMServingSim's profiler: <org>/<model>/<variant>/tp<N>/ --
+
+#: Operators of ``dense.csv`` a mixture of experts runs inside its fused-MoE block, which
+#: the profiler times as a whole in ``moe.csv`` (not fitted here: the MoE term is its own).
+MOE_BLOCK_OPS = ("gate_up_proj", "down_proj", "act_fn")
+#: Config fields LLMServingSim's profiler divides by the TP degree to emulate one rank on
+#: one GPU (``profiler/core/engine.py: fuse_engine_kwargs``, ``tensor_parallel_size: 1``).
+SHARDED = ("intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
+TP_FOLDER = re.compile(r"tp([1-9][0-9]*)")
+
+
+def tree_folders(path: Path) -> list[Path]:
+    """The ``tp<N>`` folders holding a ``dense.csv`` under ``path``: a model's variant folder
+    (``<path>/tp1/``) or the profiler's root (``<path>/<org>/<model>/<variant>/tp1/``)."""
+    found = [p.parent for p in sorted(path.glob("tp*/dense.csv"))]
+    found += [p.parent for p in sorted(path.glob("*/*/*/tp*/dense.csv"))]
+    return [p for p in found if TP_FOLDER.fullmatch(p.name)]
+
+
+def catalog_model_of(meta: dict[str, Any], where: Path) -> ModelSpec:
+    """The catalog model ``meta.yaml``'s ``model`` names: the one whose name (letters and
+    digits) is the longest found in the repository name (``Qwen/Qwen3-30B-A3B-Instruct-2507``
+    names ``qwen3-30b-a3b``, not ``qwen3-30b``)."""
+    from des.catalog import model as catalog_model
+    from des.catalog import model_names
+
+    stated = meta.get("model")
+    if not isinstance(stated, str) or not stated.strip():
+        raise _problem(f"{str(where)!r}: needs model: (the Hugging Face repository profiled)")
+    text = _compact(stated.rsplit("/", 1)[-1])
+    found = [n for n in model_names() if _compact(n) in text]
+    if not found:
+        raise _problem(f"{str(where)!r}: model {stated!r} is none of the catalog's models")
+    return catalog_model(max(found, key=lambda n: len(_compact(n))))
+
+
+def check_tree_shapes(meta: dict[str, Any], model: ModelSpec, where: Path) -> None:
+    """``meta.yaml``'s ``hf_overrides`` are those of the last TP degree profiled (the profiler
+    writes ``engine_effective`` per degree, the last one stays): each sharded field must be
+    the catalog model's divided by that degree, the others the catalog model's."""
+    eng = meta.get("engine_effective")
+    overrides = eng.get("hf_overrides") if isinstance(eng, dict) else None
+    degrees = meta.get("tp_degrees")
+    if not isinstance(overrides, dict):
+        return
+    if not isinstance(degrees, list) or not degrees or not all(isinstance(d, int) and d > 0 for d in degrees):
+        raise _problem(f"{str(where)!r}: tp_degrees must list the TP degrees profiled (got {show(degrees)})")
+    last = degrees[-1]
+    for key, attr in META_SHAPE.items():
+        if key not in overrides:
+            continue
+        full = getattr(model, attr)
+        want = full // last if key in SHARDED else full
+        if overrides[key] != want:
+            raise _problem(
+                f"{str(where)!r}: hf_overrides.{key} is {show(overrides[key])}, but {model.name} has {attr} {full}"
+                + (f" ({want} per rank at tp {last}, the last degree profiled)" if key in SHARDED else "")
+                + ": not the catalog model's shapes"
+            )
+
+
+def dense_ops(model: ModelSpec) -> tuple[str, ...]:
+    """The operators a profile of ``model`` holds in ``dense.csv``."""
+    ops = (*GEMMS, *ELEMENTWISE_LAYER, *ELEMENTWISE_STEP)
+    return tuple(op for op in ops if not (model.is_moe and op in MOE_BLOCK_OPS))
+
+
+@dataclass
+class TreeProfile:
+    """LLMServingSim profiles of several models and TP degrees of one GPU: ``parts`` by
+    (catalog model name, tp), each the sharded operators of one rank."""
+
+    path: Path
+    parts: dict[tuple[str, int], Profile]
+    models: dict[str, ModelSpec]
+    metas: dict[str, dict[str, Any]]
+
+    @property
+    def label(self) -> str:
+        return f"LLMServingSim profiles {self.path.name}"
+
+    @property
+    def degrees(self) -> list[int]:
+        return sorted({tp for _, tp in self.parts})
+
+    def describe(self) -> dict[str, str]:
+        """Provenance recorded in a calibration file."""
+        first = next(iter(self.metas.values()))
+        versions = sorted({str(m.get("vllm_version", "?")) for m in self.metas.values()})
+        return {
+            "path": str(self.path),
+            "format": "llmservingsim",
+            "gpu": str(first.get("gpu", "?")),
+            "models": ", ".join(self.models),
+            "tp": ", ".join(map(str, self.degrees)),
+            "vllm_version": ", ".join(versions),
+        }
+
+
+def read_tree(path: Path) -> TreeProfile:
+    """Every ``<org>/<model>/<variant>/tp<N>/`` profile under ``path``, its model named by the
+    ``meta.yaml`` beside the ``tp<N>`` folders and checked against the catalog's shapes."""
+    folders = tree_folders(path)
+    if not folders:
+        raise _problem(f"{str(path)!r}: no <org>/<model>/<variant>/tp<N>/dense.csv under it")
+    parts: dict[tuple[str, int], Profile] = {}
+    models: dict[str, ModelSpec] = {}
+    metas: dict[str, dict[str, Any]] = {}
+    for folder in folders:
+        meta_path = folder.parent / "meta.yaml"
+        if not meta_path.is_file():
+            raise _problem(f"{str(meta_path)!r}: no such file (it names the model of {str(folder)!r})")
+        meta = read_meta(meta_path)
+        model = catalog_model_of(meta, meta_path)
+        check_tree_shapes(meta, model, meta_path)
+        tp = int(TP_FOLDER.fullmatch(folder.name).group(1))  # type: ignore[union-attr]
+        if (model.name, tp) in parts:
+            raise _problem(f"{str(folder)!r}: {model.name} at tp {tp} is profiled twice under {str(path)!r}")
+        part = read_profile(folder, dense_ops(model))
+        part.meta = meta
+        parts[model.name, tp] = part
+        models[model.name], metas[model.name] = model, meta
+    return TreeProfile(path, dict(sorted(parts.items())), models, metas)
+
+
+def gemm_model(model: ModelSpec) -> tuple[ModelSpec, float]:
+    """The model whose GEMM roofline predicts what ``dense.csv``'s projections sum to, and the
+    share of its layer's linear weights they hold: the model itself and 1 for a dense one; for
+    a mixture of experts (whose MLP is the fused-MoE block, not in ``dense.csv``) its dense
+    twin and the attention projections' share of that twin's layer (the roofline's GEMM term
+    is proportional to the weights at any token count, so the share scales it exactly)."""
+    if not model.is_moe:
+        return model, 1.0
+    twin = model.model_copy(update={"num_experts": None, "num_experts_per_tok": None, "moe_intermediate_size": None})
+    return twin, twin.attention_linear_params / twin.layer_linear_params
+
+
+def fit_tree(tree: TreeProfile, gpu: GPUSpec) -> Fit:
+    """Fit every group's factors to all models and TP degrees of ``tree`` at once, each (model,
+    tp) predicted by the roofline of one layer on one of ``tp`` GPUs (:func:`fit_profile`'s
+    groups and order). Per group what each part contributes: ``gemm`` the four projections of
+    the dense models (a mixture of experts' q/k/v and o are checked, not fitted:
+    :func:`moe_rows`, :func:`unfitted_gemm`);
+    ``elementwise`` the per-step kernels of every part and the per-layer ones of the dense
+    models (a mixture of experts runs its activation inside the fused-MoE block); ``sampler``
+    the lowest TP degree's rows only (the profiler writes the same sampler rows at every
+    degree: it runs on the gathered logits); Qwen3's ``qk_norm`` is left out (des has no
+    such kernel). Not fitted: ``moe.csv``."""
+    check_gpu(next(iter(tree.parts.values())), gpu)
+    preds: dict[tuple[str, int], tuple[_Predictor, float]] = {}
+    for name, tp in tree.parts:
+        twin, share = gemm_model(tree.models[name])
+        preds[name, tp] = (_Predictor(gpu, twin, tp), share)
+
+    def frame_of(rows: list[pd.DataFrame]) -> pd.DataFrame:
+        return pd.concat(rows, ignore_index=True)
+
+    gemm_rows, head_rows, el_rows, samp_rows = [], [], [], []
+    att_rows: dict[str, list[pd.DataFrame]] = {"attention_prefill": [], "attention_decode": [], "attention_mixed": []}
+    low = min(tree.degrees)
+    for (name, tp), part in tree.parts.items():
+        key = {"model": name, "tp": tp}
+        wide = part.dense.pivot(index="tokens", columns="layer", values="time")
+        ops = [op for op in GEMMS if op in wide]
+        gemm_rows.append(pd.DataFrame({**key, "tokens": wide.index, "measured": wide[ops].sum(axis=1, skipna=False)}))
+        ps = part.per_sequence
+        head = ps[ps.layer == "lm_head"]
+        head_rows.append(pd.DataFrame({**key, "rows": head.sequences.to_numpy(), "measured": head.time.to_numpy()}))
+        if tp == low:
+            sm = ps[ps.layer == "sampler"]
+            samp_rows.append(pd.DataFrame({**key, "rows": sm.sequences.to_numpy(), "measured": sm.time.to_numpy()}))
+        step_sum = sum(wide[op] for op in ELEMENTWISE_STEP)
+        el_rows.append(pd.DataFrame({**key, "kernels": "per step", "tokens": wide.index, "measured": step_sum}))
+        if not tree.models[name].is_moe:
+            layer_sum = sum(k * wide[op] for op, k in ELEMENTWISE_LAYER.items())
+            el_rows.append(pd.DataFrame({**key, "kernels": "per layer", "tokens": wide.index, "measured": layer_sum}))
+        a = part.attention
+        cols = ["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"]
+        masks = {
+            "attention_prefill": (a.prefill_chunk > 0) & (a.n_decode == 0),
+            "attention_decode": a.prefill_chunk == 0,
+            "attention_mixed": (a.prefill_chunk > 0) & (a.n_decode > 0),
+        }
+        for group, mask in masks.items():
+            sub = a[mask]
+            att_rows[group].append(sub[cols].assign(**key, measured=sub["time"].to_numpy()))
+
+    def segmented(frame: pd.DataFrame, one: Callable[[_Predictor, float, Roofline, pd.DataFrame], np.ndarray]):
+        frame = frame.dropna(subset=["measured"]).reset_index(drop=True)
+        pieces = [
+            (preds[k], idx, frame.iloc[idx].reset_index(drop=True))
+            for k in preds
+            if len(idx := np.flatnonzero(((frame["model"] == k[0]) & (frame["tp"] == k[1])).to_numpy()))
+        ]
+
+        def predict(params: dict[str, Any]) -> np.ndarray:
+            eff = Efficiency.model_validate({**ENGINE_CPU, **params})
+            out = np.empty(len(frame))
+            for (pred, share), idx, part in pieces:
+                out[idx] = one(pred, share, pred.build(eff), part)
+            return out
+
+        return frame, predict
+
+    groups: dict[str, tuple[pd.DataFrame, Callable[[dict[str, Any]], np.ndarray]]] = {
+        "gemm": segmented(
+            frame_of([g for g in gemm_rows if not moe_rows(tree, g)]),
+            lambda p, s, r, f: s * p.gemm(r, f["tokens"].to_numpy(float)),
+        ),
+        "lm_head": segmented(frame_of(head_rows), lambda p, s, r, f: p.lm_head(r, f["rows"].to_numpy(float))),
+        "elementwise": segmented(
+            frame_of(el_rows),
+            lambda p, s, r, f: p.elementwise(r, f["tokens"].to_numpy(float), (f["kernels"] == "per layer").to_numpy()),
+        ),
+        "sampler": segmented(frame_of(samp_rows), lambda p, s, r, f: p.sampler(r, f["rows"].to_numpy(float))),
+    }
+    for group, rows in att_rows.items():
+        groups[group] = segmented(frame_of(rows), lambda p, s, r, f: p.attention(r, f))
+    fitter = _Fitter({"weight_bandwidth": 0.9, "gemm_compute": 0.9})
+    specs: dict[str, tuple[tuple[str, ...], list[float], list[float], list[float], tuple[float, ...]]] = {
+        "gemm": (("weight_bandwidth", "gemm_compute", "gemm_knee"), [0.9, 0.9, 0.3], [0.05, 0.05, 0.0],
+                 [1.0, 1.0, 1.0], (1.0, 1.0, 1.0)),
+        "lm_head": (("lm_head_bandwidth",), [0.9], [0.05], [1.5], (1.0,)),
+        "elementwise": (ELEMENTWISE_FACTORS, [2.0, 2.0, 1.0, 0.5], [0.01, 0.05, 0.05, 0.0], [50.0, 10.0, 10.0, 5.0],
+                        (1e-6, 1.0, 1.0, 1.0)),
+        "sampler": (("sampler_fixed", "sampler_bandwidth", "sampler_spill", "sampler_l2"), [20.0, 2.0, 0.5, 0.5],
+                    [0.1, 0.05, 0.05, 0.0], [500.0, 10.0, 10.0, 5.0], (1e-6, 1.0, 1.0, 1.0)),
+        "attention_prefill": (("prefill_attention_fixed", "attention_compute", "attention_tile", "kv_stream"),
+                              [8.0, 0.8, 100.0, 0.15], [0.0, 0.05, 0.0, 0.01], [500.0, 1.0, 1e4, 2.0],
+                              (1e-6, 1.0, 1.0, 1.0)),
+        "attention_decode": (("attention_fixed", "attention_per_seq", "kv_bandwidth"), [10.0, 0.3, 0.9],
+                             [0.0, 0.0, 0.05], [500.0, 50.0, 2.0], (1e-6, 1e-6, 1.0)),
+        "attention_mixed": (("mixed_per_seq", "mixed_kv_bandwidth"), [1.0, 0.5], [0.0, 0.02], [50.0, 2.0],
+                            (1e-6, 1.0)),
+    }  # fmt: skip
+    for group in GROUPS:
+        frame, predict = groups[group]
+        names, x0, lo, hi, sc = specs[group]
+        fitter.run(group, names, frame, predict, x0, lo, hi, sc)
+    desc = tree.describe()
+    basis = (
+        f"{tree.label} (vLLM {desc['vllm_version']} kernels, {desc['models']} on {gpu.name}, "
+        f"tp {' and '.join(desc['tp'].split(', '))})"
+    )
+    source = (
+        f"Fitted by `des calibrate` to the {tree.label} ({desc['gpu']}; {desc['models']}; tp {desc['tp']}) with the "
+        f"spec sheet of {gpu.name}, every model and TP degree at once, each predicted by its own roofline: least "
+        f"squares in log time per op group. Not fitted: the fused-MoE block (moe.csv). {CPU_SOURCE}"
+    )
+    efficiency = Efficiency.model_validate(
+        {**fitter.params, **ENGINE_CPU, "source": source, "provenance": "fitted", "basis": basis}
+    )
+    final = efficiency.model_dump(exclude={"source", "provenance", "basis", "uncertainty"})
+    for group in GROUPS:
+        fitter.groups[group].points["predicted"] = groups[group][1](final)
+    ordered = {k: fitter.groups[k] for k in GROUPS}
+    efficiency = with_uncertainty(efficiency, residual_sd(ordered))
+    return Fit(gpu, None, tree, efficiency, ordered)
+
+
+def moe_rows(tree: TreeProfile, rows: pd.DataFrame) -> bool:
+    """Whether ``rows`` (one part's) are of a mixture of experts. Its attention projections
+    (Qwen3-30B-A3B: 38 MB at TP 1, 19 MB at TP 2) stay in the RTX PRO 6000's 128 MB L2 between
+    the profiler's repetitions of a one-layer model (2.2 TB/s at 1 token, above the DRAM's 1.6),
+    which a 48-layer model streaming its experts never does: the GEMM factors are fitted to
+    the dense models' layers (0.1-0.5 GB of weights), these rows only checked."""
+    return bool(tree.models[str(rows["model"].iloc[0])].is_moe)
+
+
+def unfitted_gemm(fit: Fit) -> pd.DataFrame:
+    """The GEMM rows of a tree's mixtures of experts (q/k/v and o), measured against what the
+    fitted factors predict (:func:`moe_rows`): ``model``, ``tp``, ``tokens``, ``measured``,
+    ``predicted`` (seconds)."""
+    tree = fit.profile
+    assert isinstance(tree, TreeProfile)
+    eff = fit.efficiency
+    out = []
+    for (name, tp), part in tree.parts.items():
+        if not tree.models[name].is_moe:
+            continue
+        twin, share = gemm_model(tree.models[name])
+        pred = _Predictor(fit.gpu, twin, tp)
+        wide = part.dense.pivot(index="tokens", columns="layer", values="time")
+        tokens = wide.index.to_numpy(float)
+        predicted = share * pred.gemm(pred.build(eff), tokens)
+        measured = wide[[op for op in GEMMS if op in wide]].sum(axis=1).to_numpy()
+        out.append(
+            pd.DataFrame({"model": name, "tp": tp, "tokens": tokens, "measured": measured, "predicted": predicted})
+        )
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def model_tp_table(fit: Fit) -> list[dict[str, Any]]:
+    """Per group, model and TP degree of a fit of several (model, tp): points, median and max
+    absolute error (%); empty when the points name no TP degree."""
+    out = []
+    for name, g in fit.groups.items():
+        if "tp" not in g.points:
+            continue
+        err = (g.points["predicted"] / g.points["measured"] - 1.0).abs()
+        for (model, tp), e in err.groupby([g.points["model"], g.points["tp"]], sort=True):
+            out.append(
+                {
+                    "group": name,
+                    "model": str(model),
+                    "tp": int(tp),
+                    "points": len(e),
+                    "median_abs_pct": 100 * float(e.median()),
+                    "max_abs_pct": 100 * float(e.max()),
+                }
+            )
+    return out
 
 
 def with_uncertainty(efficiency: Efficiency, uncertainty: Mapping[str, float]) -> Efficiency:

@@ -10,6 +10,13 @@ kernels, eager mode, fp16). ``size`` is in **bytes**: the profiler records
 ``"size": self._size * 2,  # bytes``), and Vidur's predictor divides it by
 ``2 × embedding_dim`` to get tokens.
 
+A collective profile of one pair of GPUs in LLMServingSim's form (``nccl_2gpu.csv``:
+``collective,bytes,us``, ``bytes`` the all-reduce's input and the all-gather's local input,
+``us`` the median time in **microseconds**; :func:`read_collectives`) is fitted the same
+way at TP 2, per collective (:func:`fit_collectives`); an all-gather of ``S`` local bytes
+among ``n`` GPUs moves ``(n - 1) × S`` per GPU, so its curve is ``latency + (n - 1) × S /
+bus_bandwidth``.
+
 Only rows within one node are fitted (``devices_per_node == num_workers``: vLLM's tensor
 parallelism stays in a node). For each TP degree ``n``,
 
@@ -46,6 +53,11 @@ COLUMNS = (TIME, "num_workers", "size", "devices_per_node")
 CUSTOM_SD = 0.25
 #: Which profile's fit each catalog GPU carries (NVSwitch systems: every pair on NVLink).
 CATALOG = {"a100-80gb": "a100_dgx", "h100-80gb": "h100_dgx"}
+#: A two-GPU collective profile (LLMServingSim's ``hardware.yaml`` samples written out).
+COLLECTIVES_FILE = "nccl_2gpu.csv"
+COLLECTIVE_COLUMNS = ("collective", "bytes", "us")
+#: Catalog GPUs whose NCCL cost is fitted to a two-GPU collective profile under the data folder.
+CATALOG_COLLECTIVES = {"rtx-pro-6000": "rtxpro6000-vllm-kernel-profile/nccl_2gpu.csv"}
 #: Profiles whose 4-GPU ring crosses PCIe between NVLink pairs: the measured NCCL cost of
 #: PCIe peer-to-peer (PCIe 4.0 on the A100 system, PCIe 5.0 on the H100 one).
 PCIE = {"pcie4": ("a100_pairwise_nvlink", 4), "pcie5": ("h100_pairwise_nvlink", 4)}
@@ -141,11 +153,12 @@ def read_all_reduce(path: Path) -> pd.DataFrame:
     )
 
 
-def fit_degree(tp: int, nbytes: np.ndarray, seconds: np.ndarray) -> DegreeFit:
-    """Least squares in log time of ``latency + ring × bytes / bus_bandwidth``."""
+def fit_degree(tp: int, nbytes: np.ndarray, seconds: np.ndarray, ring: float | None = None) -> DegreeFit:
+    """Least squares in log time of ``latency + ring × bytes / bus_bandwidth`` (``ring``: bytes
+    each GPU moves per byte of the message, the all-reduce's ``2 (tp - 1) / tp`` by default)."""
     if len(nbytes) < 8 or len(np.unique(nbytes)) < 4:
         raise _problem(f"tp {tp}: needs at least 8 rows over 4 message sizes to fit (has {len(nbytes)})")
-    ring = ring_factor(tp)
+    ring = ring_factor(tp) if ring is None else ring
     log_t = np.log(seconds)
 
     def residuals(p: np.ndarray) -> np.ndarray:
@@ -197,3 +210,41 @@ def network_table(fits: list[NetworkFit]) -> list[dict[str, float | int | str]]:
         for f in fits
         for d in f.degrees.values()
     ]
+
+
+def read_collectives(path: Path) -> pd.DataFrame:
+    """A two-GPU collective profile (``collective,bytes,us``): ``collective``, ``bytes``,
+    ``time`` (seconds); every problem one line naming the file, row and column."""
+    name = str(path)
+    if not path.is_file():
+        raise _problem(f"{name!r}: no such file")
+    frame = read_csv(path, _problem)
+    if tuple(frame.columns) != COLLECTIVE_COLUMNS:
+        raise _problem(f"{name!r}: columns must be {','.join(COLLECTIVE_COLUMNS)}")
+    if frame.empty:
+        raise _problem(f"{name!r} has no rows")
+    values = {c: pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=float) for c in ("bytes", "us")}
+    for col, v in values.items():
+        bad = ~np.isfinite(v) | (v <= 0) | (v > (1e12 if col == "bytes" else 1e7))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise _problem(f"{name!r} row {i + 1}: {col} {frame[col].iloc[i]!r} is not a number > 0")
+    kinds = frame["collective"].astype(str).str.strip()
+    unknown = sorted(set(kinds) - set(COLLECTIVE_RING))
+    if unknown:
+        raise _problem(f"{name!r}: collective {unknown[0]!r} is not one of {', '.join(COLLECTIVE_RING)}")
+    return pd.DataFrame({"collective": kinds, "bytes": values["bytes"], "time": values["us"] * 1e-6})
+
+
+#: Bytes each of two GPUs moves per byte of a collective's sample size: the all-reduce's
+#: input (``2 (n - 1) / n`` = 1), the all-gather's local input (``n - 1`` = 1).
+COLLECTIVE_RING = {"all_reduce": ring_factor(2), "all_gather": 1.0}
+
+
+def fit_collectives(path: Path) -> dict[str, DegreeFit]:
+    """Each collective of a two-GPU profile fitted at TP 2 (:func:`fit_degree`)."""
+    rows = read_collectives(path)
+    return {
+        kind: fit_degree(2, g["bytes"].to_numpy(), g["time"].to_numpy(), COLLECTIVE_RING[kind])
+        for kind, g in rows.groupby("collective", sort=True)
+    }
