@@ -188,7 +188,7 @@ def check(fits: dict[str, Fit]) -> None:
 def draw_vidur(fits: dict[str, Fit], path: Path) -> None:
     """Predicted against measured time of the Vidur-profiled GPUs: a row per GPU, a column per group."""
     sns.set_theme(style="whitegrid", context="notebook")
-    vidur = [p.gpu for p in arch.PROFILED if p.model is None]
+    vidur = [p.gpu for p in arch.PROFILED if p.folder.startswith("vidur-kernel-profiles")]
     fig, axes = plt.subplots(len(vidur), 2, figsize=(12, 4.6 * len(vidur)), squeeze=False)
     for row, gpu in zip(axes, vidur, strict=True):
         fit = fits[gpu]
@@ -293,7 +293,7 @@ def _pct(x: float) -> str:
 def architecture_facts(fits: dict[str, Fit]) -> dict[str, Any]:
     """The Vidur fits (per GPU and group, per model), every catalog GPU's provenance and
     uncertainty, the transfer rule's spreads and the RTX 4090's clocks."""
-    vidur = [p.gpu for p in arch.PROFILED if p.model is None]
+    vidur = [p.gpu for p in arch.PROFILED if p.folder.startswith("vidur-kernel-profiles")]
     fit_rows = []
     for gpu in vidur:
         fit = fits[gpu]

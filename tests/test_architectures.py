@@ -160,12 +160,15 @@ def test_every_catalog_gpu_carries_the_factors_its_rule_gives(fits):
         _same(eff, catalog.gpu(name).efficiency, name)
 
 
-def test_provenance_follows_the_architecture():
-    fitted = {p.architecture for p in arch.PROFILED}
+def test_provenance_follows_the_architecture_and_memory():
+    """A GPU is fitted when a GPU of its architecture with its memory type was profiled: the
+    B200 (Blackwell, HBM) is not, though the RTX PRO 6000 (Blackwell, GDDR7) is."""
+    fitted = {(p.architecture, catalog.gpu(p.gpu).memory_type) for p in arch.PROFILED}
+    assert ("blackwell", "gddr") in fitted and ("blackwell", "hbm") not in fitted
     for name in catalog.gpu_names():
         gpu = catalog.gpu(name)
         e = gpu.efficiency
-        assert e.provenance == ("fitted" if gpu.architecture in fitted else "transferred"), name
+        assert e.provenance == ("fitted" if (gpu.architecture, gpu.memory_type) in fitted else "transferred"), name
         assert set(e.uncertainty) == {"gemm", "attention", "elementwise"}, name
         assert e.basis and e.source, name
         # compute factors are shares of the peak at the sustained clock: never above it
@@ -173,7 +176,8 @@ def test_provenance_follows_the_architecture():
 
 
 def test_transfer_is_the_geometric_mean_of_the_profiled_gpus_of_a_memory_type(fits):
-    b200, pro = catalog.gpu("b200").efficiency, catalog.gpu("rtx-pro-6000").efficiency
+    # no catalog GPU takes the GDDR class since Blackwell's GDDR7 cards are fitted: the rule itself
+    b200, pro = catalog.gpu("b200").efficiency, arch.transfer(fits, "gddr")
     a100, h100 = fits["a100-80gb"].efficiency, fits["h100-80gb"].efficiency
     ada, a40 = fits["rtx4090"].efficiency, fits["a40"].efficiency
     for factor in ("weight_bandwidth", "gemm_compute", "gemm_knee", "elementwise_bandwidth"):
@@ -263,7 +267,11 @@ def test_readme_states_the_fits_as_they_are(fits):
         assert f"element-wise {100 * g['elementwise'].median_abs_error:.1f} %" in row, row
     ada = next(v for k, v in rows.items() if k.startswith("rtx4090"))
     assert f"GEMMs {100 * fits['rtx4090'].groups['gemm'].median_abs_error:.1f} %" in ada
-    for gpu in ("rtx-pro-6000", "b200"):
+    pro = next(v for k, v in rows.items() if k.startswith("rtx-pro-6000"))
+    g = fits["rtx-pro-6000"].groups
+    assert f"GEMMs {100 * g['gemm'].median_abs_error:.1f} %" in pro, pro
+    assert f"element-wise {100 * g['elementwise'].median_abs_error:.1f} %" in pro, pro
+    for gpu in ("b200",):
         u = catalog.gpu(gpu).efficiency.uncertainty
         row = next(line for line in text.splitlines() if line.startswith(f"| {gpu}") and "transferred" in line)
         assert f"sd {u['gemm']:.2f} (GEMMs), {u['attention']:.2f} (attention)" in row, row
