@@ -165,7 +165,9 @@ def test_gemm_time_is_continuous_across_the_knee_and_its_slope_only_rises():
 def old_step_time(gpu, model, precision, tp, eff, shape: BatchShape) -> float:
     """The single-factor roofline of des before issue #11, verbatim in its arithmetic (its peak
     now the FLOP/s at the GPU's sustained clock, which the compute factors are shares of since #18,
-    and for a weight-only kernel's products its share of that since #19)."""
+    and for a weight-only kernel's products its share of that since #19; with tensor parallelism
+    the collectives vLLM runs beside the layers' since #31: the embedding's all-reduce and the
+    logits' all-gather, at the same link cost)."""
     peak = gpu.sustained_flops(precision.compute_dtype)
     if weight_only(gpu, precision):
         peak *= WEIGHT_ONLY_COMPUTE
@@ -178,10 +180,11 @@ def old_step_time(gpu, model, precision, tp, eff, shape: BatchShape) -> float:
     head_params = model.lm_head_params
     if tp > 1:
         ring = 2 * (tp - 1) / tp
-        ar_per_token = 2 * L * ring * model.hidden_size * 2 / gpu.interconnect_bandwidth
-        ar_fixed = 2 * L * gpu.interconnect_latency
+        ar_per_token = (2 * L + 1) * ring * model.hidden_size * 2 / gpu.interconnect_bandwidth
+        ar_fixed = (2 * L + 1) * gpu.interconnect_latency
+        gather_row = (tp - 1) * model.vocab_size / tp * 2 / gpu.interconnect_bandwidth
     else:
-        ar_per_token = ar_fixed = 0.0
+        ar_per_token = ar_fixed = gather_row = 0.0
     lin_p = 2 * p_lin / (peak * eff["mfu_prefill"]) / tp
     lin_d = 2 * p_lin / (peak * eff["mfu_decode"]) / tp
     lin_w = p_lin * precision.weight_bytes_per_param / bw / tp
@@ -196,6 +199,8 @@ def old_step_time(gpu, model, precision, tp, eff, shape: BatchShape) -> float:
     attn_decode = max(pair_d * shape.decode_context, kv_read * shape.decode_context)
     head = max(head_row * shape.num_emitting, head_w) if shape.num_emitting else 0.0
     comm = ar_fixed + ar_per_token * t if ar_fixed else 0.0
+    if gather_row and shape.num_emitting:
+        comm += gpu.interconnect_latency + gather_row * shape.num_emitting
     return linear + attn_prefill + attn_decode + head + kv_read * t + comm + eff["step_overhead"]
 
 
@@ -377,7 +382,8 @@ def test_kv_capacity_follows_the_memory_budget():
 def test_tensor_parallel_splits_what_is_split_and_adds_exactly_its_all_reduces(gpu):
     """With tp GPUs each does 1/tp of the GEMMs, LM head, attention heads and KV; fixed kernel
     times, per-sequence times, the replicated norms and the sampler are not split; and each
-    layer adds two ring all-reduces of the step's activations."""
+    layer adds two ring all-reduces of the step's activations, the embedding one more, and a
+    step with emitting rows the all-gather of their logits."""
     g, m = catalog.gpu(gpu), catalog.model("qwen2.5-14b")
     r1, r2 = build_roofline(g, m, tp=1), build_roofline(g, m, tp=2)
     for field in ("gemm_weight_s", "gemm_s_per_prefill_token", "gemm_s_per_decode_token", "head_weight_s",
@@ -398,8 +404,12 @@ def test_tensor_parallel_splits_what_is_split_and_adds_exactly_its_all_reduces(g
         assert b2["sampler"] == b1["sampler"]
         tokens = shape.prefill_tokens + shape.decode_tokens
         tokens = graph_size(tokens) if tokens <= 512 else tokens
-        allreduce = 2 * m.num_layers * g.link.seconds(tokens * m.hidden_size * 2, 2)
+        allreduce = (2 * m.num_layers + 1) * g.link.seconds(tokens * m.hidden_size * 2, 2)
         assert b1["allreduce"] == 0.0 and b2["allreduce"] == pytest.approx(allreduce)
+        gather = g.link.gather_cost(2)
+        rows = shape.num_emitting
+        logits = gather.latency + rows * m.vocab_size // 2 * 2 / gather.bus_bandwidth if rows else 0.0
+        assert b1["logits_gather"] == 0.0 and b2["logits_gather"] == pytest.approx(logits)
         assert r2.step_time(shape) == pytest.approx(max(b2["gpu"], b2["cpu"]))
         assert r2.step_time(shape) < r1.step_time(shape)
 

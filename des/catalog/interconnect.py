@@ -83,6 +83,9 @@ class InterconnectSpec(Strict):
     the largest listed below it (else the smallest listed). ``custom_latency``: seconds
     per call of vLLM's own all-reduce, which runs at the TP degrees of
     ``custom_max_bytes`` for messages below that many bytes, at NCCL's bus bandwidth.
+    ``all_gather``: NCCL's all-gather per TP degree where measured (gathering ``S`` bytes
+    from each GPU takes ``latency + (tp - 1) × S / bus_bandwidth``); a degree without one
+    takes NCCL's all-reduce cost (:meth:`gather_cost`).
     """
 
     kind: InterconnectKind
@@ -90,6 +93,7 @@ class InterconnectSpec(Strict):
     nccl: dict[PositiveInt, AllReduceCost]
     custom_latency: float | None = Field(None, ge=0, le=1.0)
     custom_max_bytes: dict[PositiveInt, PositiveInt] = Field(default_factory=dict)
+    all_gather: dict[PositiveInt, AllReduceCost] = Field(default_factory=dict)
     provenance: Provenance = "spec"
     basis: str = ""
     uncertainty: float = Field(0.5, ge=0, le=5.0)
@@ -131,6 +135,11 @@ class InterconnectSpec(Strict):
             return self.nccl[tp]
         below = [d for d in self.nccl if d < tp]
         return self.nccl[max(below) if below else min(self.nccl)]
+
+    def gather_cost(self, tp: int) -> AllReduceCost:
+        """NCCL's all-gather at ``tp`` GPUs: its measured cost, else the all-reduce's (the same
+        bus in NCCL's bus-bandwidth convention, the same per-call latency)."""
+        return self.all_gather.get(tp) or self.nccl_cost(tp)
 
     def custom_limit(self, tp: int) -> int:
         """Messages below this many bytes run vLLM's own all-reduce at ``tp`` GPUs (0: never)."""

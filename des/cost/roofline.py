@@ -30,11 +30,16 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   per kernel plus their bytes per token, faster while a layer's activations fit in L2;
 - **sampler** for the ``E`` emitting rows: a fixed time plus their fp32 logits;
 - **all-reduces** with tensor parallelism: two of the ``T' × hidden`` bf16 activations
-  (``S`` bytes) per layer, each ``latency + 2 (tp - 1) / tp × S / bus_bandwidth`` on the
-  GPU's interconnect (:mod:`des.catalog.interconnect`): vLLM's own all-reduce with its
+  (``S`` bytes) per layer and one per step (the vocabulary-parallel embedding's,
+  ``VocabParallelEmbedding.forward``), each ``latency + 2 (tp - 1) / tp × S / bus_bandwidth``
+  on the GPU's interconnect (:mod:`des.catalog.interconnect`): vLLM's own all-reduce with its
   shorter latency for messages below its size limit at this TP degree, NCCL's fitted
   latency above (both at NCCL's bus bandwidth), so the term is piecewise linear in ``T'``
-  with one step at ``T' = limit / (2 · hidden)``.
+  with one step at ``T' = limit / (2 · hidden)``;
+- **the logits' all-gather** with tensor parallelism, per step with ``E`` emitting rows:
+  each GPU's ``E × vocab / tp`` bf16 logits gathered by NCCL (``LogitsProcessor._gather_logits``,
+  ``all_gather`` under vLLM V1), ``latency + (tp - 1) × bytes / bus_bandwidth``
+  (:meth:`~des.catalog.interconnect.InterconnectSpec.gather_cost`).
 
 Attention variants: under multi-head latent attention ``kv`` is the latent
 (``kv_lora_rank + qk_rope_head_dim`` values), read whole by every tensor-parallel GPU, and
@@ -219,6 +224,9 @@ class Roofline:
     moe_group: int = 1  # ranks whose tokens meet in every MoE layer (1: the engine steps alone)
     moe_exchange_s_per_token: float = 0.0  # dispatch + combine, all sparse layers, per padded rank token
     moe_exchange_fixed_s: float = 0.0  # their latencies, per step
+    # tensor parallelism: the logits' all-gather per step with emitting rows
+    gather_fixed_s: float = 0.0  # its latency
+    gather_s_per_row: float = 0.0  # per emitting row (vocab / tp bf16 logits from each other GPU)
 
     def distinct_experts(self, tokens: int) -> float:
         """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0 for a dense model)."""
@@ -298,6 +306,7 @@ class Roofline:
         else:
             out["sampler"] = 0.0
         out["allreduce"] = self.allreduce(tg)
+        out["logits_gather"] = self.gather_fixed_s + self.gather_s_per_row * rows if rows else 0.0
         if self.moe_group > 1:
             out["moe_exchange"] = self.moe_exchange_fixed_s + self.moe_exchange_s_per_token * tg if tg else 0.0
         out["gpu"] = sum(out.values())
@@ -321,16 +330,21 @@ class Roofline:
 
     def stage(self, first: bool, last: bool) -> Roofline:
         """This roofline (built for one pipeline stage's layers) as that stage runs it: the
-        LM head, sampler and front-end stage on the last stage only, the engine core's CPU
-        time (scheduling the batch) before the first only (:mod:`des.engine.pipeline`)."""
+        LM head, sampler, logits' all-gather and front-end stage on the last stage only, the
+        engine core's CPU time (scheduling the batch) and the embedding's all-reduce before and
+        on the first only (:mod:`des.engine.pipeline`)."""
         changes: dict[str, Any] = {}
         if not last:
             changes |= dict.fromkeys(
                 ("head_weight_s", "head_s_per_row", "samp_fixed_s", "samp_s_per_row", "samp_spill_s_per_byte",
-                 "stage_step_s", "stage_seq_s"), 0.0,
+                 "stage_step_s", "stage_seq_s", "gather_fixed_s", "gather_s_per_row"), 0.0,
             )  # fmt: skip
         if not first:
             changes |= dict.fromkeys(("cpu_step_s", "cpu_seq_s", "cpu_emit_s"), 0.0)
+            if self.allreduce_s_per_token:  # 2 all-reduces per layer, without the embedding's
+                share = 2 * self.layers / (2 * self.layers + 1)
+                for name in ("allreduce_s_per_token", "allreduce_fixed_s", "allreduce_small_fixed_s"):
+                    changes[name] = getattr(self, name) * share
         return replace(self, **changes) if changes else self
 
     def group_step_time(self, shape: BatchShape, group_tokens: int) -> float:
@@ -433,6 +447,8 @@ class Roofline:
                 gpu += self.allreduce_small_fixed_s + self.allreduce_s_per_token * tg
             else:
                 gpu += self.allreduce_fixed_s + self.allreduce_s_per_token * tg
+        if rows and self.gather_s_per_row:
+            gpu += self.gather_fixed_s + self.gather_s_per_row * rows
         gpu += extra_gpu
         cpu = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * emitting
         if self.overlap_cpu:
@@ -463,7 +479,7 @@ GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
     ),
     "communication": (
         "allreduce_s_per_token", "allreduce_fixed_s", "allreduce_small_fixed_s", "moe_exchange_s_per_token",
-        "moe_exchange_fixed_s",
+        "moe_exchange_fixed_s", "gather_fixed_s", "gather_s_per_row",
     ),
     "cpu": ("cpu_step_s", "cpu_seq_s", "cpu_emit_s", "stage_step_s", "stage_seq_s"),
 }  # fmt: skip
@@ -533,16 +549,20 @@ def build_roofline(
     act_layer, act_step = activation_bytes(model, tp)
     el_on = e.elementwise_bandwidth is not None
 
-    ar_per_token = ar_fixed = ar_small = ar_split = 0.0
-    if tp > 1:  # two all-reduces per layer of h bf16 values per token
+    ar_per_token = ar_fixed = ar_small = ar_split = gather_fixed = gather_per_row = 0.0
+    if tp > 1:  # two all-reduces per layer and the embedding's, of h bf16 values per token
         link = gpu.link
         cost = link.nccl_cost(tp)
-        ar_per_token = 2 * L * ring_factor(tp) * h * ACT_BYTES / cost.bus_bandwidth
-        ar_fixed = 2 * L * cost.latency
+        calls = 2 * L + 1
+        ar_per_token = calls * ring_factor(tp) * h * ACT_BYTES / cost.bus_bandwidth
+        ar_fixed = calls * cost.latency
         limit = link.custom_limit(tp)
         if limit and link.custom_latency is not None:
-            ar_small = 2 * L * link.custom_latency
+            ar_small = calls * link.custom_latency
             ar_split = limit / (h * ACT_BYTES)
+        gather = link.gather_cost(tp)  # the logits: vocab / tp bf16 values per emitting row from each GPU
+        gather_fixed = gather.latency
+        gather_per_row = (tp - 1) * vocab / tp * ACT_BYTES / gather.bus_bandwidth
     group = moe_group if model.is_moe and moe_group > 1 else 1
     ex_per_token = ex_fixed = 0.0
     if group > 1:  # dispatch and combine in every sparse layer, each at NCCL's cost among the ranks
@@ -614,6 +634,8 @@ def build_roofline(
         moe_group=group,
         moe_exchange_s_per_token=ex_per_token,
         moe_exchange_fixed_s=ex_fixed,
+        gather_fixed_s=gather_fixed,
+        gather_s_per_row=gather_per_row,
     )
     return roofline.scaled(multipliers) if multipliers else roofline
 
