@@ -390,7 +390,8 @@ def test_the_tp2_step_of_qwen3_32b_is_the_profiles_operators_plus_its_collective
     }
     des_step = sum(parts.values())
     assert des_step == pytest.approx(b["gpu"] - b["kv_write"], rel=1e-12)  # every GPU term is in a part
-    u: dict[str, float] = {**gpu.efficiency.uncertainty, "communication": gpu.link.uncertainty}
+    u: dict[str, float] = {str(k): v for k, v in gpu.efficiency.uncertainty.items()}
+    u["communication"] = gpu.link.uncertainty
     sd = math.sqrt(sum((v / des_step * u[k]) ** 2 for k, v in parts.items()))
     assert abs(math.log(des_step / measured)) < 2 * sd, (des_step, measured, sd)
     worst = fit_collectives(PRO6000 / "nccl_2gpu.csv")["all_reduce"].max_abs_error
