@@ -401,3 +401,30 @@ def test_the_tp2_step_of_qwen3_32b_is_the_profiles_operators_plus_its_collective
         assert abs(b["allreduce"] / ar_measured - 1) < worst + CUSTOM_SD
     assert b["logits_gather"] == pytest.approx(ag_measured, rel=2e-3)  # the catalog's 4 significant digits
     assert qk_norm / measured < 0.015  # 1.1 % of the step at 256 decodes, 1.0 % of a 2048-token prefill
+
+
+def test_calibrate_network_fits_the_two_gpu_profile_per_collective(pcie5):
+    res = des_cli("calibrate", "--network", str(PRO6000))
+    assert res.returncode == 0, res.stderr
+    for kind, d in pcie5.items():
+        name = "rtxpro6000-vllm-kernel-profile" + ("" if kind == "all_reduce" else f" {kind}")
+        row = next(line for line in res.stdout.splitlines() if f" {name} " in line)
+        assert f"{d.cost.latency * 1e6:.1f} us" in row and f"{d.cost.bus_bandwidth / 1e9:.1f} GB/s" in row, row
+    assert "rtx-pro-6000: carries rtxpro6000-vllm-kernel-profile's fit" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("collective,size,us\nall_reduce,4096,12\n", "columns must be collective,bytes,us"),
+        ("collective,bytes,us\nall_reduce,4096,-1\n", "row 1: us"),
+        ("collective,bytes,us\nbroadcast,4096,12\n", "'broadcast' is not one of"),
+        ("collective,bytes,us\nall_reduce,4096,12\n", "at least 8 rows"),
+    ],
+)
+def test_a_bad_two_gpu_profile_exits_2_with_one_line(tmp_path, text, words):
+    (tmp_path / "nccl_2gpu.csv").write_text(text)
+    res = des_cli("calibrate", "--network", str(tmp_path))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --network:") and words in lines[0], lines

@@ -195,7 +195,7 @@ def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
 
 def network_fit(fits: list[NetworkFit]) -> None:
     """NCCL's all-reduce fitted per profile and TP degree, with its errors, and which catalog GPU carries which."""
-    from des.tools.network import CATALOG, CUSTOM_SD, network_table
+    from des.tools.network import CATALOG, CATALOG_COLLECTIVES, CUSTOM_SD, network_table
 
     console = out()
     console.print(
@@ -214,7 +214,8 @@ def network_fit(fits: list[NetworkFit]) -> None:
         )  # fmt: skip
     console.print(table)
     carried = {f.name: f for f in fits}
-    for gpu, name in CATALOG.items():
+    two_gpu = {gpu: Path(path).parent.name for gpu, path in CATALOG_COLLECTIVES.items()}
+    for gpu, name in {**CATALOG, **two_gpu}.items():
         if name in carried:
             f = carried[name]
             console.print(

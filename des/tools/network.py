@@ -124,7 +124,10 @@ def profile_files(path: Path) -> dict[str, Path]:
         found = {p.parent.name: p for p in sorted(root.glob(f"*/{FILE}"))}
         if found:
             return found
-    raise _problem(f"{str(path)!r}: no {FILE} in it, in its subfolders or in network/*/ (Vidur's NCCL profiles)")
+    raise _problem(
+        f"{str(path)!r}: no {FILE} in it, in its subfolders or in network/*/ (Vidur's NCCL profiles), "
+        f"nor a {COLLECTIVES_FILE} (collective,bytes,us)"
+    )
 
 
 def read_all_reduce(path: Path) -> pd.DataFrame:
@@ -190,7 +193,16 @@ def fit_network(name: str, path: Path) -> NetworkFit:
 
 
 def fit_networks(path: Path) -> list[NetworkFit]:
-    """Fits of every profile found under ``path`` (:func:`profile_files`)."""
+    """Fits of every profile found under ``path`` (:func:`profile_files`); a folder holding a
+    two-GPU collective profile (``nccl_2gpu.csv``) gives one fit per collective, named
+    ``<folder>`` (the all-reduce) and ``<folder> all_gather``."""
+    if path.is_dir() and (path / COLLECTIVES_FILE).is_file():
+        name = path.resolve().name
+        fits = fit_collectives(path / COLLECTIVES_FILE)
+        return [
+            NetworkFit(name if kind == "all_reduce" else f"{name} {kind}", path / COLLECTIVES_FILE, {2: d})
+            for kind, d in sorted(fits.items(), key=lambda kv: kv[0] != "all_reduce")
+        ]
     return [fit_network(name, file) for name, file in profile_files(path).items()]
 
 
