@@ -267,8 +267,8 @@ def test_readme_states_the_fits_as_they_are(fits):
         assert f"element-wise {100 * g['elementwise'].median_abs_error:.1f} %" in row, row
     ada = next(v for k, v in rows.items() if k.startswith("rtx4090"))
     assert f"GEMMs {100 * fits['rtx4090'].groups['gemm'].median_abs_error:.1f} %" in ada
-    pro = next(v for k, v in rows.items() if k.startswith("rtx-pro-6000"))
-    g = fits["rtx-pro-6000"].groups
+    pro = next(v for k, v in rows.items() if k.startswith("rtx-pro-6000-server"))
+    g = fits["rtx-pro-6000-server"].groups
     assert f"GEMMs {100 * g['gemm'].median_abs_error:.1f} %" in pro, pro
     assert f"element-wise {100 * g['elementwise'].median_abs_error:.1f} %" in pro, pro
     for gpu in ("b200",):

@@ -367,7 +367,10 @@ def read_calibration_text(text: str):
         ({"gpu": "NVIDIA L40S"}, "l40s"),
         ({"gpu": "NVIDIA L4"}, "l4"),
         ({"gpu": "NVIDIA H100 80GB HBM3"}, "h100-80gb"),
-        ({"gpu": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}, "rtx-pro-6000"),
+        ({"gpu": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}, "rtx-pro-6000-server"),
+        ({"hardware": "RTXPRO6000", "gpu": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}, "rtx-pro-6000-server"),
+        ({"hardware": "RTXPRO6000"}, "rtx-pro-6000"),
+        ({"gpu": "NVIDIA A100-SXM4-80GB"}, "a100-80gb"),
         ({"gpu": "Some Accelerator 9000"}, None),
         ({}, None),
     ],
@@ -409,11 +412,9 @@ STATED_TREE = {
 
 @pytest.fixture(scope="module")
 def tree_fit() -> Fit:
-    from des.tools.architectures import PROFILED
     from des.tools.calibrate import fit_tree, read_tree
 
-    spec = next(p for p in PROFILED if p.gpu == "rtx-pro-6000").spec()
-    return fit_tree(read_tree(PRO6000), spec)
+    return fit_tree(read_tree(PRO6000), catalog.gpu("rtx-pro-6000-server"))
 
 
 def test_the_tree_is_read_per_model_and_tp_with_the_catalogs_shapes():
@@ -446,12 +447,12 @@ def test_a_tree_whose_shapes_are_not_the_catalogs_is_refused(tmp_path):
     meta = yaml.safe_load((dst / "meta.yaml").read_text())
     meta["engine_effective"]["hf_overrides"]["intermediate_size"] = 14336  # the full width, not TP 2's shard
     (dst / "meta.yaml").write_text(yaml.safe_dump(meta))
-    done = _calibrate(str(tmp_path), "--gpu", "rtx-pro-6000", "--out", str(tmp_path / "x.yaml"))
+    done = _calibrate(str(tmp_path), "--gpu", "rtx-pro-6000-server", "--out", str(tmp_path / "x.yaml"))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and str(dst / "meta.yaml") in lines[0], lines
     assert "hf_overrides.intermediate_size is 14336" in lines[0] and "7168 per rank at tp 2" in lines[0], lines
-    assert "--model" in _calibrate(str(tmp_path), "--gpu", "rtx-pro-6000", "--model", "llama-3.1-8b").stderr
+    assert "--model" in _calibrate(str(tmp_path), "--gpu", "rtx-pro-6000-server", "--model", "llama-3.1-8b").stderr
 
 
 @pytest.mark.parametrize("group", GROUPS)

@@ -309,9 +309,10 @@ def test_the_pcie5_collectives_are_fitted_and_the_pro_6000_carries_the_all_reduc
     for kind, d in pcie5.items():
         assert d.points == 24 and d.median_abs_error < 0.05 and d.log_sd < 0.10, kind
         assert 0.3 < d.cost.bus_bandwidth / 63e9 < 1.0 and 5e-6 < d.cost.latency < 3e-5, kind
-    link = catalog.gpu("rtx-pro-6000").link
+    link = catalog.gpu("rtx-pro-6000-server").link
     ar = pcie5["all_reduce"].cost
-    assert "rtx-pro-6000" in CATALOG_COLLECTIVES and link.provenance == "fitted" and "nccl_2gpu.csv" in link.basis
+    assert "rtx-pro-6000-server" in CATALOG_COLLECTIVES and link.provenance == "fitted"
+    assert "nccl_2gpu.csv" in link.basis
     rounded = type(ar)(latency=_sig(ar.latency), bus_bandwidth=_sig(ar.bus_bandwidth))
     assert link.kind == "pcie_p2p" and link.nccl == {2: rounded}
     ag = pcie5["all_gather"].cost
@@ -319,6 +320,10 @@ def test_the_pcie5_collectives_are_fitted_and_the_pro_6000_carries_the_all_reduc
     assert link.uncertainty == _sig(log_sd(pcie5["all_reduce"].log_sd, CUSTOM_SD), 2)
     # NCCL at 16 MiB (above vLLM's 8 MiB limit for its own): the catalog's cost is the measured one
     assert link.seconds(16 * MiB, 2) == pytest.approx(471.12e-6, rel=0.05)
+    # the Workstation Edition on the same PCIe 5.0 x16: the fit as it is, less certain
+    work = catalog.gpu("rtx-pro-6000").link
+    assert work.provenance == "transferred" and (work.nccl, work.all_gather) == (link.nccl, link.all_gather)
+    assert work.uncertainty > link.uncertainty
 
 
 def _profile_step(model: str, folder: str, tp: int, tokens: int, rows: int, attention: tuple[int, int, int, int]):
@@ -358,8 +363,8 @@ def _profile_step(model: str, folder: str, tp: int, tokens: int, rows: int, atte
     [(1, 1024, 0), (16, 1024, 0), (64, 1024, 0), (256, 1024, 0), (0, 0, 512), (0, 0, 2048)],
 )
 def test_the_tp2_step_of_qwen3_32b_is_the_profiles_operators_plus_its_collectives(batch, context, prefill):
-    """Qwen3-32B on two RTX PRO 6000 (the profiled Server Edition's peaks, the catalog's fitted
-    factors and PCIe link), eager: des's step against the profile's sum of operators and the
+    """Qwen3-32B on two RTX PRO 6000 Server Edition (the catalog's fitted factors and PCIe
+    link), eager: des's step against the profile's sum of operators and the
     collectives vLLM runs (2 all-reduces per layer, the embedding's, the logits' all-gather),
     within twice the sd the catalog's uncertainty gives that step (each group's share times
     its sd, in quadrature); the all-reduces alone as the fitted NCCL curve (or, below vLLM's
@@ -367,10 +372,9 @@ def test_the_tp2_step_of_qwen3_32b_is_the_profiles_operators_plus_its_collective
     for it), the all-gather as its fit; and what des leaves out (Qwen3's q/k norms) under 1.5 %."""
     from des.cost.base import BatchShape
     from des.cost.roofline import Engine
-    from des.tools.architectures import PROFILED
     from des.tools.network import fit_collectives
 
-    gpu = next(p for p in PROFILED if p.gpu == "rtx-pro-6000").spec()
+    gpu = catalog.gpu("rtx-pro-6000-server")
     m = catalog.model("qwen3-32b")
     r = build_roofline(gpu, m, tp=2, engine=Engine(enforce_eager=True))
     if prefill:
@@ -410,7 +414,7 @@ def test_calibrate_network_fits_the_two_gpu_profile_per_collective(pcie5):
         name = "rtxpro6000-vllm-kernel-profile" + ("" if kind == "all_reduce" else f" {kind}")
         row = next(line for line in res.stdout.splitlines() if f" {name} " in line)
         assert f"{d.cost.latency * 1e6:.1f} us" in row and f"{d.cost.bus_bandwidth / 1e9:.1f} GB/s" in row, row
-    assert "rtx-pro-6000: carries rtxpro6000-vllm-kernel-profile's fit" in res.stdout
+    assert "rtx-pro-6000-server: carries rtxpro6000-vllm-kernel-profile's fit" in res.stdout
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from des.errors import ScenarioError
 
 GPUS = catalog.gpu_names()
 #: GPUs the catalog has no price for, each documented in gpus.yaml.
-UNPRICED = {"h20"}
+UNPRICED = {"h20", "rtx-pro-6000-server"}
 
 
 def catalog_price(name: str) -> float:
@@ -30,10 +30,10 @@ def one_line(exc: ScenarioError, option: str) -> str:
     return lines[0]
 
 
-def test_the_catalog_lists_the_thirteen_gpus_priced_here():
+def test_the_catalog_lists_the_fourteen_gpus_priced_here():
     assert set(GPUS) == {
         "rtx4090", "l40s", "a100-80gb", "a100-40gb", "a40", "h100-80gb", "h200", "h20", "b200",
-        "rtx-pro-6000", "rtx5090", "l4", "mi300x",
+        "rtx-pro-6000", "rtx-pro-6000-server", "rtx5090", "l4", "mi300x",
     }  # fmt: skip
 
 
@@ -108,7 +108,11 @@ def test_a_csv_file_overrides(tmp_path):
     ("text", "expect"),
     [
         ("rtx409=1", "unknown GPU 'rtx409' (did you mean 'rtx4090'?); known: a100-40gb, "),
-        ("h100=2", "known: a100-40gb, a100-80gb, a40, b200, h100-80gb, h20, h200, l4, l40s, mi300x, rtx-pro-6000"),
+        (
+            "h100=2",
+            "known: a100-40gb, a100-80gb, a40, b200, h100-80gb, h20, h200, l4, l40s, mi300x, rtx-pro-6000, "
+            "rtx-pro-6000-server",
+        ),
         ("rtx4090=-0.1", "rtx4090: the price must be >= 0"),
         ("rtx4090=cheap", "rtx4090: the price must be a number"),
         ("rtx4090=inf", "rtx4090: the price must be finite"),

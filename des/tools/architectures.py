@@ -1,12 +1,18 @@
 """Every catalog GPU's efficiency factors from the fitted architectures.
 
-Three architectures have kernel profiles (:data:`PROFILED`): Ada (an RTX 4090, vLLM 0.19
-kernels, every op group), Ampere (an A100 and an A40) and Hopper (an H100), the last
-two from Vidur's profiles, which hold the GEMMs and element-wise kernels but no
-attention, LM head or sampler. A catalog GPU gets its factors by one of three rules:
+Four architectures have kernel profiles (:data:`PROFILED`): Ada (an RTX 4090, vLLM 0.19
+kernels, every op group), Blackwell with GDDR7 (an RTX PRO 6000 Server Edition, vLLM 0.19
+kernels of three models at TP 1 and 2, every op group), Ampere (an A100 and an A40) and
+Hopper (an H100), the last two from Vidur's profiles, which hold the GEMMs and
+element-wise kernels but no attention, LM head or sampler. A catalog GPU gets its factors
+by one of three rules:
 
-- **fitted**: the GPU, or another GPU of its architecture, was profiled: its factors are
-  that fit's (:func:`des.tools.calibrate.fit_profile` / :func:`~des.tools.calibrate.fit_vidur`);
+- **fitted**: the GPU, or another GPU of its architecture with its memory type, was
+  profiled: its factors are that fit's (:func:`des.tools.calibrate.fit_profile` /
+  :func:`~des.tools.calibrate.fit_vidur` / :func:`~des.tools.calibrate.fit_tree`). The memory
+  type matters: the B200 (Blackwell, HBM3e) does not take the PRO 6000's GDDR7 factors,
+  whose element-wise kernels reach 2.9 × the DRAM bandwidth (activations in L2), where HBM
+  parts' reach 0.85 ×, but the transfer rule for HBM;
 - **carried over** (the groups a Vidur profile lacks, :func:`carry_over`): Ada's fitted
   attention, LM-head and sampler factors, each bandwidth fraction scaled by the
   architecture's fitted ``weight_bandwidth`` over Ada's and each compute fraction by its
@@ -14,7 +20,7 @@ attention, LM head or sampler. A catalog GPU gets its factors by one of three ru
   a GEMM streaming weights does on that memory system, FlashAttention the share of the
   tensor peak cuBLAS does); the fixed and per-sequence times and the sampler are Ada's
   as they are;
-- **transferred** (architectures with no profile: Blackwell, CDNA3, :func:`transfer`):
+- **transferred** (no profile of the architecture with that memory: the B200, CDNA3, :func:`transfer`):
   each factor every profile fits (GEMM and element-wise) is the geometric mean over the
   profiled GPUs with the same memory type: GDDR (RTX 4090 of Ada, A40 of Ampere) or HBM
   (A100 of Ampere, H100 of Hopper), so each class spans two architectures and the rule
@@ -42,7 +48,6 @@ import numpy as np
 
 from des import catalog
 from des.catalog.efficiency import Efficiency, UncertaintyGroup
-from des.catalog.specs import GPUSpec
 from des.tools.calibrate import Fit, fit_folder, round_sig
 
 #: Ada's factors a Vidur-profiled architecture takes over, scaled by its weight-streaming
@@ -76,22 +81,6 @@ class Profiled:
     gpu: str
     folder: str
     model: str | None = None
-    #: The profiled card's own peaks where they differ from the catalog entry's spec sheet
-    #: (``memory_bandwidth`` bytes/s, ``sustained_mhz``): the factors are shares of the card
-    #: measured, which the catalog GPU then applies to its own spec sheet.
-    card: tuple[tuple[str, float], ...] = ()
-
-    def spec(self) -> GPUSpec:
-        """The catalog GPU's spec sheet with the profiled card's own peaks (:attr:`card`)."""
-        gpu = catalog.gpu(self.gpu)
-        card = dict(self.card)
-        update: dict[str, object] = {}
-        if "memory_bandwidth" in card:
-            update["memory_bandwidth"] = card["memory_bandwidth"]
-        if "sustained_mhz" in card:
-            assert gpu.clocks is not None, self.gpu
-            update["clocks"] = gpu.clocks.model_copy(update={"sustained_mhz": card["sustained_mhz"]})
-        return gpu.model_copy(update=update)
 
 
 PROFILED = (
@@ -100,16 +89,9 @@ PROFILED = (
     Profiled("ampere", "a40", "vidur-kernel-profiles/compute/a40"),
     Profiled("hopper", "h100-80gb", "vidur-kernel-profiles/compute/h100"),
     # LLMServingSim's profiles of Llama-3.1-8B, Qwen3-32B and Qwen3-30B-A3B at TP 1 and 2, all
-    # fitted at once, on the RTX PRO 6000 Blackwell *Server* Edition: its driver reports a
-    # 12481 MHz memory clock on 512 bits (1597.6 GB/s) and a 2430 MHz SM clock
-    # (data/rtxpro6000-vllm-kernel-profile/README.md), where the catalog's rtx-pro-6000 is the
-    # Workstation Edition (28 Gbps: 1792 GB/s; 2617 MHz boost)
-    Profiled(
-        "blackwell",
-        "rtx-pro-6000",
-        "rtxpro6000-vllm-kernel-profile",
-        card=(("memory_bandwidth", 1.5976e12), ("sustained_mhz", 2430.0)),
-    ),  # fmt: skip
+    # fitted at once, on the RTX PRO 6000 Blackwell *Server* Edition (1597.6 GB/s, 2430 MHz as its
+    # driver reports; the Workstation Edition, rtx-pro-6000, has 1792 GB/s and 2617 MHz)
+    Profiled("blackwell", "rtx-pro-6000-server", "rtxpro6000-vllm-kernel-profile"),
 )
 #: Architectures of the catalog without a profile, which take the transfer rule.
 TRANSFERRED = ("cdna3",)
@@ -120,7 +102,7 @@ def fit_all(data: Path) -> dict[str, Fit]:
     fits = {}
     for p in PROFILED:
         model = catalog.model(p.model) if p.model else None
-        fits[p.gpu] = fit_folder(data / p.folder, p.spec(), model)
+        fits[p.gpu] = fit_folder(data / p.folder, catalog.gpu(p.gpu), model)
     return fits
 
 

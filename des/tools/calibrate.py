@@ -287,23 +287,40 @@ def _compact(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
+def _names(name: str, text: str) -> bool:
+    """Whether ``text`` (compacted) holds the parts of catalog name ``name`` in order:
+    ``rtx-pro-6000-server`` in ``NVIDIA RTX PRO 6000 Blackwell Server Edition``."""
+    at = 0
+    for part in filter(None, (_compact(p) for p in name.split("-"))):
+        at = text.find(part, at)
+        if at < 0:
+            return False
+        at += len(part)
+    return True
+
+
 def profiled_gpu(meta: dict[str, Any]) -> tuple[str, str] | None:
     """The GPU ``meta.yaml`` says the profile was measured on, as (what it states, the catalog
-    GPU it names), or None when it names none the catalog has. A statement names the catalog
-    GPU whose name (letters and digits) is the longest found in it: ``RTX4090`` and ``NVIDIA
-    GeForce RTX 4090`` name ``rtx4090``, ``NVIDIA H200`` names ``h200`` (not ``h20``)."""
+    GPU it names), or None when it names none the catalog has. Of the statements (``hardware``,
+    ``gpu``), each names the catalog GPU the parts of whose name (letters and digits, between
+    dashes) it holds in order, the longest such name; the longest over both wins: ``RTX4090``
+    and ``NVIDIA GeForce RTX 4090`` name ``rtx4090``, ``NVIDIA H200`` names ``h200`` (not
+    ``h20``), ``RTXPRO6000`` with ``NVIDIA RTX PRO 6000 Blackwell Server Edition`` names
+    ``rtx-pro-6000-server``."""
     from des.catalog import gpu_names
 
-    names = {_compact(name): name for name in gpu_names()}
+    best: tuple[str, str] | None = None
     for key in META_GPU:
         stated = meta.get(key)
         if not isinstance(stated, str) or not stated.strip():
             continue
         text = _compact(stated)
-        found = [c for c in names if c in text]
+        found = [name for name in gpu_names() if _names(name, text)]
         if found:
-            return stated, names[max(found, key=len)]
-    return None
+            name = max(found, key=lambda n: len(_compact(n)))
+            if best is None or len(_compact(name)) > len(_compact(best[1])):
+                best = (stated, name)
+    return best
 
 
 def check_gpu(profile: Profile, gpu: GPUSpec) -> None:

@@ -57,7 +57,7 @@ CATALOG = {"a100-80gb": "a100_dgx", "h100-80gb": "h100_dgx"}
 COLLECTIVES_FILE = "nccl_2gpu.csv"
 COLLECTIVE_COLUMNS = ("collective", "bytes", "us")
 #: Catalog GPUs whose NCCL cost is fitted to a two-GPU collective profile under the data folder.
-CATALOG_COLLECTIVES = {"rtx-pro-6000": "rtxpro6000-vllm-kernel-profile/nccl_2gpu.csv"}
+CATALOG_COLLECTIVES = {"rtx-pro-6000-server": "rtxpro6000-vllm-kernel-profile/nccl_2gpu.csv"}
 #: Profiles whose 4-GPU ring crosses PCIe between NVLink pairs: the measured NCCL cost of
 #: PCIe peer-to-peer (PCIe 4.0 on the A100 system, PCIe 5.0 on the H100 one).
 PCIE = {"pcie4": ("a100_pairwise_nvlink", 4), "pcie5": ("h100_pairwise_nvlink", 4)}
