@@ -498,3 +498,20 @@ def test_the_moe_models_attention_gemms_are_l2_hits_the_roofline_does_not_fit(tr
     one = rows.query("tp == 1 and tokens == 1")
     assert 2 * m.attention_linear_params / one["measured"].iloc[0] > tree_fit.gpu.memory_bandwidth  # above DRAM
     assert (rows.query("tokens <= 64")["predicted"] > rows.query("tokens <= 64")["measured"]).mean() > 0.5
+
+
+def test_calibrate_command_fits_the_tree_as_the_catalog_holds_it(tmp_path):
+    """``des calibrate`` on the PRO 6000 tree with the card it names writes the factors the
+    catalog ships for it, and prints the errors per model and TP degree; the Workstation
+    Edition's spec sheet is refused (the profile names the Server Edition)."""
+    out = tmp_path / "pro.yaml"
+    done = _calibrate(str(PRO6000), "--gpu", "rtx-pro-6000-server", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "per model and TP degree" in done.stdout and "qwen3-30b-a3b" in done.stdout
+    cal = read_calibration(out)
+    shipped = catalog.gpu("rtx-pro-6000-server").efficiency
+    for key in ("weight_bandwidth", "gemm_compute", "gemm_knee", "attention_compute", "kv_bandwidth"):
+        assert getattr(cal.efficiency, key) == pytest.approx(getattr(shipped, key), rel=1e-3), key
+    assert cal.profile["format"] == "llmservingsim" and cal.profile["tp"] == "1, 2"
+    wrong = _calibrate(str(PRO6000), "--gpu", "rtx-pro-6000", "--out", str(tmp_path / "w.yaml"))
+    assert wrong.returncode == 2 and "its kernel times fit rtx-pro-6000-server" in wrong.stderr, wrong.stderr
