@@ -641,7 +641,9 @@ def calibrate(
     required), or, with --network DIR, the all-reduce cost to NCCL profiles.
 
     PROFILE_DIR is an LLMServingSim profile (dense.csv, per_sequence.csv, attention.csv:
-    every op group; needs --model) or one GPU's folder of Vidur profiles
+    every op group; needs --model), a tree of them (<org>/<model>/<variant>/tp<N>/ with a
+    meta.yaml per model naming it: every model and TP degree at once) or one GPU's folder of
+    Vidur profiles
     (<org>/<model>/mlp.csv: GEMM and element-wise groups over its models and TP degrees;
     the GPU's other factors are kept)."""
     from des.figures.tools import plot_fit

@@ -130,6 +130,10 @@ def calibration(fit: Fit, out_path: Path, plot_path: Path) -> None:
     if vidur:
         what = f"Vidur, {meta['gpu']}, {len(meta['models'].split(', '))} models, tp {meta['tp']}"
         shapes = "the shapes in the profile"
+    elif "models" in meta:  # LLMServingSim's tree: several models and TP degrees
+        what = f"{meta.get('gpu', '?')}, {meta['models']}, tp {meta.get('tp', '?')}"
+        what += f", vLLM {meta.get('vllm_version', '?')}"
+        shapes = "the shapes of the catalog's models it names, each at its TP degree"
     else:
         what = f"{meta.get('gpu', '?')}, {meta.get('model', '?')}, vLLM {meta.get('vllm_version', '?')}"
         shapes = f"the shapes of {fit.models}"

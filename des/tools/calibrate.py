@@ -26,6 +26,14 @@ group                  factors
 ``attention_mixed``    mixed_per_seq, mixed_kv_bandwidth (rows with both)
 =====================  ============================================================
 
+A tree of such profiles as LLMServingSim's profiler writes them
+(``<org>/<model>/<variant>/tp<N>/`` with a ``meta.yaml`` per model beside the ``tp<N>``
+folders; each ``tp<N>`` operator the sharded one of one rank, profiled on one GPU with the
+model's config divided by N) fits every group over all its models and TP degrees at once,
+each (model, tp) predicted by the roofline at that tp (:func:`fit_tree`); the catalog model
+comes from ``meta.yaml``'s ``model`` and must have the shapes its ``hf_overrides`` state. A
+mixture of experts' fused-MoE block (``moe.csv``) is not fitted here.
+
 A folder of Vidur's profiles (``<org>/<model>/mlp.csv`` under one GPU's folder, read by
 :mod:`des.tools.vidur`; the format is told by the files) fits the ``gemm`` and
 ``elementwise`` groups only (:func:`fit_vidur`), over all its models and tensor-parallel
