@@ -17,8 +17,11 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   (attention, dense layers' MLPs, routers, shared experts) plus the distinct experts the
   step's ``T'`` tokens touch, ``E · (1 − (1 − k/E)^T')`` per sparse layer under uniform
   routing (:func:`expected_experts`; one power per step). The expert GEMMs take the same
-  GEMM factors: vLLM's fused-MoE Triton kernel (``fused_moe.py``) is not profiled, so its
-  efficiency is assumed to be the dense GEMMs';
+  GEMM factors unless the GPU's efficiency has MoE factors of its own (fitted to a profile
+  of vLLM's fused-MoE block, :mod:`des.tools.moe_fit`): then the routed experts are a
+  roofline of their own per step, ``L_moe · a_moe + max(W_e, C_e) + k_e · min(W_e, C_e)``
+  with ``W_e`` the touched experts' weights at ``moe_bandwidth``, ``C_e`` the ``T' · k``
+  routed rows' FLOPs at ``moe_compute`` and ``a_moe`` the block's fixed time per layer;
   a skewed ``model.routing`` (:mod:`des.catalog.routing`) reads the expected count from a
   table built once (``moe_distinct``);
 - **LM head** for the ``E`` rows that emit, the same softened roofline on its weights;
@@ -219,6 +222,11 @@ class Roofline:
     moe_group: int = 1  # ranks whose tokens meet in every MoE layer (1: the engine steps alone)
     moe_exchange_s_per_token: float = 0.0  # dispatch + combine, all sparse layers, per padded rank token
     moe_exchange_fixed_s: float = 0.0  # their latencies, per step
+    # routed experts at factors of their own (Efficiency.moe_own); else inside the GEMMs' roofline
+    moe_split: bool = False
+    moe_s_per_token: float = 0.0  # the routed experts' FLOPs of one (padded) token, all sparse layers
+    moe_fixed_s: float = 0.0  # the fused-MoE block's fixed time, all sparse layers, per step
+    moe_knee: float = 0.0  # share of the shorter roof that shows in the experts' roofline
 
     def distinct_experts(self, tokens: int) -> float:
         """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0 for a dense model)."""
@@ -229,7 +237,8 @@ class Roofline:
         """Tokens per step at which the GEMMs' compute time equals their weight-streaming time
         (with a mixture of experts, the time to stream every expert: a step that large
         touches nearly all of them)."""
-        return (self.gemm_weight_s + self.moe_expert_weight_s * self.moe_experts) / self.gemm_s_per_decode_token
+        w = self.gemm_weight_s + self.moe_expert_weight_s * self.moe_experts
+        return w / (self.gemm_s_per_decode_token + self.moe_s_per_token)
 
     def _roof(self, memory: float, compute: float) -> float:
         if memory > compute:
@@ -259,10 +268,15 @@ class Roofline:
         emitting = s.num_emitting
         rows = emitting + s.spec_tokens  # through the LM head and sampler
         out: dict[str, float] = {}
-        out["gemm"] = self._roof(
-            self.gemm_weight_s + self.moe_expert_weight_s * self.distinct_experts(tg * self.moe_group),
-            self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt),
-        )
+        experts = self.moe_expert_weight_s * self.distinct_experts(tg * self.moe_group)
+        dense = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
+        if self.moe_split:
+            out["gemm"] = self._roof(self.gemm_weight_s, dense)
+            w, c = experts, self.moe_s_per_token * tg
+            roof = w + self.moe_knee * c if w > c else c + self.moe_knee * w
+            out["moe"] = self.moe_fixed_s + roof if tg else 0.0
+        else:
+            out["gemm"] = self._roof(self.gemm_weight_s + experts, dense)
         out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
         attn_pre = attn_dec = 0.0
         d, x, pairs = self.contexts(s)
@@ -375,14 +389,20 @@ class Roofline:
         # GEMMs (softened roofline)
         k = self.knee
         w = self.gemm_weight_s
+        moe = 0.0
         if self.moe_experts:  # distinct experts the step's tokens touch
             table = self.moe_distinct
             if table is None:  # uniform routing
-                w += self.moe_expert_weight_s * self.moe_experts * (1.0 - self.moe_miss**tg)
+                we = self.moe_expert_weight_s * self.moe_experts * (1.0 - self.moe_miss**tg)
             else:
-                w += self.moe_expert_weight_s * table[tg if tg < len(table) else -1]
+                we = self.moe_expert_weight_s * table[tg if tg < len(table) else -1]
+            if self.moe_split:  # the fused-MoE block's own roofline
+                ce = self.moe_s_per_token * tg
+                moe = self.moe_fixed_s + (we + self.moe_knee * ce if we > ce else ce + self.moe_knee * we)
+            else:
+                w += we
         c = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
-        gpu = w + k * c if w > c else c + k * w
+        gpu = (w + k * c if w > c else c + k * w) + moe
         # LM head and sampler, for the emitting rows (and every proposed row a step verifies)
         emitting = s.num_emitting
         rows = emitting + v
@@ -450,7 +470,7 @@ class Roofline:
 GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
     "gemm": (
         "gemm_weight_s", "moe_expert_weight_s", "gemm_s_per_prefill_token", "gemm_s_per_decode_token",
-        "head_weight_s", "head_s_per_row",
+        "head_weight_s", "head_s_per_row", "moe_s_per_token", "moe_fixed_s",
     ),
     "attention": (
         "dec_fixed_s", "dec_s_per_seq", "dec_s_per_context", "pre_fixed_s", "pre_s_per_pair",
@@ -552,6 +572,9 @@ def build_roofline(
         ex_fixed = 2 * model.num_moe_layers * cost.latency
     read_byte = w_byte  # weights read every step
     expert_byte = w_byte  # one routed expert's
+    split = model.is_moe and e.moe_own  # the routed experts at factors of their own
+    if split:
+        expert_byte = precision.weight_bytes_per_param * seconds_per_byte(e.moe_bandwidth or e.weight_bandwidth) / tp
     if weight_only(gpu, precision):  # Marlin dequantises the weights per 64-row slab: part of the rate
         peak = peak * WEIGHT_ONLY_COMPUTE
     gemm_pre = 2 * p_lin / (peak * e.gemm_compute) / tp
@@ -562,6 +585,13 @@ def build_roofline(
         p_exp = p_lin - p_read  # routed experts' weights a token runs
         gemm_pre = 2 * (p_read / peak16 + p_exp / peak) / e.gemm_compute / tp
         gemm_dec = 2 * (p_read / peak16 + p_exp / peak) / e_dec / tp
+        if split:
+            gemm_pre = 2 * p_read / peak16 / e.gemm_compute / tp
+            gemm_dec = 2 * p_read / peak16 / e_dec / tp
+    elif split:
+        gemm_pre = 2 * p_read / (peak * e.gemm_compute) / tp
+        gemm_dec = 2 * p_read / (peak * e_dec) / tp
+    moe_per_token = 2 * (p_lin - p_read) / (peak * (e.moe_compute or e.gemm_compute)) / tp if split else 0.0
     routing_table = None
     if model.is_moe:
         routing_table = distinct_table(model.num_experts or 0, model.num_experts_per_tok or 0, model.routing)
@@ -614,6 +644,10 @@ def build_roofline(
         moe_group=group,
         moe_exchange_s_per_token=ex_per_token,
         moe_exchange_fixed_s=ex_fixed,
+        moe_split=split,
+        moe_s_per_token=moe_per_token,
+        moe_fixed_s=model.num_moe_layers * e.moe_fixed if split else 0.0,
+        moe_knee=(e.gemm_knee if e.moe_knee is None else e.moe_knee) if split else 0.0,
     )
     return roofline.scaled(multipliers) if multipliers else roofline
 
