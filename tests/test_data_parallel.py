@@ -239,3 +239,62 @@ def test_lockstep_timeline_by_hand(tmp_path: Any) -> None:
     assert list(req["instance"]) == [0, 1]
     assert list(req["first_token_time"]) == [2.0, 5.0]
     assert list(req["finish_time"]) == [6.0, 5.0]
+
+
+def test_a_step_too_large_for_a_graph_is_not_padded() -> None:
+    """vLLM pads the ranks to the group's largest batch only when every rank's step runs as a
+    CUDA graph (the ranks' graph modes all-reduced, their minimum taken): a 2048-token prefill
+    beside a dummy step runs eager on both, each rank its own tokens, and the MoE layers the
+    group's 2048 + 1 tokens (the dummy runs one), each rank half of the routed rows and of the
+    exchange. Below the captured sizes the dummy is padded to the prefill's tokens as before."""
+    r = build_roofline(catalog.gpu("rtx-pro-6000"), catalog.model(MOE), moe_group=2)
+    alone = build_roofline(catalog.gpu("rtx-pro-6000"), catalog.model(MOE))
+    assert r.moe_split and r.graph_max == 512
+    big = BatchShape()
+    big.add_chunk(0, 2048, True)
+    dummy = BatchShape()
+    total = 2048 + 1
+    for shape in (big, dummy):
+        got, own = r.breakdown(shape, 2048, total), alone.breakdown(shape)
+        for part in ("gemm", "elementwise", "attention_prefill", "lm_head", "sampler"):
+            assert got[part] == pytest.approx(own[part], rel=1e-12), part
+        w = r.moe_expert_weight_s * r.distinct_experts(total)
+        c = r.moe_s_per_token * total / 2
+        assert got["moe"] == pytest.approx(r.moe_fixed_s + max(w, c) + r.moe_knee * min(w, c), rel=1e-12)
+        assert got["moe_exchange"] == pytest.approx(r.moe_exchange_fixed_s + r.moe_exchange_s_per_token * total / 2)
+    # the dummy rank still runs half the group's routed rows, but its dense work is one token's
+    assert r.group_step_time(dummy, 2048, total) < r.group_step_time(dummy, 2048)
+    # within the captured sizes: the dummy's dense work is that of the largest batch, padded
+    small = BatchShape()
+    small.add_chunk(0, 100, True)
+    padded = BatchShape()
+    padded.add_chunk(0, 104, True)  # graph_size(100)
+    assert r.breakdown(dummy, 100, 101)["gemm"] == pytest.approx(alone.breakdown(padded)["gemm"], rel=1e-12)
+    assert r.group_step_time(dummy, 100, 101) > 0.5 * r.group_step_time(small, 100, 101)
+
+
+def test_lockstep_passes_the_groups_token_sum() -> None:
+    """A 1000-token prompt (beyond the 512 captured sizes) on one rank of two: its prefill step
+    lasts the slower of the two ranks' unpadded times at the group's 1000 + 1 tokens."""
+    prompt = 1000
+    data = moe_scenario(dp=2, expert_parallel=True)
+    data["horizon"] = {"num_requests": 1}
+    data["warmup"] = 0
+    data["workload"] = {
+        "arrival": {"process": "poisson", "rate": 1.0},
+        "prompt_tokens": {"dist": "fixed", "value": prompt},
+        "output_tokens": {"dist": "fixed", "value": 2},
+    }
+    data["cost_model"] = {"kind": "roofline", "async_scheduling": False}
+    data["serving"] = {"frontend": "engine"}
+    sc = des.load_scenario(data)
+    res = des.simulate(sc)
+    first = res.steps.sort_values(["start", "instance"]).iloc[0]
+    cost = sc.cost_model
+    assert isinstance(cost, RooflineConfig)
+    r = build_roofline(sc.gpu, sc.model, sc.precision, engine=cost.engine, frontend=sc.frontend, moe_group=2)
+    shape = BatchShape()
+    shape.add_chunk(0, prompt, True)
+    want = max(r.group_step_time(shape, prompt, prompt + 1), r.group_step_time(BatchShape(), prompt, prompt + 1))
+    assert first["duration"] == pytest.approx(want, rel=1e-12)
+    assert want < max(r.group_step_time(shape, prompt), r.group_step_time(BatchShape(), prompt))

@@ -252,29 +252,38 @@ class Roofline:
         fixed = self.allreduce_small_fixed_s if tokens < self.allreduce_split_tokens else self.allreduce_fixed_s
         return fixed + self.allreduce_s_per_token * tokens
 
-    def breakdown(self, shape: BatchShape, group_tokens: int | None = None) -> dict[str, float]:
+    def breakdown(
+        self, shape: BatchShape, group_tokens: int | None = None, group_total: int | None = None
+    ) -> dict[str, float]:
         """Seconds of each group of work in a step of ``shape``; ``gpu`` is their sum,
         ``cpu`` the engine's CPU time, and :meth:`step_time` combines the two.
 
         ``group_tokens``: the step is one rank's of a data-parallel group of
         :attr:`moe_group` ranks stepping together, the largest of whose batches has that
-        many new tokens (:meth:`group_step_time`)."""
+        many new tokens, ``group_total`` the sum of their batches' (:meth:`group_step_time`)."""
         s = shape
         pt = s.prefill_tokens
         t = pt + s.decode_tokens
         n = s.decode_tokens - s.spec_tokens  # sequences decoding
         padded = t if group_tokens is None else group_tokens
         tg = graph_size(padded) if 0 < padded <= self.graph_max else padded
+        gathered = tg * self.moe_group  # tokens in each MoE layer, the group's
+        if group_tokens is not None and not 0 < group_tokens <= self.graph_max:
+            # a rank's step too large for a CUDA graph runs eager everywhere, unpadded:
+            # each rank its own tokens, the MoE layers the group's sum (all_gatherv)
+            tg = t
+            gathered = group_total if group_total is not None else group_tokens * self.moe_group
+        share = gathered / self.moe_group  # a rank's share of the gathered rows (= tg when padded)
         emitting = s.num_emitting
         rows = emitting + s.spec_tokens  # through the LM head and sampler
         out: dict[str, float] = {}
-        experts = self.moe_expert_weight_s * self.distinct_experts(tg * self.moe_group)
+        experts = self.moe_expert_weight_s * self.distinct_experts(gathered)
         dense = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
         if self.moe_split:
             out["gemm"] = self._roof(self.gemm_weight_s, dense)
-            w, c = experts, self.moe_s_per_token * tg
+            w, c = experts, self.moe_s_per_token * share
             roof = w + self.moe_knee * c if w > c else c + self.moe_knee * w
-            out["moe"] = self.moe_fixed_s + roof if tg else 0.0
+            out["moe"] = self.moe_fixed_s + roof if gathered else 0.0
         else:
             out["gemm"] = self._roof(self.gemm_weight_s + experts, dense)
         out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
@@ -313,7 +322,7 @@ class Roofline:
             out["sampler"] = 0.0
         out["allreduce"] = self.allreduce(tg)
         if self.moe_group > 1:
-            out["moe_exchange"] = self.moe_exchange_fixed_s + self.moe_exchange_s_per_token * tg if tg else 0.0
+            out["moe_exchange"] = self.moe_exchange_fixed_s + self.moe_exchange_s_per_token * share if gathered else 0.0
         out["gpu"] = sum(out.values())
         out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * emitting
         out["frontend"] = self.stage_step_s + self.stage_seq_s * emitting
@@ -347,22 +356,29 @@ class Roofline:
             changes |= dict.fromkeys(("cpu_step_s", "cpu_seq_s", "cpu_emit_s"), 0.0)
         return replace(self, **changes) if changes else self
 
-    def group_step_time(self, shape: BatchShape, group_tokens: int) -> float:
+    def group_step_time(self, shape: BatchShape, group_tokens: int, group_total: int | None = None) -> float:
         """Seconds one rank of a data-parallel group of a mixture of experts takes for its
         batch ``shape`` (empty: a dummy step) when the largest batch of the group has
-        ``group_tokens`` new tokens.
+        ``group_tokens`` new tokens and all of them ``group_total`` (None: every rank
+        ``group_tokens``).
 
         vLLM pads every rank's batch to the group's largest (``coordinate_batch_across_dp``,
-        ``vllm/v1/worker/dp_utils.py``), so each rank's GEMMs, element-wise kernels and
+        ``vllm/v1/worker/dp_utils.py``) when every rank's step runs as a CUDA graph (the
+        ranks' graph modes are all-reduced and their minimum taken: ``should_dp_pad =
+        synced_cudagraph_mode != NONE``), so each rank's GEMMs, element-wise kernels and
         collectives run on that many (graph-padded) rows; the rank's own sequences set its
-        attention, LM head and sampler. Each MoE layer gathers the group's tokens
-        (:attr:`moe_group` × the padded rows), and the rank reads those of its share of the
-        experts that they touch (:func:`expected_experts` over the group's tokens, at the
-        shard's bytes: :attr:`moe_expert_weight_s` is already divided over the ranks), and
-        exchanges tokens with the other ranks (:func:`des.catalog.interconnect.moe_exchange_bytes`).
+        attention, LM head and sampler. A group whose largest step exceeds the captured
+        sizes (or runs eager) is not padded: each rank runs its own tokens and each MoE
+        layer the group's ``group_total`` (``all_gatherv`` of unequal sizes), each rank
+        its share ``group_total / ranks`` of the routed rows and of the exchange. Each MoE
+        layer gathers the group's tokens (:attr:`moe_group` × the padded rows), and the
+        rank reads those of its share of the experts that they touch (:func:`expected_experts`
+        over the group's tokens, at the shard's bytes: :attr:`moe_expert_weight_s` is
+        already divided over the ranks), and exchanges tokens with the other ranks
+        (:func:`des.catalog.interconnect.moe_exchange_bytes`).
         The group's step lasts as long as its slowest rank's (:mod:`des.engine.lockstep`).
         """
-        b = self.breakdown(shape, group_tokens)
+        b = self.breakdown(shape, group_tokens, group_total)
         return self._combine(b["gpu"], b["cpu"], b["frontend"])
 
     def _combine(self, gpu: float, cpu: float, stage: float) -> float:

@@ -8,7 +8,10 @@ long as the slowest rank's. A rank with no work while another has some runs a du
 (vLLM: ``DPEngineCoreProc.run_busy_loop`` calls ``execute_dummy_batch`` when its scheduler
 has nothing to run but the group is still in a wave, ``vllm/v1/engine/core.py``), padded,
 like every rank's batch, to the group's largest (``coordinate_batch_across_dp``,
-``vllm/v1/worker/dp_utils.py``): idle ranks cost as much GPU time as busy ones. When no
+``vllm/v1/worker/dp_utils.py``) while every rank's step fits a CUDA graph: idle ranks then
+cost as much GPU time as busy ones. A larger step runs eager on every rank, unpadded: each
+rank its own tokens (a dummy step one), the MoE layers the group's sum
+(:meth:`~des.cost.roofline.Roofline.group_step_time`). When no
 rank has work the group sleeps until a request reaches one of them (vLLM ends the wave;
 its check runs every 32 steps, a lag des leaves out).
 
@@ -53,10 +56,11 @@ class LockstepGroup:
         self.ahead = ahead  # the next batch is formed as a step starts (async scheduling)
         self.process = env.process(self._run())
 
-    def rank_time(self, shape: BatchShape, tokens: int) -> float:
-        """Seconds a rank with batch ``shape`` takes when the group's largest batch has ``tokens`` new tokens."""
+    def rank_time(self, shape: BatchShape, tokens: int, total: int | None = None) -> float:
+        """Seconds a rank with batch ``shape`` takes when the group's largest batch has
+        ``tokens`` new tokens and all of them ``total`` (None: every rank ``tokens``)."""
         group = getattr(self.cost, "group_step_time", None)
-        return group(shape, tokens) if group is not None else self.cost.step_time(shape)
+        return group(shape, tokens, total) if group is not None else self.cost.step_time(shape)
 
     def _run(self) -> Generator[Event, Any, None]:
         env, ranks = self.env, self.ranks
@@ -71,8 +75,10 @@ class LockstepGroup:
                 continue
             t = env.now
             tokens = max(step.shape.new_tokens for step in steps if step is not None)
+            # a dummy step runs one token (vLLM's execute_dummy_batch: _dummy_run(1)) when not padded
+            total = sum(step.shape.new_tokens if step is not None else 1 for step in steps)
             run = [step if step is not None else dummy_step() for step in steps]
-            duration = max(self.rank_time(step.shape, tokens) for step in run)
+            duration = max(self.rank_time(step.shape, tokens, total) for step in run)
             before = [(rank.kv.used, rank.scheduler.num_waiting()) for rank in ranks]
             for rank in ranks:
                 rank.account(t, duration)  # every rank's GPUs run the step, a dummy one included
