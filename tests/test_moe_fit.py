@@ -121,6 +121,7 @@ def test_unset_moe_factors_keep_the_experts_in_the_gemm_roofline():
     assert old.gemm_s_per_prefill_token - new.gemm_s_per_prefill_token == pytest.approx(
         2 * p_exp / (peak * GPU.efficiency.gemm_compute), rel=1e-9
     )
+    assert GPU.efficiency.moe_compute is not None
     assert new.moe_s_per_token == pytest.approx(2 * p_exp / (peak * GPU.efficiency.moe_compute), rel=1e-12)
     assert new.moe_fixed_s == pytest.approx(MODEL.num_moe_layers * GPU.efficiency.moe_fixed)
 
