@@ -298,3 +298,28 @@ def test_lockstep_passes_the_groups_token_sum() -> None:
     want = max(r.group_step_time(shape, prompt, prompt + 1), r.group_step_time(BatchShape(), prompt, prompt + 1))
     assert first["duration"] == pytest.approx(want, rel=1e-12)
     assert want < max(r.group_step_time(shape, prompt), r.group_step_time(BatchShape(), prompt))
+
+
+def test_the_wave_runs_dummy_steps_until_vllms_check(tmp_path: Any) -> None:
+    """vLLM checks whether any rank has work only every 32 steps of a wave: after the last
+    request the ranks run dummy steps (1 s each under this cost model) up to the 32nd step,
+    then sleep. A (prompt 100, 3 tokens) at 0 runs [0, 2], [2, 3], [3, 4]; the tail follows;
+    B (prompt 200, 1 token) at 20.5 joins at the next step boundary, 21, and runs [21, 24]
+    (the wave's 21st step); the tail goes on to the 32nd, ending at 35; C at 100 finds the
+    group asleep and starts at once."""
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_time,prompt_tokens,output_tokens\n0,100,3\n20.5,200,1\n100,100,1\n")
+    data = moe_scenario(dp=2, expert_parallel=True)
+    data["horizon"] = {}
+    data["warmup"] = 0
+    data["workload"] = {"arrival": {"process": "trace", "path": str(path)}}
+    data["cost_model"] = {"kind": "linear", "base": 1.0, "per_prefill_token": 0.01}
+    res = des.simulate(des.load_scenario(data))
+    req = res.requests.set_index("request_id")
+    assert list(req["first_token_time"]) == [2.0, 24.0, 102.0]
+    for _, steps in res.steps.groupby("instance"):
+        before = steps[steps["start"] < 100].sort_values("start")
+        assert len(before) == 32
+        assert list(before["start"]) == [0.0, 2.0, *[float(x) for x in range(3, 21)], 21.0, *map(float, range(24, 35))]
+        assert before["start"].iloc[-1] + before["duration"].iloc[-1] == 35.0
+        assert steps[steps["start"] >= 100]["start"].min() == 100.0

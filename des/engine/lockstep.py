@@ -12,8 +12,12 @@ like every rank's batch, to the group's largest (``coordinate_batch_across_dp``,
 cost as much GPU time as busy ones. A larger step runs eager on every rank, unpadded: each
 rank its own tokens (a dummy step one), the MoE layers the group's sum
 (:meth:`~des.cost.roofline.Roofline.group_step_time`). When no
-rank has work the group sleeps until a request reaches one of them (vLLM ends the wave;
-its check runs every 32 steps, a lag des leaves out).
+rank has work the wave goes on until vLLM next checks for it: the ranks all-reduce whether
+any has unfinished requests only every :data:`WAVE_CHECK` steps of a wave
+(``DPEngineCoreProc._has_global_unfinished_reqs``), and run dummy steps (one token each,
+within the CUDA graphs, so padded to nothing more) until that step; then the wave ends and
+the group sleeps until a request reaches one of its ranks. A request arriving during the
+tail is scheduled at its next step.
 
 The group is one SimPy process driving its ranks (:class:`~des.engine.instance.Instance`
 built with ``standalone=False``); every rank records its own step, dummy steps included
@@ -37,6 +41,9 @@ from des.engine.events import Barrier
 from des.engine.instance import Instance, idle
 from des.engine.policy import Step
 from des.engine.request import Request
+
+#: Steps of a wave between vLLM's checks whether any rank has work (``step_counter % 32``).
+WAVE_CHECK = 32
 
 
 def dummy_step() -> Step[None]:
@@ -65,16 +72,19 @@ class LockstepGroup:
     def _run(self) -> Generator[Event, Any, None]:
         env, ranks = self.env, self.ranks
         seen: float | None = None
+        wave = 0  # steps of the current wave
         while True:
             if env.peek() == env.now:
                 yield Barrier(env)  # let every arrival due now join this step
             steps = [rank.scheduler.schedule(env.now, seen) for rank in ranks]
-            if all(step is None for step in steps):
+            if all(step is None for step in steps) and wave % WAVE_CHECK == 0:
                 yield from idle(ranks)  # until some rank gets work (or a scheduler's own wake-up time)
                 seen = None
+                wave = 0
                 continue
+            wave += 1  # an all-dummy step when no rank has work: the wave's tail
             t = env.now
-            tokens = max(step.shape.new_tokens for step in steps if step is not None)
+            tokens = max((step.shape.new_tokens for step in steps if step is not None), default=1)
             # a dummy step runs one token (vLLM's execute_dummy_batch: _dummy_run(1)) when not padded
             total = sum(step.shape.new_tokens if step is not None else 1 for step in steps)
             run = [step if step is not None else dummy_step() for step in steps]
