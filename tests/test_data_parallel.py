@@ -323,3 +323,28 @@ def test_the_wave_runs_dummy_steps_until_vllms_check(tmp_path: Any) -> None:
         assert list(before["start"]) == [0.0, 2.0, *[float(x) for x in range(3, 21)], 21.0, *map(float, range(24, 35))]
         assert before["start"].iloc[-1] + before["duration"].iloc[-1] == 35.0
         assert steps[steps["start"] >= 100]["start"].min() == 100.0
+
+
+def test_exchange_runs_at_the_all_gather_cost_where_the_link_has_one() -> None:
+    """The expert-parallel exchange is an all-gather (dispatch) and a reduce-scatter (combine):
+    a link with an ``all_gather`` cost prices both at it, not at the all-reduce's; the numbers
+    here are a fit to the RTX PRO 6000's two-GPU all-gather profile (nccl_2gpu.csv: 11.27 us,
+    31.80 GB/s of received bytes), which differ from its all-reduce's on purpose."""
+    from des.catalog.interconnect import AllReduceCost
+
+    base = catalog.gpu("rtx-pro-6000")
+    gather = AllReduceCost(latency=11.27e-6, bus_bandwidth=31.80e9)
+    link = base.link.model_copy(update={"all_gather": {2: gather}})
+    gpu = base.model_copy(update={"interconnect": link})
+    assert gpu.link.gather_cost(2) == gather and gpu.link.gather_cost(4) == gather
+    assert base.link.gather_cost(2) == base.link.nccl_cost(2)  # none given: the all-reduce's
+    model = catalog.model(MOE)
+    r, r0 = build_roofline(gpu, model, moe_group=2), build_roofline(base, model, moe_group=2)
+    per_token = moe_exchange_bytes("allgather_reducescatter", 1, 2, model.hidden_size, 8, ACT_BYTES)
+    L = model.num_moe_layers
+    assert r.moe_exchange_s_per_token == pytest.approx(2 * L * per_token / gather.bus_bandwidth, rel=1e-12)
+    assert r.moe_exchange_fixed_s == pytest.approx(2 * L * gather.latency, rel=1e-12)
+    assert r0.moe_exchange_fixed_s == pytest.approx(2 * L * base.link.nccl_cost(2).latency, rel=1e-12)
+    # the tensor-parallel all-reduces keep the all-reduce's cost
+    t2, t20 = build_roofline(gpu, model, tp=2), build_roofline(base, model, tp=2)
+    assert t2.allreduce_fixed_s == t20.allreduce_fixed_s and t2.allreduce_s_per_token == t20.allreduce_s_per_token

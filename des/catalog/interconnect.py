@@ -83,6 +83,10 @@ class InterconnectSpec(Strict):
     the largest listed below it (else the smallest listed). ``custom_latency``: seconds
     per call of vLLM's own all-reduce, which runs at the TP degrees of
     ``custom_max_bytes`` for messages below that many bytes, at NCCL's bus bandwidth.
+    ``all_gather``: NCCL's all-gather per degree (same lookup), ``latency`` plus the bytes
+    each GPU receives over ``bus_bandwidth``: the expert-parallel exchange of a mixture of
+    experts (:func:`moe_exchange_bytes`; the reduce-scatter of its combine moves the same
+    bytes the other way and is taken at the same cost). Unset: the all-reduce's cost.
     """
 
     kind: InterconnectKind
@@ -90,6 +94,7 @@ class InterconnectSpec(Strict):
     nccl: dict[PositiveInt, AllReduceCost]
     custom_latency: float | None = Field(None, ge=0, le=1.0)
     custom_max_bytes: dict[PositiveInt, PositiveInt] = Field(default_factory=dict)
+    all_gather: dict[PositiveInt, AllReduceCost] = Field(default_factory=dict)
     provenance: Provenance = "spec"
     basis: str = ""
     uncertainty: float = Field(0.5, ge=0, le=5.0)
@@ -131,6 +136,17 @@ class InterconnectSpec(Strict):
             return self.nccl[tp]
         below = [d for d in self.nccl if d < tp]
         return self.nccl[max(below) if below else min(self.nccl)]
+
+    def gather_cost(self, n: int) -> AllReduceCost:
+        """NCCL's all-gather (and reduce-scatter) at ``n`` GPUs: its own entry, else the largest
+        listed degree below it, else the smallest; without any, the all-reduce's (:meth:`nccl_cost`)."""
+        table = self.all_gather
+        if not table:
+            return self.nccl_cost(n)
+        if n in table:
+            return table[n]
+        below = [d for d in table if d < n]
+        return table[max(below) if below else min(table)]
 
     def custom_limit(self, tp: int) -> int:
         """Messages below this many bytes run vLLM's own all-reduce at ``tp`` GPUs (0: never)."""

@@ -581,8 +581,8 @@ def build_roofline(
             ar_split = limit / (h * ACT_BYTES)
     group = moe_group if model.is_moe and moe_group > 1 else 1
     ex_per_token = ex_fixed = 0.0
-    if group > 1:  # dispatch and combine in every sparse layer, each at NCCL's cost among the ranks
-        cost = gpu.link.nccl_cost(group)
+    if group > 1:  # dispatch and combine in every sparse layer, each at NCCL's all-gather cost among the ranks
+        cost = gpu.link.gather_cost(group)
         per_token = moe_exchange_bytes(all2all, 1, group, h, model.num_experts_per_tok or 0, ACT_BYTES)
         ex_per_token = 2 * model.num_moe_layers * per_token / cost.bus_bandwidth
         ex_fixed = 2 * model.num_moe_layers * cost.latency
