@@ -348,3 +348,23 @@ def test_exchange_runs_at_the_all_gather_cost_where_the_link_has_one() -> None:
     # the tensor-parallel all-reduces keep the all-reduce's cost
     t2, t20 = build_roofline(gpu, model, tp=2), build_roofline(base, model, tp=2)
     assert t2.allreduce_fixed_s == t20.allreduce_fixed_s and t2.allreduce_s_per_token == t20.allreduce_s_per_token
+
+
+def test_synchronous_scheduling_pays_the_per_step_batch_size_all_reduce() -> None:
+    """vLLM's coordinate_batch_across_dp all-reduces a 4 × ranks int32 tensor before every
+    step: on the GPUs over NCCL under synchronous scheduling (NCCL's latency on the link plus
+    its 32 bytes), over Gloo on the CPUs under async scheduling (the default, hidden behind the
+    GPUs' work: nothing)."""
+    from des.cost.roofline import Engine
+
+    gpu, model = catalog.gpu("rtx-pro-6000"), catalog.model(MOE)
+    sync = build_roofline(gpu, model, engine=Engine(async_scheduling=False), moe_group=2)
+    overlap = build_roofline(gpu, model, moe_group=2)
+    cost = gpu.link.nccl_cost(2)
+    want = cost.latency + 1.0 * 16 * 2 / cost.bus_bandwidth
+    assert sync.dp_sync_s == pytest.approx(want, rel=1e-12) and overlap.dp_sync_s == 0.0
+    shape = BatchShape.decodes(8, 8 * 300)
+    b = sync.breakdown(shape, 8, 16)
+    assert b["dp_sync"] == sync.dp_sync_s
+    assert b["gpu"] - overlap.breakdown(shape, 8, 16)["gpu"] == pytest.approx(want, rel=1e-9)
+    assert "dp_sync" not in build_roofline(gpu, model, engine=Engine(async_scheduling=False)).breakdown(shape)

@@ -99,6 +99,9 @@ DEFAULT_CAPTURE = 512
 LOGIT_BYTES = 4
 #: Activations stay in bf16 whatever the weights' format.
 ACT_BYTES = 2
+#: Bytes per data-parallel rank of the batch-size tensor the ranks all-reduce every step
+#: (``vllm/v1/worker/dp_utils.py: _run_ar``: 4 int32 rows × ranks).
+DP_SYNC_BYTES = 16
 #: Element-wise kernels per layer (two RMSNorms, SiLU-and-mul, rotary) and per step
 #: (embedding lookup, final RMSNorm).
 KERNELS_PER_LAYER = 4
@@ -222,6 +225,7 @@ class Roofline:
     moe_group: int = 1  # ranks whose tokens meet in every MoE layer (1: the engine steps alone)
     moe_exchange_s_per_token: float = 0.0  # dispatch + combine, all sparse layers, per padded rank token
     moe_exchange_fixed_s: float = 0.0  # their latencies, per step
+    dp_sync_s: float = 0.0  # the group's per-step all-reduce of its batch sizes on the GPUs (sync scheduling)
     # routed experts at factors of their own (Efficiency.moe_own); else inside the GEMMs' roofline
     moe_split: bool = False
     moe_s_per_token: float = 0.0  # the routed experts' FLOPs of one (padded) token, all sparse layers
@@ -322,6 +326,7 @@ class Roofline:
             out["sampler"] = 0.0
         out["allreduce"] = self.allreduce(tg)
         if self.moe_group > 1:
+            out["dp_sync"] = self.dp_sync_s
             out["moe_exchange"] = self.moe_exchange_fixed_s + self.moe_exchange_s_per_token * share if gathered else 0.0
         out["gpu"] = sum(out.values())
         out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * emitting
@@ -375,7 +380,10 @@ class Roofline:
         rank reads those of its share of the experts that they touch (:func:`expected_experts`
         over the group's tokens, at the shard's bytes: :attr:`moe_expert_weight_s` is
         already divided over the ranks), and exchanges tokens with the other ranks
-        (:func:`des.catalog.interconnect.moe_exchange_bytes`).
+        (:func:`des.catalog.interconnect.moe_exchange_bytes`). Under synchronous scheduling
+        each step begins with the ranks' all-reduce of their batch sizes on the GPUs
+        (:attr:`dp_sync_s`, NCCL's small-message time on the link); under async scheduling
+        vLLM runs it over Gloo on the CPUs, behind the GPUs' work, and des counts nothing.
         The group's step lasts as long as its slowest rank's (:mod:`des.engine.lockstep`).
         """
         b = self.breakdown(shape, group_tokens, group_total)
@@ -499,7 +507,7 @@ GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
     ),
     "communication": (
         "allreduce_s_per_token", "allreduce_fixed_s", "allreduce_small_fixed_s", "moe_exchange_s_per_token",
-        "moe_exchange_fixed_s",
+        "moe_exchange_fixed_s", "dp_sync_s",
     ),
     "cpu": ("cpu_step_s", "cpu_seq_s", "cpu_emit_s", "stage_step_s", "stage_seq_s"),
 }  # fmt: skip
@@ -580,7 +588,13 @@ def build_roofline(
             ar_small = 2 * L * link.custom_latency
             ar_split = limit / (h * ACT_BYTES)
     group = moe_group if model.is_moe and moe_group > 1 else 1
-    ex_per_token = ex_fixed = 0.0
+    ex_per_token = ex_fixed = dp_sync = 0.0
+    if group > 1 and not engine.async_scheduling:
+        # vLLM's coordinate_batch_across_dp all-reduces a 4 × ranks int32 tensor every step: on
+        # the GPUs over NCCL, then read back, when scheduling is synchronous; over Gloo on the
+        # CPUs, overlapping the GPUs' work, under async scheduling (disable_nccl_for_dp_synchronization)
+        sync = gpu.link.nccl_cost(group)
+        dp_sync = sync.latency + ring_factor(group) * DP_SYNC_BYTES * group / sync.bus_bandwidth
     if group > 1:  # dispatch and combine in every sparse layer, each at NCCL's all-gather cost among the ranks
         cost = gpu.link.gather_cost(group)
         per_token = moe_exchange_bytes(all2all, 1, group, h, model.num_experts_per_tok or 0, ACT_BYTES)
@@ -660,6 +674,7 @@ def build_roofline(
         moe_group=group,
         moe_exchange_s_per_token=ex_per_token,
         moe_exchange_fixed_s=ex_fixed,
+        dp_sync_s=dp_sync,
         moe_split=split,
         moe_s_per_token=moe_per_token,
         moe_fixed_s=model.num_moe_layers * e.moe_fixed if split else 0.0,
