@@ -368,3 +368,26 @@ def test_synchronous_scheduling_pays_the_per_step_batch_size_all_reduce() -> Non
     assert b["dp_sync"] == sync.dp_sync_s
     assert b["gpu"] - overlap.breakdown(shape, 8, 16)["gpu"] == pytest.approx(want, rel=1e-9)
     assert "dp_sync" not in build_roofline(gpu, model, engine=Engine(async_scheduling=False)).breakdown(shape)
+
+
+def test_unpadded_group_steps_run_the_routed_rows_of_the_groups_share_without_moe_factors() -> None:
+    """On a GPU whose experts run inside the GEMMs' roofline (no MoE factors: the RTX 4090), an
+    unpadded group step's GEMM compute counts the rank's own dense rows and its share of the
+    group's routed rows: a dummy rank beside a 2048-token prefill computes half of 2049 tokens'
+    routed FLOPs, the prefill rank half as well, and a padded step counts its own rows only."""
+    gpu, model, p = catalog.gpu("rtx4090"), catalog.model(MOE), Precision(weights="int4-awq")
+    r = build_roofline(gpu, model, p, moe_group=2)
+    assert not r.moe_split and r.moe_inline_s_per_token > 0
+    big = BatchShape()
+    big.add_chunk(0, 2048, True)
+    per_token = r.gemm_s_per_prefill_token
+    for shape, own in ((big, 2048), (BatchShape(), 0)):
+        b = r.breakdown(shape, 2048, 2049)
+        c = per_token * own + r.moe_inline_s_per_token * (2049 / 2 - own)
+        w = r.gemm_weight_s + r.moe_expert_weight_s * r.distinct_experts(2049)
+        assert b["gemm"] == pytest.approx(max(w, c) + r.knee * min(w, c), rel=1e-12)
+    small = BatchShape.decodes(8, 8 * 300)
+    alone = build_roofline(gpu, model, p)
+    c8 = alone.gemm_s_per_decode_token * 8
+    w8 = alone.gemm_weight_s + r.moe_expert_weight_s * r.distinct_experts(16)
+    assert r.breakdown(small, 8, 16)["gemm"] == pytest.approx(max(w8, c8) + r.knee * min(w8, c8), rel=1e-12)

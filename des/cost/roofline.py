@@ -231,6 +231,7 @@ class Roofline:
     moe_s_per_token: float = 0.0  # the routed experts' FLOPs of one (padded) token, all sparse layers
     moe_fixed_s: float = 0.0  # the fused-MoE block's fixed time, all sparse layers, per step
     moe_knee: float = 0.0  # share of the shorter roof that shows in the experts' roofline
+    moe_inline_s_per_token: float = 0.0  # without moe_split: the routed FLOPs inside gemm_s_per_prefill_token
 
     def distinct_experts(self, tokens: int) -> float:
         """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0 for a dense model)."""
@@ -288,7 +289,8 @@ class Roofline:
             w, c = experts, self.moe_s_per_token * share
             roof = w + self.moe_knee * c if w > c else c + self.moe_knee * w
             out["moe"] = self.moe_fixed_s + roof if gathered else 0.0
-        else:
+        else:  # the routed rows' FLOPs are in the GEMM coefficients, for the rank's own tokens
+            dense += self.moe_inline_s_per_token * (share - tg)  # 0 unless an unpadded group step
             out["gemm"] = self._roof(self.gemm_weight_s + experts, dense)
         out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
         attn_pre = attn_dec = 0.0
@@ -494,7 +496,7 @@ class Roofline:
 GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
     "gemm": (
         "gemm_weight_s", "moe_expert_weight_s", "gemm_s_per_prefill_token", "gemm_s_per_decode_token",
-        "head_weight_s", "head_s_per_row", "moe_s_per_token", "moe_fixed_s",
+        "head_weight_s", "head_s_per_row", "moe_s_per_token", "moe_fixed_s", "moe_inline_s_per_token",
     ),
     "attention": (
         "dec_fixed_s", "dec_s_per_seq", "dec_s_per_context", "pre_fixed_s", "pre_s_per_pair",
@@ -622,6 +624,7 @@ def build_roofline(
         gemm_pre = 2 * p_read / (peak * e.gemm_compute) / tp
         gemm_dec = 2 * p_read / (peak * e_dec) / tp
     moe_per_token = 2 * (p_lin - p_read) / (peak * (e.moe_compute or e.gemm_compute)) / tp if split else 0.0
+    moe_inline = 2 * (p_lin - p_read) / (peak * e.gemm_compute) / tp if model.is_moe and not split else 0.0
     routing_table = None
     if model.is_moe:
         routing_table = distinct_table(model.num_experts or 0, model.num_experts_per_tok or 0, model.routing)
@@ -675,6 +678,7 @@ def build_roofline(
         moe_exchange_s_per_token=ex_per_token,
         moe_exchange_fixed_s=ex_fixed,
         dp_sync_s=dp_sync,
+        moe_inline_s_per_token=moe_inline,
         moe_split=split,
         moe_s_per_token=moe_per_token,
         moe_fixed_s=model.num_moe_layers * e.moe_fixed if split else 0.0,
