@@ -108,7 +108,9 @@ class Efficiency(Strict):
     bandwidth and ``C`` the routed rows' FLOPs (``tokens × top_k`` rows) at ``moe_compute`` ×
     peak. With ``moe_bandwidth`` and ``moe_compute`` both unset the experts are costed as
     before, inside the GEMMs' own roofline at the GEMM factors; with either set, unset ones
-    fall back to ``weight_bandwidth``, ``gemm_compute`` and ``gemm_knee``.
+    fall back to ``weight_bandwidth``, ``gemm_compute`` and ``gemm_knee``. They apply to
+    16-bit experts only (the kernel they are fitted to): quantised experts run other kernels
+    (Marlin, w8a8 Triton, MXFP4) and stay in the GEMMs' roofline.
 
     Unset factors fall back: ``attention_compute`` to ``gemm_compute``; ``kv_bandwidth``
     to ``weight_bandwidth``; ``kv_stream`` and ``mixed_kv_bandwidth`` to ``kv_bandwidth``;

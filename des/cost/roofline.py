@@ -604,7 +604,9 @@ def build_roofline(
         ex_fixed = 2 * model.num_moe_layers * cost.latency
     read_byte = w_byte  # weights read every step
     expert_byte = w_byte  # one routed expert's
-    split = model.is_moe and e.moe_own  # the routed experts at factors of their own
+    # the routed experts at factors of their own: fitted to vLLM's 16-bit fused-MoE kernel, so
+    # for 16-bit experts only (quantised experts run other kernels: Marlin, w8a8 Triton, MXFP4)
+    split = model.is_moe and e.moe_own and precision.weight_bytes_per_param == ACT_BYTES
     if split:
         expert_byte = precision.weight_bytes_per_param * seconds_per_byte(e.moe_bandwidth or e.weight_bandwidth) / tp
     if weight_only(gpu, precision):  # Marlin dequantises the weights per 64-row slab: part of the rate
