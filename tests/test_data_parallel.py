@@ -239,3 +239,156 @@ def test_lockstep_timeline_by_hand(tmp_path: Any) -> None:
     assert list(req["instance"]) == [0, 1]
     assert list(req["first_token_time"]) == [2.0, 5.0]
     assert list(req["finish_time"]) == [6.0, 5.0]
+
+
+def test_a_step_too_large_for_a_graph_is_not_padded() -> None:
+    """vLLM pads the ranks to the group's largest batch only when every rank's step runs as a
+    CUDA graph (the ranks' graph modes all-reduced, their minimum taken): a 2048-token prefill
+    beside a dummy step runs eager on both, each rank its own tokens, and the MoE layers the
+    group's 2048 + 1 tokens (the dummy runs one), each rank half of the routed rows and of the
+    exchange. Below the captured sizes the dummy is padded to the prefill's tokens as before."""
+    r = build_roofline(catalog.gpu("rtx-pro-6000"), catalog.model(MOE), moe_group=2)
+    alone = build_roofline(catalog.gpu("rtx-pro-6000"), catalog.model(MOE))
+    assert r.moe_split and r.graph_max == 512
+    big = BatchShape()
+    big.add_chunk(0, 2048, True)
+    dummy = BatchShape()
+    total = 2048 + 1
+    for shape in (big, dummy):
+        got, own = r.breakdown(shape, 2048, total), alone.breakdown(shape)
+        for part in ("gemm", "elementwise", "attention_prefill", "lm_head", "sampler"):
+            assert got[part] == pytest.approx(own[part], rel=1e-12), part
+        w = r.moe_expert_weight_s * r.distinct_experts(total)
+        c = r.moe_s_per_token * total / 2
+        assert got["moe"] == pytest.approx(r.moe_fixed_s + max(w, c) + r.moe_knee * min(w, c), rel=1e-12)
+        assert got["moe_exchange"] == pytest.approx(r.moe_exchange_fixed_s + r.moe_exchange_s_per_token * total / 2)
+    # the dummy rank still runs half the group's routed rows, but its dense work is one token's
+    assert r.group_step_time(dummy, 2048, total) < r.group_step_time(dummy, 2048)
+    # within the captured sizes: the dummy's dense work is that of the largest batch, padded
+    small = BatchShape()
+    small.add_chunk(0, 100, True)
+    padded = BatchShape()
+    padded.add_chunk(0, 104, True)  # graph_size(100)
+    assert r.breakdown(dummy, 100, 101)["gemm"] == pytest.approx(alone.breakdown(padded)["gemm"], rel=1e-12)
+    assert r.group_step_time(dummy, 100, 101) > 0.5 * r.group_step_time(small, 100, 101)
+
+
+def test_lockstep_passes_the_groups_token_sum() -> None:
+    """A 1000-token prompt (beyond the 512 captured sizes) on one rank of two: its prefill step
+    lasts the slower of the two ranks' unpadded times at the group's 1000 + 1 tokens."""
+    prompt = 1000
+    data = moe_scenario(dp=2, expert_parallel=True)
+    data["horizon"] = {"num_requests": 1}
+    data["warmup"] = 0
+    data["workload"] = {
+        "arrival": {"process": "poisson", "rate": 1.0},
+        "prompt_tokens": {"dist": "fixed", "value": prompt},
+        "output_tokens": {"dist": "fixed", "value": 2},
+    }
+    data["cost_model"] = {"kind": "roofline", "async_scheduling": False}
+    data["serving"] = {"frontend": "engine"}
+    sc = des.load_scenario(data)
+    res = des.simulate(sc)
+    first = res.steps.sort_values(["start", "instance"]).iloc[0]
+    cost = sc.cost_model
+    assert isinstance(cost, RooflineConfig)
+    r = build_roofline(sc.gpu, sc.model, sc.precision, engine=cost.engine, frontend=sc.frontend, moe_group=2)
+    shape = BatchShape()
+    shape.add_chunk(0, prompt, True)
+    want = max(r.group_step_time(shape, prompt, prompt + 1), r.group_step_time(BatchShape(), prompt, prompt + 1))
+    assert first["duration"] == pytest.approx(want, rel=1e-12)
+    assert want < max(r.group_step_time(shape, prompt), r.group_step_time(BatchShape(), prompt))
+
+
+def test_the_wave_runs_dummy_steps_until_vllms_check(tmp_path: Any) -> None:
+    """vLLM checks whether any rank has work only every 32 steps of a wave: after the last
+    request the ranks run dummy steps (1 s each under this cost model) up to the 32nd step,
+    then sleep. A (prompt 100, 3 tokens) at 0 runs [0, 2], [2, 3], [3, 4]; the tail follows;
+    B (prompt 200, 1 token) at 20.5 joins at the next step boundary, 21, and runs [21, 24]
+    (the wave's 21st step); the tail goes on to the 32nd, ending at 35; C at 100 finds the
+    group asleep and starts at once."""
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_time,prompt_tokens,output_tokens\n0,100,3\n20.5,200,1\n100,100,1\n")
+    data = moe_scenario(dp=2, expert_parallel=True)
+    data["horizon"] = {}
+    data["warmup"] = 0
+    data["workload"] = {"arrival": {"process": "trace", "path": str(path)}}
+    data["cost_model"] = {"kind": "linear", "base": 1.0, "per_prefill_token": 0.01}
+    res = des.simulate(des.load_scenario(data))
+    req = res.requests.set_index("request_id")
+    assert list(req["first_token_time"]) == [2.0, 24.0, 102.0]
+    for _, steps in res.steps.groupby("instance"):
+        before = steps[steps["start"] < 100].sort_values("start")
+        assert len(before) == 32
+        assert list(before["start"]) == [0.0, 2.0, *[float(x) for x in range(3, 21)], 21.0, *map(float, range(24, 35))]
+        assert before["start"].iloc[-1] + before["duration"].iloc[-1] == 35.0
+        assert steps[steps["start"] >= 100]["start"].min() == 100.0
+
+
+def test_exchange_runs_at_the_all_gather_cost_where_the_link_has_one() -> None:
+    """The expert-parallel exchange is an all-gather (dispatch) and a reduce-scatter (combine):
+    a link with an ``all_gather`` cost prices both at it, not at the all-reduce's; the numbers
+    here are a fit to the RTX PRO 6000's two-GPU all-gather profile (nccl_2gpu.csv: 11.27 us,
+    31.80 GB/s of received bytes), which differ from its all-reduce's on purpose."""
+    from des.catalog.interconnect import AllReduceCost
+
+    pro = catalog.gpu("rtx-pro-6000")  # its catalog link has a measured all-gather: take it away
+    base = pro.model_copy(update={"interconnect": pro.link.model_copy(update={"all_gather": {}})})
+    gather = AllReduceCost(latency=11.27e-6, bus_bandwidth=31.80e9)
+    link = base.link.model_copy(update={"all_gather": {2: gather}})
+    gpu = base.model_copy(update={"interconnect": link})
+    assert gpu.link.gather_cost(2) == gather and gpu.link.gather_cost(4) == gather
+    assert base.link.gather_cost(2) == base.link.nccl_cost(2)  # none given: the all-reduce's
+    model = catalog.model(MOE)
+    r, r0 = build_roofline(gpu, model, moe_group=2), build_roofline(base, model, moe_group=2)
+    per_token = moe_exchange_bytes("allgather_reducescatter", 1, 2, model.hidden_size, 8, ACT_BYTES)
+    L = model.num_moe_layers
+    assert r.moe_exchange_s_per_token == pytest.approx(2 * L * per_token / gather.bus_bandwidth, rel=1e-12)
+    assert r.moe_exchange_fixed_s == pytest.approx(2 * L * gather.latency, rel=1e-12)
+    assert r0.moe_exchange_fixed_s == pytest.approx(2 * L * base.link.nccl_cost(2).latency, rel=1e-12)
+    # the tensor-parallel all-reduces keep the all-reduce's cost
+    t2, t20 = build_roofline(gpu, model, tp=2), build_roofline(base, model, tp=2)
+    assert t2.allreduce_fixed_s == t20.allreduce_fixed_s and t2.allreduce_s_per_token == t20.allreduce_s_per_token
+
+
+def test_synchronous_scheduling_pays_the_per_step_batch_size_all_reduce() -> None:
+    """vLLM's coordinate_batch_across_dp all-reduces a 4 × ranks int32 tensor before every
+    step: on the GPUs over NCCL under synchronous scheduling (NCCL's latency on the link plus
+    its 32 bytes), over Gloo on the CPUs under async scheduling (the default, hidden behind the
+    GPUs' work: nothing)."""
+    from des.cost.roofline import Engine
+
+    gpu, model = catalog.gpu("rtx-pro-6000"), catalog.model(MOE)
+    sync = build_roofline(gpu, model, engine=Engine(async_scheduling=False), moe_group=2)
+    overlap = build_roofline(gpu, model, moe_group=2)
+    cost = gpu.link.nccl_cost(2)
+    want = cost.latency + 1.0 * 16 * 2 / cost.bus_bandwidth
+    assert sync.dp_sync_s == pytest.approx(want, rel=1e-12) and overlap.dp_sync_s == 0.0
+    shape = BatchShape.decodes(8, 8 * 300)
+    b = sync.breakdown(shape, 8, 16)
+    assert b["dp_sync"] == sync.dp_sync_s
+    assert b["gpu"] - overlap.breakdown(shape, 8, 16)["gpu"] == pytest.approx(want, rel=1e-9)
+    assert "dp_sync" not in build_roofline(gpu, model, engine=Engine(async_scheduling=False)).breakdown(shape)
+
+
+def test_unpadded_group_steps_run_the_routed_rows_of_the_groups_share_without_moe_factors() -> None:
+    """On a GPU whose experts run inside the GEMMs' roofline (no MoE factors: the RTX 4090), an
+    unpadded group step's GEMM compute counts the rank's own dense rows and its share of the
+    group's routed rows: a dummy rank beside a 2048-token prefill computes half of 2049 tokens'
+    routed FLOPs, the prefill rank half as well, and a padded step counts its own rows only."""
+    gpu, model, p = catalog.gpu("rtx4090"), catalog.model(MOE), Precision(weights="int4-awq")
+    r = build_roofline(gpu, model, p, moe_group=2)
+    assert not r.moe_split and r.moe_inline_s_per_token > 0
+    big = BatchShape()
+    big.add_chunk(0, 2048, True)
+    per_token = r.gemm_s_per_prefill_token
+    for shape, own in ((big, 2048), (BatchShape(), 0)):
+        b = r.breakdown(shape, 2048, 2049)
+        c = per_token * own + r.moe_inline_s_per_token * (2049 / 2 - own)
+        w = r.gemm_weight_s + r.moe_expert_weight_s * r.distinct_experts(2049)
+        assert b["gemm"] == pytest.approx(max(w, c) + r.knee * min(w, c), rel=1e-12)
+    small = BatchShape.decodes(8, 8 * 300)
+    alone = build_roofline(gpu, model, p)
+    c8 = alone.gemm_s_per_decode_token * 8
+    w8 = alone.gemm_weight_s + r.moe_expert_weight_s * r.distinct_experts(16)
+    assert r.breakdown(small, 8, 16)["gemm"] == pytest.approx(max(w8, c8) + r.knee * min(w8, c8), rel=1e-12)

@@ -26,7 +26,7 @@ from tests.test_roofline import _shape as des_shape
 
 MOE = ["qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b"]
 GEMM = ("gemm_weight_s", "gemm_s_per_prefill_token", "gemm_s_per_decode_token")
-MOE_FIELDS = ("moe_expert_weight_s", "moe_experts", "moe_miss")
+MOE_FIELDS = ("moe_expert_weight_s", "moe_experts", "moe_miss", "moe_inline_s_per_token")
 
 
 def moe_and_dense(experts: int, width: int = 4736) -> tuple[ModelSpec, ModelSpec]:

@@ -101,6 +101,17 @@ class Efficiency(Strict):
     sequence) at ``sampler_bandwidth`` × bandwidth, beyond ``sampler_l2`` × L2 at
     ``sampler_spill`` × bandwidth more (None: no sampler term).
 
+    Routed experts of a mixture of experts (vLLM's fused-MoE kernel: router top-k, token
+    alignment per expert, the two grouped GEMMs and the activation, the weighted sum), per
+    sparse layer: ``moe_fixed`` seconds plus ``max(W, C) + moe_knee × min(W, C)`` with ``W``
+    the weights of the distinct experts the step's tokens touch at ``moe_bandwidth`` ×
+    bandwidth and ``C`` the routed rows' FLOPs (``tokens × top_k`` rows) at ``moe_compute`` ×
+    peak. With ``moe_bandwidth`` and ``moe_compute`` both unset the experts are costed as
+    before, inside the GEMMs' own roofline at the GEMM factors; with either set, unset ones
+    fall back to ``weight_bandwidth``, ``gemm_compute`` and ``gemm_knee``. They apply to
+    16-bit experts only (the kernel they are fitted to): quantised experts run other kernels
+    (Marlin, w8a8 Triton, MXFP4) and stay in the GEMMs' roofline.
+
     Unset factors fall back: ``attention_compute`` to ``gemm_compute``; ``kv_bandwidth``
     to ``weight_bandwidth``; ``kv_stream`` and ``mixed_kv_bandwidth`` to ``kv_bandwidth``;
     fixed and per-sequence times to 0.
@@ -132,6 +143,11 @@ class Efficiency(Strict):
     prefill_attention_fixed: float = Field(0.0, ge=0, le=1)
     attention_per_seq: float = Field(0.0, ge=0, le=1)
     mixed_per_seq: float = Field(0.0, ge=0, le=1)
+
+    moe_bandwidth: float | None = Field(None, gt=0, le=DRAM)
+    moe_compute: float | None = Field(None, gt=0, le=DRAM)
+    moe_knee: float | None = Field(None, ge=0, le=1)
+    moe_fixed: float = Field(0.0, ge=0, le=1)
 
     elementwise_kernel: float = Field(0.0, ge=0, le=1)
     elementwise_bandwidth: float | None = Field(None, gt=0, le=CACHED)
@@ -167,6 +183,12 @@ class Efficiency(Strict):
             for target in targets:
                 out[target] = float(value)
         return out
+
+    @property
+    def moe_own(self) -> bool:
+        """Whether the routed experts run at factors of their own (``moe_bandwidth`` or
+        ``moe_compute`` set) rather than inside the GEMMs' roofline."""
+        return self.moe_bandwidth is not None or self.moe_compute is not None
 
     @property
     def compute_decode(self) -> float:

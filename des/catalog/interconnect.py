@@ -136,10 +136,16 @@ class InterconnectSpec(Strict):
         below = [d for d in self.nccl if d < tp]
         return self.nccl[max(below) if below else min(self.nccl)]
 
-    def gather_cost(self, tp: int) -> AllReduceCost:
-        """NCCL's all-gather at ``tp`` GPUs: its measured cost, else the all-reduce's (the same
-        bus in NCCL's bus-bandwidth convention, the same per-call latency)."""
-        return self.all_gather.get(tp) or self.nccl_cost(tp)
+    def gather_cost(self, n: int) -> AllReduceCost:
+        """NCCL's all-gather (and reduce-scatter) at ``n`` GPUs: its own entry, else the largest
+        listed degree below it, else the smallest; without any, the all-reduce's (:meth:`nccl_cost`)."""
+        table = self.all_gather
+        if not table:
+            return self.nccl_cost(n)
+        if n in table:
+            return table[n]
+        below = [d for d in table if d < n]
+        return table[max(below) if below else min(table)]
 
     def custom_limit(self, tp: int) -> int:
         """Messages below this many bytes run vLLM's own all-reduce at ``tp`` GPUs (0: never)."""

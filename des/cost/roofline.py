@@ -17,8 +17,11 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   (attention, dense layers' MLPs, routers, shared experts) plus the distinct experts the
   step's ``T'`` tokens touch, ``E · (1 − (1 − k/E)^T')`` per sparse layer under uniform
   routing (:func:`expected_experts`; one power per step). The expert GEMMs take the same
-  GEMM factors: vLLM's fused-MoE Triton kernel (``fused_moe.py``) is not profiled, so its
-  efficiency is assumed to be the dense GEMMs';
+  GEMM factors unless the GPU's efficiency has MoE factors of its own (fitted to a profile
+  of vLLM's fused-MoE block, :mod:`des.tools.moe_fit`): then the routed experts are a
+  roofline of their own per step, ``L_moe · a_moe + max(W_e, C_e) + k_e · min(W_e, C_e)``
+  with ``W_e`` the touched experts' weights at ``moe_bandwidth``, ``C_e`` the ``T' · k``
+  routed rows' FLOPs at ``moe_compute`` and ``a_moe`` the block's fixed time per layer;
   a skewed ``model.routing`` (:mod:`des.catalog.routing`) reads the expected count from a
   table built once (``moe_distinct``);
 - **LM head** for the ``E`` rows that emit, the same softened roofline on its weights;
@@ -101,6 +104,9 @@ DEFAULT_CAPTURE = 512
 LOGIT_BYTES = 4
 #: Activations stay in bf16 whatever the weights' format.
 ACT_BYTES = 2
+#: Bytes per data-parallel rank of the batch-size tensor the ranks all-reduce every step
+#: (``vllm/v1/worker/dp_utils.py: _run_ar``: 4 int32 rows × ranks).
+DP_SYNC_BYTES = 16
 #: Element-wise kernels per layer (two RMSNorms, SiLU-and-mul, rotary) and per step
 #: (embedding lookup, final RMSNorm).
 KERNELS_PER_LAYER = 4
@@ -227,6 +233,13 @@ class Roofline:
     # tensor parallelism: the logits' all-gather per step with emitting rows
     gather_fixed_s: float = 0.0  # its latency
     gather_s_per_row: float = 0.0  # per emitting row (vocab / tp bf16 logits from each other GPU)
+    dp_sync_s: float = 0.0  # the group's per-step all-reduce of its batch sizes on the GPUs (sync scheduling)
+    # routed experts at factors of their own (Efficiency.moe_own); else inside the GEMMs' roofline
+    moe_split: bool = False
+    moe_s_per_token: float = 0.0  # the routed experts' FLOPs of one (padded) token, all sparse layers
+    moe_fixed_s: float = 0.0  # the fused-MoE block's fixed time, all sparse layers, per step
+    moe_knee: float = 0.0  # share of the shorter roof that shows in the experts' roofline
+    moe_inline_s_per_token: float = 0.0  # without moe_split: the routed FLOPs inside gemm_s_per_prefill_token
 
     def distinct_experts(self, tokens: int) -> float:
         """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0 for a dense model)."""
@@ -237,7 +250,8 @@ class Roofline:
         """Tokens per step at which the GEMMs' compute time equals their weight-streaming time
         (with a mixture of experts, the time to stream every expert: a step that large
         touches nearly all of them)."""
-        return (self.gemm_weight_s + self.moe_expert_weight_s * self.moe_experts) / self.gemm_s_per_decode_token
+        w = self.gemm_weight_s + self.moe_expert_weight_s * self.moe_experts
+        return w / (self.gemm_s_per_decode_token + self.moe_s_per_token)
 
     def _roof(self, memory: float, compute: float) -> float:
         if memory > compute:
@@ -251,26 +265,41 @@ class Roofline:
         fixed = self.allreduce_small_fixed_s if tokens < self.allreduce_split_tokens else self.allreduce_fixed_s
         return fixed + self.allreduce_s_per_token * tokens
 
-    def breakdown(self, shape: BatchShape, group_tokens: int | None = None) -> dict[str, float]:
+    def breakdown(
+        self, shape: BatchShape, group_tokens: int | None = None, group_total: int | None = None
+    ) -> dict[str, float]:
         """Seconds of each group of work in a step of ``shape``; ``gpu`` is their sum,
         ``cpu`` the engine's CPU time, and :meth:`step_time` combines the two.
 
         ``group_tokens``: the step is one rank's of a data-parallel group of
         :attr:`moe_group` ranks stepping together, the largest of whose batches has that
-        many new tokens (:meth:`group_step_time`)."""
+        many new tokens, ``group_total`` the sum of their batches' (:meth:`group_step_time`)."""
         s = shape
         pt = s.prefill_tokens
         t = pt + s.decode_tokens
         n = s.decode_tokens - s.spec_tokens  # sequences decoding
         padded = t if group_tokens is None else group_tokens
         tg = graph_size(padded) if 0 < padded <= self.graph_max else padded
+        gathered = tg * self.moe_group  # tokens in each MoE layer, the group's
+        if group_tokens is not None and not 0 < group_tokens <= self.graph_max:
+            # a rank's step too large for a CUDA graph runs eager everywhere, unpadded:
+            # each rank its own tokens, the MoE layers the group's sum (all_gatherv)
+            tg = t
+            gathered = group_total if group_total is not None else group_tokens * self.moe_group
+        share = gathered / self.moe_group  # a rank's share of the gathered rows (= tg when padded)
         emitting = s.num_emitting
         rows = emitting + s.spec_tokens  # through the LM head and sampler
         out: dict[str, float] = {}
-        out["gemm"] = self._roof(
-            self.gemm_weight_s + self.moe_expert_weight_s * self.distinct_experts(tg * self.moe_group),
-            self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt),
-        )
+        experts = self.moe_expert_weight_s * self.distinct_experts(gathered)
+        dense = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
+        if self.moe_split:
+            out["gemm"] = self._roof(self.gemm_weight_s, dense)
+            w, c = experts, self.moe_s_per_token * share
+            roof = w + self.moe_knee * c if w > c else c + self.moe_knee * w
+            out["moe"] = self.moe_fixed_s + roof if gathered else 0.0
+        else:  # the routed rows' FLOPs are in the GEMM coefficients, for the rank's own tokens
+            dense += self.moe_inline_s_per_token * (share - tg)  # 0 unless an unpadded group step
+            out["gemm"] = self._roof(self.gemm_weight_s + experts, dense)
         out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
         attn_pre = attn_dec = 0.0
         d, x, pairs = self.contexts(s)
@@ -308,7 +337,8 @@ class Roofline:
         out["allreduce"] = self.allreduce(tg)
         out["logits_gather"] = self.gather_fixed_s + self.gather_s_per_row * rows if rows else 0.0
         if self.moe_group > 1:
-            out["moe_exchange"] = self.moe_exchange_fixed_s + self.moe_exchange_s_per_token * tg if tg else 0.0
+            out["dp_sync"] = self.dp_sync_s
+            out["moe_exchange"] = self.moe_exchange_fixed_s + self.moe_exchange_s_per_token * share if gathered else 0.0
         out["gpu"] = sum(out.values())
         out["cpu"] = self.cpu_step_s + self.cpu_seq_s * s.num_seqs + self.cpu_emit_s * emitting
         out["frontend"] = self.stage_step_s + self.stage_seq_s * emitting
@@ -347,22 +377,32 @@ class Roofline:
                     changes[name] = getattr(self, name) * share
         return replace(self, **changes) if changes else self
 
-    def group_step_time(self, shape: BatchShape, group_tokens: int) -> float:
+    def group_step_time(self, shape: BatchShape, group_tokens: int, group_total: int | None = None) -> float:
         """Seconds one rank of a data-parallel group of a mixture of experts takes for its
         batch ``shape`` (empty: a dummy step) when the largest batch of the group has
-        ``group_tokens`` new tokens.
+        ``group_tokens`` new tokens and all of them ``group_total`` (None: every rank
+        ``group_tokens``).
 
         vLLM pads every rank's batch to the group's largest (``coordinate_batch_across_dp``,
-        ``vllm/v1/worker/dp_utils.py``), so each rank's GEMMs, element-wise kernels and
+        ``vllm/v1/worker/dp_utils.py``) when every rank's step runs as a CUDA graph (the
+        ranks' graph modes are all-reduced and their minimum taken: ``should_dp_pad =
+        synced_cudagraph_mode != NONE``), so each rank's GEMMs, element-wise kernels and
         collectives run on that many (graph-padded) rows; the rank's own sequences set its
-        attention, LM head and sampler. Each MoE layer gathers the group's tokens
-        (:attr:`moe_group` × the padded rows), and the rank reads those of its share of the
-        experts that they touch (:func:`expected_experts` over the group's tokens, at the
-        shard's bytes: :attr:`moe_expert_weight_s` is already divided over the ranks), and
-        exchanges tokens with the other ranks (:func:`des.catalog.interconnect.moe_exchange_bytes`).
+        attention, LM head and sampler. A group whose largest step exceeds the captured
+        sizes (or runs eager) is not padded: each rank runs its own tokens and each MoE
+        layer the group's ``group_total`` (``all_gatherv`` of unequal sizes), each rank
+        its share ``group_total / ranks`` of the routed rows and of the exchange. Each MoE
+        layer gathers the group's tokens (:attr:`moe_group` × the padded rows), and the
+        rank reads those of its share of the experts that they touch (:func:`expected_experts`
+        over the group's tokens, at the shard's bytes: :attr:`moe_expert_weight_s` is
+        already divided over the ranks), and exchanges tokens with the other ranks
+        (:func:`des.catalog.interconnect.moe_exchange_bytes`). Under synchronous scheduling
+        each step begins with the ranks' all-reduce of their batch sizes on the GPUs
+        (:attr:`dp_sync_s`, NCCL's small-message time on the link); under async scheduling
+        vLLM runs it over Gloo on the CPUs, behind the GPUs' work, and des counts nothing.
         The group's step lasts as long as its slowest rank's (:mod:`des.engine.lockstep`).
         """
-        b = self.breakdown(shape, group_tokens)
+        b = self.breakdown(shape, group_tokens, group_total)
         return self._combine(b["gpu"], b["cpu"], b["frontend"])
 
     def _combine(self, gpu: float, cpu: float, stage: float) -> float:
@@ -389,14 +429,20 @@ class Roofline:
         # GEMMs (softened roofline)
         k = self.knee
         w = self.gemm_weight_s
+        moe = 0.0
         if self.moe_experts:  # distinct experts the step's tokens touch
             table = self.moe_distinct
             if table is None:  # uniform routing
-                w += self.moe_expert_weight_s * self.moe_experts * (1.0 - self.moe_miss**tg)
+                we = self.moe_expert_weight_s * self.moe_experts * (1.0 - self.moe_miss**tg)
             else:
-                w += self.moe_expert_weight_s * table[tg if tg < len(table) else -1]
+                we = self.moe_expert_weight_s * table[tg if tg < len(table) else -1]
+            if self.moe_split:  # the fused-MoE block's own roofline
+                ce = self.moe_s_per_token * tg
+                moe = self.moe_fixed_s + (we + self.moe_knee * ce if we > ce else ce + self.moe_knee * we)
+            else:
+                w += we
         c = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
-        gpu = w + k * c if w > c else c + k * w
+        gpu = (w + k * c if w > c else c + k * w) + moe
         # LM head and sampler, for the emitting rows (and every proposed row a step verifies)
         emitting = s.num_emitting
         rows = emitting + v
@@ -466,7 +512,7 @@ class Roofline:
 GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
     "gemm": (
         "gemm_weight_s", "moe_expert_weight_s", "gemm_s_per_prefill_token", "gemm_s_per_decode_token",
-        "head_weight_s", "head_s_per_row",
+        "head_weight_s", "head_s_per_row", "moe_s_per_token", "moe_fixed_s", "moe_inline_s_per_token",
     ),
     "attention": (
         "dec_fixed_s", "dec_s_per_seq", "dec_s_per_context", "pre_fixed_s", "pre_s_per_pair",
@@ -479,7 +525,7 @@ GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
     ),
     "communication": (
         "allreduce_s_per_token", "allreduce_fixed_s", "allreduce_small_fixed_s", "moe_exchange_s_per_token",
-        "moe_exchange_fixed_s", "gather_fixed_s", "gather_s_per_row",
+        "moe_exchange_fixed_s", "gather_fixed_s", "gather_s_per_row", "dp_sync_s",
     ),
     "cpu": ("cpu_step_s", "cpu_seq_s", "cpu_emit_s", "stage_step_s", "stage_seq_s"),
 }  # fmt: skip
@@ -564,14 +610,25 @@ def build_roofline(
         gather_fixed = gather.latency
         gather_per_row = (tp - 1) * vocab / tp * ACT_BYTES / gather.bus_bandwidth
     group = moe_group if model.is_moe and moe_group > 1 else 1
-    ex_per_token = ex_fixed = 0.0
-    if group > 1:  # dispatch and combine in every sparse layer, each at NCCL's cost among the ranks
-        cost = gpu.link.nccl_cost(group)
+    ex_per_token = ex_fixed = dp_sync = 0.0
+    if group > 1 and not engine.async_scheduling:
+        # vLLM's coordinate_batch_across_dp all-reduces a 4 × ranks int32 tensor every step: on
+        # the GPUs over NCCL, then read back, when scheduling is synchronous; over Gloo on the
+        # CPUs, overlapping the GPUs' work, under async scheduling (disable_nccl_for_dp_synchronization)
+        sync = gpu.link.nccl_cost(group)
+        dp_sync = sync.latency + ring_factor(group) * DP_SYNC_BYTES * group / sync.bus_bandwidth
+    if group > 1:  # dispatch and combine in every sparse layer, each at NCCL's all-gather cost among the ranks
+        cost = gpu.link.gather_cost(group)
         per_token = moe_exchange_bytes(all2all, 1, group, h, model.num_experts_per_tok or 0, ACT_BYTES)
         ex_per_token = 2 * model.num_moe_layers * per_token / cost.bus_bandwidth
         ex_fixed = 2 * model.num_moe_layers * cost.latency
     read_byte = w_byte  # weights read every step
     expert_byte = w_byte  # one routed expert's
+    # the routed experts at factors of their own: fitted to vLLM's 16-bit fused-MoE kernel, so
+    # for 16-bit experts only (quantised experts run other kernels: Marlin, w8a8 Triton, MXFP4)
+    split = model.is_moe and e.moe_own and precision.weight_bytes_per_param == ACT_BYTES
+    if split:
+        expert_byte = precision.weight_bytes_per_param * seconds_per_byte(e.moe_bandwidth or e.weight_bandwidth) / tp
     if weight_only(gpu, precision):  # Marlin dequantises the weights per 64-row slab: part of the rate
         peak = peak * WEIGHT_ONLY_COMPUTE
     gemm_pre = 2 * p_lin / (peak * e.gemm_compute) / tp
@@ -582,6 +639,14 @@ def build_roofline(
         p_exp = p_lin - p_read  # routed experts' weights a token runs
         gemm_pre = 2 * (p_read / peak16 + p_exp / peak) / e.gemm_compute / tp
         gemm_dec = 2 * (p_read / peak16 + p_exp / peak) / e_dec / tp
+        if split:
+            gemm_pre = 2 * p_read / peak16 / e.gemm_compute / tp
+            gemm_dec = 2 * p_read / peak16 / e_dec / tp
+    elif split:
+        gemm_pre = 2 * p_read / (peak * e.gemm_compute) / tp
+        gemm_dec = 2 * p_read / (peak * e_dec) / tp
+    moe_per_token = 2 * (p_lin - p_read) / (peak * (e.moe_compute or e.gemm_compute)) / tp if split else 0.0
+    moe_inline = 2 * (p_lin - p_read) / (peak * e.gemm_compute) / tp if model.is_moe and not split else 0.0
     routing_table = None
     if model.is_moe:
         routing_table = distinct_table(model.num_experts or 0, model.num_experts_per_tok or 0, model.routing)
@@ -636,6 +701,12 @@ def build_roofline(
         moe_exchange_fixed_s=ex_fixed,
         gather_fixed_s=gather_fixed,
         gather_s_per_row=gather_per_row,
+        dp_sync_s=dp_sync,
+        moe_inline_s_per_token=moe_inline,
+        moe_split=split,
+        moe_s_per_token=moe_per_token,
+        moe_fixed_s=model.num_moe_layers * e.moe_fixed if split else 0.0,
+        moe_knee=(e.gemm_knee if e.moe_knee is None else e.moe_knee) if split else 0.0,
     )
     return roofline.scaled(multipliers) if multipliers else roofline
 

@@ -8,9 +8,16 @@ long as the slowest rank's. A rank with no work while another has some runs a du
 (vLLM: ``DPEngineCoreProc.run_busy_loop`` calls ``execute_dummy_batch`` when its scheduler
 has nothing to run but the group is still in a wave, ``vllm/v1/engine/core.py``), padded,
 like every rank's batch, to the group's largest (``coordinate_batch_across_dp``,
-``vllm/v1/worker/dp_utils.py``): idle ranks cost as much GPU time as busy ones. When no
-rank has work the group sleeps until a request reaches one of them (vLLM ends the wave;
-its check runs every 32 steps, a lag des leaves out).
+``vllm/v1/worker/dp_utils.py``) while every rank's step fits a CUDA graph: idle ranks then
+cost as much GPU time as busy ones. A larger step runs eager on every rank, unpadded: each
+rank its own tokens (a dummy step one), the MoE layers the group's sum
+(:meth:`~des.cost.roofline.Roofline.group_step_time`). When no
+rank has work the wave goes on until vLLM next checks for it: the ranks all-reduce whether
+any has unfinished requests only every :data:`WAVE_CHECK` steps of a wave
+(``DPEngineCoreProc._has_global_unfinished_reqs``), and run dummy steps (one token each,
+within the CUDA graphs, so padded to nothing more) until that step; then the wave ends and
+the group sleeps until a request reaches one of its ranks. A request arriving during the
+tail is scheduled at its next step.
 
 The group is one SimPy process driving its ranks (:class:`~des.engine.instance.Instance`
 built with ``standalone=False``); every rank records its own step, dummy steps included
@@ -35,6 +42,9 @@ from des.engine.instance import Instance, idle
 from des.engine.policy import Step
 from des.engine.request import Request
 
+#: Steps of a wave between vLLM's checks whether any rank has work (``step_counter % 32``).
+WAVE_CHECK = 32
+
 
 def dummy_step() -> Step[None]:
     """The step a rank with no work runs while the group steps (no sequences, no tokens)."""
@@ -53,26 +63,32 @@ class LockstepGroup:
         self.ahead = ahead  # the next batch is formed as a step starts (async scheduling)
         self.process = env.process(self._run())
 
-    def rank_time(self, shape: BatchShape, tokens: int) -> float:
-        """Seconds a rank with batch ``shape`` takes when the group's largest batch has ``tokens`` new tokens."""
+    def rank_time(self, shape: BatchShape, tokens: int, total: int | None = None) -> float:
+        """Seconds a rank with batch ``shape`` takes when the group's largest batch has
+        ``tokens`` new tokens and all of them ``total`` (None: every rank ``tokens``)."""
         group = getattr(self.cost, "group_step_time", None)
-        return group(shape, tokens) if group is not None else self.cost.step_time(shape)
+        return group(shape, tokens, total) if group is not None else self.cost.step_time(shape)
 
     def _run(self) -> Generator[Event, Any, None]:
         env, ranks = self.env, self.ranks
         seen: float | None = None
+        wave = 0  # steps of the current wave
         while True:
             if env.peek() == env.now:
                 yield Barrier(env)  # let every arrival due now join this step
             steps = [rank.scheduler.schedule(env.now, seen) for rank in ranks]
-            if all(step is None for step in steps):
+            if all(step is None for step in steps) and wave % WAVE_CHECK == 0:
                 yield from idle(ranks)  # until some rank gets work (or a scheduler's own wake-up time)
                 seen = None
+                wave = 0
                 continue
+            wave += 1  # an all-dummy step when no rank has work: the wave's tail
             t = env.now
-            tokens = max(step.shape.new_tokens for step in steps if step is not None)
+            tokens = max((step.shape.new_tokens for step in steps if step is not None), default=1)
+            # a dummy step runs one token (vLLM's execute_dummy_batch: _dummy_run(1)) when not padded
+            total = sum(step.shape.new_tokens if step is not None else 1 for step in steps)
             run = [step if step is not None else dummy_step() for step in steps]
-            duration = max(self.rank_time(step.shape, tokens) for step in run)
+            duration = max(self.rank_time(step.shape, tokens, total) for step in run)
             before = [(rank.kv.used, rank.scheduler.num_waiting()) for rank in ranks]
             for rank in ranks:
                 rank.account(t, duration)  # every rank's GPUs run the step, a dummy one included

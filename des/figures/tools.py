@@ -182,7 +182,7 @@ def plot_roofline(rep: CostReport, path: Path, context: int = 1024) -> None:
     b = np.unique(np.round(np.logspace(0, np.log10(1024), 80)).astype(int))
     step = np.array([r.step_time(decode_shape(int(x), context)) for x in b]) * 1e3
     memory_roof = np.full(b.shape, (r.gemm_weight_s + r.head_weight_s) * 1e3)
-    compute_roof = (r.gemm_s_per_decode_token * b + r.head_s_per_row * b) * 1e3
+    compute_roof = ((r.gemm_s_per_decode_token + r.moe_s_per_token) * b + r.head_s_per_row * b) * 1e3
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
     ax.plot(b, step, lw=2.5, label=f"step time (every group of work; context {context})")
     ax.plot(b, memory_roof, "--", label="weights streamed once per step (memory roof)")

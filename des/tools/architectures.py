@@ -31,6 +31,16 @@ by one of three rules:
   and the spread of the GEMM and element-wise factors within a memory type is smaller
   than across all profiled GPUs (:func:`spreads` with ``by_memory=False``).
 
+Mixture-of-experts factors (``moe_*``, :mod:`des.tools.moe_fit`): one profile of vLLM's
+fused-MoE block exists (:data:`MOE_PROFILED`: Qwen3-30B-A3B on an RTX PRO 6000, GB202,
+GDDR7). Its factors go to the catalog GPUs of the same architecture and memory type (the
+same chip family, sm_120, running the same Triton kernel with the same configs); every
+other GPU keeps its experts inside the dense GEMMs' roofline. No transfer by a ratio rule:
+the block's fixed time per layer (``moe_fixed``, its six small kernels) and its shares of
+the peaks on sm_120's Triton configs are one GPU's measurements, with nothing to tell how
+they move to another memory system or to the MoE kernels vLLM runs elsewhere (CUTLASS and
+FlashInfer on sm_100, the MXFP4 ``matmul_ogs`` kernels on Hopper).
+
 Uncertainty (sd of ln(true time / predicted time) per group of work): a fitted group's
 is the fit's residual (:func:`des.tools.calibrate.residual_sd`); a carried-over or
 transferred group adds the rule's spread in quadrature: the sd of ln(factor) of the
@@ -48,6 +58,7 @@ import numpy as np
 
 from des import catalog
 from des.catalog.efficiency import Efficiency, UncertaintyGroup
+from des.tools import moe_fit
 from des.tools.calibrate import Fit, fit_folder, round_sig
 
 #: Ada's factors a Vidur-profiled architecture takes over, scaled by its weight-streaming
@@ -95,6 +106,29 @@ PROFILED = (
 )
 #: Architectures of the catalog without a profile, which take the transfer rule.
 TRANSFERRED = ("cdna3",)
+#: The profile of vLLM's fused-MoE block (``moe.csv``) and the GPU it was measured on.
+MOE_PROFILED = Profiled(
+    "blackwell",
+    "rtx-pro-6000-server",
+    "rtxpro6000-vllm-kernel-profile/Qwen/Qwen3-30B-A3B-Instruct-2507/bf16/tp1",
+    "qwen3-30b-a3b",
+)
+#: The repository's data folder (the profiles' home).
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def moe_factors(data: Path = DATA) -> dict[str, float]:
+    """The fused-MoE factors of :data:`MOE_PROFILED`'s GPU, fitted to its ``moe.csv``."""
+    p = MOE_PROFILED
+    gpu = catalog.gpu(p.gpu)
+    assert p.model is not None
+    return moe_fit.fit_folder(data / p.folder, gpu, catalog.model(p.model), gpu.efficiency).factors
+
+
+def takes_moe(name: str) -> bool:
+    """Whether catalog GPU ``name`` carries the MoE profile's factors: same architecture and memory type."""
+    gpu, ref = catalog.gpu(name), catalog.gpu(MOE_PROFILED.gpu)
+    return (gpu.architecture, gpu.memory_type) == (ref.architecture, ref.memory_type)
 
 
 def fit_all(data: Path) -> dict[str, Fit]:
@@ -205,9 +239,10 @@ def transfer(fits: dict[str, Fit], memory: str) -> Efficiency:
     return out.model_copy(update={"provenance": "transferred", "basis": basis, "uncertainty": uncertainty})
 
 
-def catalog_efficiencies(fits: dict[str, Fit]) -> dict[str, Efficiency]:
+def catalog_efficiencies(fits: dict[str, Fit], moe: dict[str, float] | None = None) -> dict[str, Efficiency]:
     """The factors each catalog GPU should carry, by the rules of this module, without
-    ``source`` (the catalog's own words): catalog GPU name → Efficiency."""
+    ``source`` (the catalog's own words): catalog GPU name → Efficiency. ``moe``: the MoE
+    profile's factors (None: fitted here, :func:`moe_factors`)."""
     by_arch: dict[tuple[str, str], Efficiency] = {}
     own: dict[str, Efficiency] = {}
     ada = fits["rtx4090"].efficiency
@@ -229,4 +264,6 @@ def catalog_efficiencies(fits: dict[str, Fit]) -> dict[str, Efficiency]:
             out[name] = by_arch[key]
         else:  # no profile of its architecture with its memory (B200: Blackwell with HBM)
             out[name] = moved[_memory(name)]
+    moe = moe_factors() if moe is None else moe
+    out = {k: v.model_copy(update=moe) if takes_moe(k) else v for k, v in out.items()}
     return {k: v.model_copy(update={"source": ""}) for k, v in out.items()}

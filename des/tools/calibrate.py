@@ -79,6 +79,7 @@ from des.cost.roofline import (
     build_roofline,
 )
 from des.errors import ScenarioError, reword, validation_errors
+from des.tools import moe_fit
 from des.tools.profile_csv import MAX_KERNEL_S, read_csv
 from des.tools.vidur import ELEMENTWISE_OPS as VIDUR_ELEMENTWISE
 from des.tools.vidur import GEMM_OPS as VIDUR_GEMM
@@ -681,6 +682,11 @@ def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
         groups[name].points["predicted"] = values
     ordered = {k: groups[k] for k in GROUPS}
     efficiency = with_uncertainty(efficiency, residual_sd(ordered))
+    if (profile.path / moe_fit.FILE).exists() and model.is_moe:  # the fused-MoE block: des/tools/moe_fit.py
+        moe = moe_fit.fit_folder(profile.path, gpu, model, efficiency)
+        efficiency = efficiency.model_copy(update=moe.factors)
+        points = moe.points[moe.points["fitted"]].drop(columns="fitted").reset_index(drop=True)
+        ordered["moe"] = GroupResult("moe", moe_fit.FACTORS, points)
     return Fit(gpu, model, profile, efficiency, ordered)
 
 
