@@ -57,6 +57,34 @@ from des.engine.transferlog import TransferLog
 Leave = Callable[[Request, "Instance"], None]
 
 
+class Lanes:
+    """The API server processes in front of one engine (``serving.api_server_count``), each
+    one asyncio event loop that takes the requests sent to it first come, first served.
+
+    vLLM's processes share one listening port (``SO_REUSEPORT``): the kernel hands each new
+    connection to one of them by a hash of its addresses and ports, which spreads
+    connections evenly but not in turn. des hands the requests to the processes in turn
+    (round robin), a deterministic stand-in with the kernel's equal shares. Each process is
+    a "free at" time (seconds): a request's way through it starts when it arrives or when
+    the request before it there is through, whichever is later. O(1) per request."""
+
+    __slots__ = ("free_at", "turn")
+
+    def __init__(self, count: int = 1):
+        self.free_at = [0.0] * count
+        self.turn = 0
+
+    def enter(self, ready: float, busy: float) -> float:
+        """When a request ready at ``ready`` (seconds) that keeps its process ``busy``
+        seconds starts at the next process in turn (which is then busy until that plus ``busy``)."""
+        i = self.turn
+        free = self.free_at
+        self.turn = i + 1 if i + 1 < len(free) else 0
+        start = ready if ready > free[i] else free[i]
+        free[i] = start + busy
+        return start
+
+
 @dataclass(frozen=True)
 class BuildContext:
     """What every part of a cluster is built with: the clock ``env``; the ``model`` served
@@ -111,6 +139,9 @@ class Instance:
         self.work = work
         self.record = ctx.log.recorder(index, role, work)
         self.leave = ctx.leave
+        self.frontend = ctx.frontend
+        #: The API server processes requests reach it through (a server's ranks share one set).
+        self.lanes = Lanes(ctx.frontend.api_servers if ctx.frontend is not None else 1)
         self.fast_forward = ctx.fast_forward
         self.forms_ahead = ctx.cost.async_scheduling  # the next batch is formed while a step runs
         self.outstanding = 0  # requests routed here and not yet left
@@ -165,11 +196,17 @@ class Instance:
         if self.on_empty is not None:
             self.on_empty(self)
 
-    def submit(self, req: Request, blocks: int = 0, delay: float = 0.0, routed: bool = False) -> None:
+    def submit(
+        self, req: Request, blocks: int = 0, delay: float = 0.0, routed: bool = False, ingress: bool = False
+    ) -> None:
         """Route a request (holding ``blocks`` KV blocks here) to this instance now and hand it
-        to the scheduler ``delay`` seconds later (its front-end's ingress time: parsing,
-        tokenizing), waking the instance if idle. ``routed``: it was already counted here
-        when its blocks were reserved."""
+        to the scheduler ``delay`` seconds later, waking the instance if idle. ``ingress``: the
+        request comes from a client through the serving front-end, which it enters ``delay``
+        seconds from now (once the instance serves): it waits its turn at its API server
+        process (:class:`Lanes`), keeps it busy for its
+        :meth:`~des.cost.frontend.FrontendSpec.ingress_busy` and reaches the scheduler its
+        :meth:`~des.cost.frontend.FrontendSpec.ingress_after` later. ``routed``: it was
+        already counted here when its blocks were reserved."""
         req.instance = self.index
         if self.role == "prefill":
             req.prefill_instance = self.index
@@ -177,7 +214,13 @@ class Instance:
             req.decode_instance = self.index
         if not routed:
             self.outstanding += 1
-        if delay > 0:
+        fe = self.frontend
+        if ingress and fe is not None:
+            p = req.prompt_tokens
+            at = self.lanes.enter(self.env.now + delay, fe.ingress_busy(p)) + fe.ingress(p)
+            self.arriving += 1
+            ExactlyAt(self.env, at).callbacks.append(lambda _: self._arrive(req, blocks))
+        elif delay > 0:
             self.arriving += 1
             self.env.timeout(delay).callbacks.append(lambda _: self._arrive(req, blocks))
         else:
