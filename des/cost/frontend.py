@@ -106,7 +106,9 @@ class FrontendSpec:
     ``hash_s_per_token`` (its prefix-cache block hashes) follow without holding it. Its
     first token's way out, :attr:`egress`: ``first_events`` streamed events (a chat
     stream's role chunk, then the content) after the engine core's and the API server's
-    per-step terms. ``uncertainty``: sd of ln(true / predicted) of the CPU time.
+    per-step terms. ``caller_steps``: the thread that adds requests also steps the engine
+    (the ``LLM`` class): the requests that arrive together are one ``generate()`` call, all
+    added before its first step. ``uncertainty``: sd of ln(true / predicted) of the CPU time.
     ``source``: where the numbers come from. (A closed-loop client's own gap between
     requests is the load generator's: :mod:`des.workload.client`.)
     """
@@ -130,6 +132,7 @@ class FrontendSpec:
     stream_interval: int = 1
     api_servers: int = 1
     chat: bool = True
+    caller_steps: bool = False
 
     @property
     def stage_seq_s(self) -> float:
@@ -266,6 +269,9 @@ FRONTENDS: dict[str, FrontendSpec] = {
         intake_s=3e-5,
         hash_s_per_token=HASH_S_PER_TOKEN,
         first_events=0,
+        # LLM.generate adds every prompt of the call (_validate_and_add_requests) before
+        # _run_engine steps the engine, in the same thread
+        caller_steps=True,
         uncertainty=0.4,
         source=(
             "vLLM V1 source (vllm/v1/engine/llm_engine.py, output_processor.py, detokenizer.py) and "

@@ -10,7 +10,9 @@ time ``t`` can join the batch formed at ``t``. Under async scheduling (the cost 
 ``async_scheduling``: vLLM V1's engine forms the next batch while a step runs) the
 batch of a step that follows another back to back was formed when that one started,
 and the scheduler is told so (``schedule(now, seen)``): a request that reached it
-during the step waits a step more; after idling, the batch is formed at once.
+during the step waits a step more; after idling, the batch is formed at once, and with
+no step to hide under, its CPU time (scheduling, input preparation) adds to its GPU time
+(the cost model's ``serial()`` step times, as without async scheduling).
 
 Fast-forward: a step that ends strictly before the next event anywhere in the
 simulation cannot be touched by anything else, nor can the steps after it that also
@@ -33,7 +35,7 @@ event.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,7 +48,7 @@ from des.cost.base import CostKind, CostModel
 from des.cost.frontend import FrontendSpec
 from des.cost.uncertainty import ModelDraws
 from des.cost.work import StepWork
-from des.engine.events import Barrier, ExactlyAt
+from des.engine.events import Barrier, ExactlyAt, LateAt
 from des.engine.kvcache import BlockManager
 from des.engine.policy import Role, Scheduler
 from des.engine.request import Request
@@ -108,6 +110,16 @@ class BuildContext:
     speculative: np.random.Generator | None = None
 
 
+@dataclass(slots=True)
+class _Call:
+    """One ``generate()`` call of the ``LLM`` class: its requests (and KV blocks held), ready
+    at ``ready``, all added by ``end`` (seconds)."""
+
+    ready: float
+    end: float = 0.0
+    members: list[tuple[Request, int]] = field(default_factory=list)
+
+
 class Instance:
     """Runs ``scheduler``'s batches over ``kv`` with step times from ``cost``; records every
     step with the work it did (``work``) in ``ctx.log``.
@@ -142,8 +154,12 @@ class Instance:
         self.frontend = ctx.frontend
         #: The API server processes requests reach it through (a server's ranks share one set).
         self.lanes = Lanes(ctx.frontend.api_servers if ctx.frontend is not None else 1)
+        self._call: _Call | None = None  # the LLM class's generate() call still being added
         self.fast_forward = ctx.fast_forward
         self.forms_ahead = ctx.cost.async_scheduling  # the next batch is formed while a step runs
+        serial = getattr(cost, "serial", None) if self.forms_ahead else None
+        #: Step times of a batch formed on an idle engine: no GPU step to hide its CPU time under.
+        self.cold: CostModel = serial() if serial is not None else cost
         self.outstanding = 0  # requests routed here and not yet left
         self.step_span = (0.0, 0.0)  # start and duration (seconds) of the step that released the last requests
         self.arriving = 0  # requests routed here and still in the front-end (not yet queued)
@@ -217,14 +233,38 @@ class Instance:
         fe = self.frontend
         if ingress and fe is not None:
             p = req.prompt_tokens
-            at = self.lanes.enter(self.env.now + delay, fe.ingress_busy(p)) + fe.ingress(p)
+            ready = self.env.now + delay
+            at = self.lanes.enter(ready, fe.ingress_busy(p)) + fe.ingress(p)
             self.arriving += 1
-            ExactlyAt(self.env, at).callbacks.append(lambda _: self._arrive(req, blocks))
+            if fe.caller_steps:
+                self._join_call(req, blocks, ready, at)
+            else:
+                ExactlyAt(self.env, at).callbacks.append(lambda _: self._arrive(req, blocks))
         elif delay > 0:
             self.arriving += 1
             self.env.timeout(delay).callbacks.append(lambda _: self._arrive(req, blocks))
         else:
             self._enqueue(req, blocks)
+
+    def _join_call(self, req: Request, blocks: int, ready: float, at: float) -> None:
+        """``req`` (ready at ``ready``, added by ``at``) joins the ``generate()`` call of the
+        requests ready at that instant: the call's requests reach the scheduler together, in
+        order, once its last is added (the ``LLM`` class adds them all before it steps)."""
+        call = self._call
+        if call is None or call.ready != ready:
+            call = self._call = _Call(ready)
+            LateAt(self.env, ready).callbacks.append(lambda _: self._close_call(call))
+        call.members.append((req, blocks))
+        call.end = at
+
+    def _close_call(self, call: _Call) -> None:
+        if self._call is call:
+            self._call = None
+        ExactlyAt(self.env, call.end).callbacks.append(lambda _: self._arrive_all(call.members))
+
+    def _arrive_all(self, members: list[tuple[Request, int]]) -> None:
+        for req, blocks in members:
+            self._arrive(req, blocks)
 
     def _arrive(self, req: Request, blocks: int) -> None:
         self.arriving -= 1
@@ -263,7 +303,7 @@ class Instance:
                 leave(req, self)
 
     def _run(self) -> Generator[Event, Any, None]:
-        env, sched, cost, record, kv = self.env, self.scheduler, self.cost, self.record, self.kv
+        env, sched, cost, cold, record, kv = self.env, self.scheduler, self.cost, self.cold, self.record, self.kv
         fast, ahead = self.fast_forward, self.forms_ahead
         seen: float | None = None  # when the next batch was formed (None: when it starts)
         while True:
@@ -276,8 +316,10 @@ class Instance:
                 continue
             t = env.now
             limit = env.peek() if fast else t  # steps ending before it run back to back
+            costed = cold if seen is None else cost  # formed on an idle engine: its CPU time shows
             while True:
-                duration = cost.step_time(step.shape)
+                duration = costed.step_time(step.shape)
+                costed = cost
                 kv_used, waiting = kv.used, sched.num_waiting()
                 end = t + duration
                 self.busy += duration  # account(t, duration), inlined: a call per step costs
