@@ -40,21 +40,111 @@ term                           where its time goes
                                under async scheduling (the step takes the longer of the
                                two) and adds to it otherwise
 ``stage_step_s +               the API server's own process: a pipeline stage after the
-stage_seq_s·e``                engine. It delays each token on its way to the client by
-                               about its length and, when longer than the engine's step,
-                               sets the pace at which tokens reach clients: a step is
-                               never shorter than the stage
-``ingress_s +                  the request's way in, before the scheduler sees it (HTTP,
-ingress_s_per_token·p``        validation, tokenizing, IPC, block hashes): in its TTFT
+stage_seq_s·e``                engine. When longer than the engine's step it sets the pace
+                               at which tokens reach clients: a step is never shorter than
+                               the stage
+ingress (below)                the request's way in, before the scheduler sees it: in its
+                               TTFT
+egress (below)                 each token's way out after its step: in TTFT and e2e alike
 ``turnaround``                 a closed-loop client's gap between its last token and its
                                next request, lognormal
 =============================  ==========================================================
+
+**The first-token path.** A lone request's TTFT is the sum of these stages (seconds; ``p``
+prompt tokens; the ``api_server`` defaults in brackets), each costed from the vLLM V1 code
+that runs it, per Python-level operation at CPython's costs:
+
+======================  ========================  =============================================
+stage                   seconds                   where in vLLM (``vllm/``)
+======================  ========================  =============================================
+1 HTTP in               ``http_s`` [0.3 ms]       ``entrypoints/openai/api_server.py``:
+                                                  ``create_chat_completion`` (uvicorn's
+                                                  httptools, FastAPI routing, the pydantic
+                                                  ``ChatCompletionRequest``);
+                                                  ``serving_chat.py``:
+                                                  ``OpenAIServingChat.create_chat_completion``
+                                                  (``_check_model``, ``_maybe_get_adapters``)
+2 chat template         ``template_s`` [0.2 ms],  ``entrypoints/chat_utils.py``:
+                        ``chat`` only             ``parse_chat_messages_futures``,
+                                                  ``apply_hf_chat_template`` (jinja2, no
+                                                  tokenizing), from ``serving_engine.py``:
+                                                  ``_preprocess_chat``
+3 tokenizer window      ``tokenize_wait_s``       ``utils/async_utils.py``:
+                        [2 ms], not on the loop   ``AsyncMicrobatchTokenizer._batch_encode_loop``
+                                                  waits ``batch_wait_timeout_s`` (0.002) after a
+                                                  batch's first prompt for more (up to 32)
+4 tokenizing            ``tokenize_s_per_token·p``  the same class's one-thread executor (HF
+                        [1.25 µs]                 fast tokenizer, Rust BPE)
+5 input processing      ``process_s`` [0.3 ms]    ``v1/engine/async_llm.py``:
+  and hand-over                                   ``AsyncLLM.add_request``;
+                                                  ``v1/engine/input_processor.py``:
+                                                  ``InputProcessor.process_inputs``;
+                                                  ``v1/engine/output_processor.py``:
+                                                  ``OutputProcessor.add_request`` (its
+                                                  detokenizer primed); ``v1/engine/core_client.py``:
+                                                  ``AsyncMPClient.add_request_async`` (msgpack,
+                                                  ZMQ send)
+6 engine core intake    ``intake_s`` [0.1 ms] +   ``v1/engine/core.py``:
+                        ``hash_s_per_token·p``    ``EngineCoreProc.process_input_sockets``
+                        [0.25 µs]                 (msgpack decode, ``preprocess_add_request``:
+                                                  the ``Request`` and its block hashes,
+                                                  ``v1/core/kv_cache_utils.py``:
+                                                  ``hash_block_tokens``); ``run_busy_loop`` →
+                                                  ``_process_input_queue``, blocked in
+                                                  ``input_queue.get()``, woken;
+                                                  ``Scheduler.add_request``
+7 scheduling and        the cost model's step,    ``core.py``: ``step_with_batch_queue``
+  prefill               CPU then GPU              (``Scheduler.schedule``; the worker's
+                                                  ``gpu_model_runner.py``: ``_prepare_inputs``,
+                                                  the forward, the sampler). Under async
+                                                  scheduling a busy engine prepares a step
+                                                  while the GPU runs the one before; an idle
+                                                  engine has none to hide under, so this
+                                                  step's CPU time (the GPU entry's
+                                                  ``step_overhead + seq_overhead·n`` plus
+                                                  ``core_step_s + core_seq_s·e``) adds to its
+                                                  GPU time (:meth:`Roofline.serial
+                                                  <des.cost.roofline.Roofline.serial>`); the
+                                                  GPU time pads steps up to the largest
+                                                  captured CUDA graph, above it runs eager
+8 async scheduling's    0 for a lone request      ``step_with_batch_queue`` schedules and
+  lag                                             launches step N+1 before it blocks on step
+                                                  N's output; N+1's CPU time (~0.5 ms) hides
+                                                  under N's GPU time, which a prefill exceeds
+9 way out               :attr:`~FrontendSpec.egress`  ``core.py``: ``update_from_output``,
+                        [0.4 ms]: ``core_step_s   ``process_output_sockets`` (msgpack, ZMQ);
+                        + core_seq_s +            ``async_llm.py``: ``output_handler`` →
+                        stage_step_s +            ``OutputProcessor.process_outputs``
+                        output_seq_s +            (``detokenizer.py``:
+                        first_events ·            ``FastIncrementalDetokenizer``), the stat
+                        stream_seq_s``            loggers; ``serving_chat.py``:
+                                                  ``chat_completion_stream_generator`` sends a
+                                                  role chunk, then the first content chunk,
+                                                  each ``model_dump_json`` and an SSE event
+                                                  uvicorn writes (``first_events`` 2;
+                                                  ``serving_completion.py``: 1)
+======================  ========================  =============================================
+
+So behind ``vllm serve`` a lone chat request of ``p`` tokens takes 2.9 ms + 1.5 µs·p to reach
+the scheduler, its prefill step plus the engine core's ~0.56 ms of CPU time, and 0.4 ms on
+the way out. Stages 1, 2, 4 and 5 hold the API server process's event loop (``ingress_busy``:
+one loop per process, first come, first served, :class:`des.engine.instance.Lanes`; in a
+burst the requests queue there in the order sent); stage 3 holds nothing; stage 6 holds the
+engine core's input thread, one per engine, first come, first served too (3 and 6:
+``ingress_after``). The ``engine`` front-end (``LLM``) keeps its own, shorter path:
+``llm.py``: ``LLM._validate_and_add_requests`` → ``LLMEngine.add_request``
+(``InputProcessor.process_inputs`` tokenizes in line, no window) → ``InprocClient`` →
+``EngineCore.add_request``; no HTTP, template or SSE, and no way out (a token is dated in the
+engine core's outputs). It adds all of a ``generate()`` call's prompts before ``_run_engine``
+steps the engine, in the same thread: requests that arrive together reach the scheduler
+together, once the last is added (``caller_steps``).
 
 The numbers are estimates from reading that code, per Python-level operation at CPython's
 costs, and from one CPU-only profile of vLLM's engine loop (openfabric-systems/simllm PR
 #204, vLLM 0.27.1: front-end output processing 11.6 % of 540.9 µs per step at ~16 tokens a
 step, about 4 µs a token for ``LLM``'s ``FINAL_ONLY`` outputs; its authors do not certify
-absolute numbers, run-to-run drift 30 %). Nothing is fitted to a served run. The RTX 4090
+absolute numbers, run-to-run drift 30 %); the tokenizer window is vLLM's own constant.
+Nothing is fitted to a served run. The RTX 4090
 kernel profile (``data/rtx4090-vllm-kernel-profile/per_sequence.csv``) bounds what is
 *not* CPU time: its LM head and sampler rows (25 µs + ~1.1 µs per sequence for the
 sampler) are GPU kernels already in the roofline, so no per-sequence term here counts
@@ -66,12 +156,16 @@ relieve the output queue at 1024 concurrent requests).
 per-operation costs read off code rather than timed, on host CPUs that differ by tens of
 percent.
 
-What des leaves out: the stage's delay of each token on its way out (about
-``stage_step_s + stage_seq_s·e``) moves a request's first and last token alike, so it
-would shift TTFT and e2e by well under a millisecond at moderate batch and leaves TPOT
-alone; a stage longer than the step is modelled as a floor on the step (vLLM's engine in
-fact runs ahead while the API server merges deltas, so des overstates the engine's busy
-time there, not the pace clients see).
+What des leaves out: the client's own time (its HTTP connection and parsing); the kernel
+launches' CPU time of a step that runs eager (above the largest captured CUDA graph: some
+ten launches per layer, a few ms for a 32-layer model) or piecewise (attention launched
+between graph pieces), which overlaps the GPU and exceeds it only for small models; the
+tokenizer window's timer granularity (uvloop's timers count milliseconds); in a burst,
+the window shared by the prompts that queue within it (each request here waits a whole
+window after its own turn on the loop, and the tokenizer thread's work counts as the
+loop's); GIL contention between the API server's threads. A stage longer than the step is
+modelled as a floor on the step (vLLM's engine in fact runs ahead while the API server
+merges deltas, so des overstates the engine's busy time there, not the pace clients see).
 """
 
 from __future__ import annotations

@@ -154,6 +154,7 @@ class Instance:
         self.frontend = ctx.frontend
         #: The API server processes requests reach it through (a server's ranks share one set).
         self.lanes = Lanes(ctx.frontend.api_servers if ctx.frontend is not None else 1)
+        self.intake_free = 0.0  # when the engine core's input thread is through the requests sent to it
         self._call: _Call | None = None  # the LLM class's generate() call still being added
         self.fast_forward = ctx.fast_forward
         self.forms_ahead = ctx.cost.async_scheduling  # the next batch is formed while a step runs
@@ -220,8 +221,10 @@ class Instance:
         request comes from a client through the serving front-end, which it enters ``delay``
         seconds from now (once the instance serves): it waits its turn at its API server
         process (:class:`Lanes`), keeps it busy for its
-        :meth:`~des.cost.frontend.FrontendSpec.ingress_busy` and reaches the scheduler its
-        :meth:`~des.cost.frontend.FrontendSpec.ingress_after` later. ``routed``: it was
+        :meth:`~des.cost.frontend.FrontendSpec.ingress_busy`, waits out the tokenizer's window
+        and then takes the engine core's input thread (one per engine, first come, first
+        served) for its intake: alone, it reaches the scheduler its
+        :meth:`~des.cost.frontend.FrontendSpec.ingress` after it enters. ``routed``: it was
         already counted here when its blocks were reserved."""
         req.instance = self.index
         if self.role == "prefill":
@@ -234,7 +237,13 @@ class Instance:
         if ingress and fe is not None:
             p = req.prompt_tokens
             ready = self.env.now + delay
-            at = self.lanes.enter(ready, fe.ingress_busy(p)) + fe.ingress(p)
+            start = self.lanes.enter(ready, fe.ingress_busy(p))
+            # then the engine core's input thread, first come, first served too
+            if self.intake_free <= start + fe.ingress_busy(p) + fe.tokenize_wait_s:
+                at = start + fe.ingress(p)
+            else:
+                at = self.intake_free + fe.intake_s + fe.hash_s_per_token * p
+            self.intake_free = at
             self.arriving += 1
             if fe.caller_steps:
                 self._join_call(req, blocks, ready, at)
