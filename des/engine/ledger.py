@@ -47,6 +47,7 @@ LEDGER_COLUMNS = {
     "turn": "q",
     "prefix_group": "q",
     "generated": "q",
+    "queued_time": "d",
 }
 DTYPES = {"d": np.float64, "q": np.int64, "b": np.int8}
 _PLAIN = tuple(name for name in LEDGER_COLUMNS if name not in ("status", "reason"))
