@@ -60,8 +60,10 @@ Leave = Callable[[Request, "Instance"], None]
 
 
 class Lanes:
-    """The API server processes in front of one engine (``serving.api_server_count``), each
-    one asyncio event loop that takes the requests sent to it first come, first served.
+    """The API server processes in front of one engine (``serving.api_server_count``; each
+    data-parallel rank has its own, as des gives every engine its own front-end: vLLM's
+    ``api_server_count × dp`` processes, :mod:`des.plan.launch`), each one asyncio event
+    loop that takes the requests sent to it first come, first served.
 
     vLLM's processes share one listening port (``SO_REUSEPORT``): the kernel hands each new
     connection to one of them by a hash of its addresses and ports, which spreads
@@ -152,7 +154,7 @@ class Instance:
         self.record = ctx.log.recorder(index, role, work)
         self.leave = ctx.leave
         self.frontend = ctx.frontend
-        #: The API server processes requests reach it through (a server's ranks share one set).
+        #: The API server processes requests reach it through.
         self.lanes = Lanes(ctx.frontend.api_servers if ctx.frontend is not None else 1)
         self.intake_free = 0.0  # when the engine core's input thread is through the requests sent to it
         self._call: _Call | None = None  # the LLM class's generate() call still being added

@@ -106,9 +106,6 @@ class Pool:
         self.active = fleet.active if fleet is not None else instances
         dp = layout.parallel.dp
         self.servers = [Server(instances[i : i + dp]) for i in range(0, len(instances), dp)] if dp > 1 else []
-        for server in self.servers:  # a server's ranks are behind the same API server processes
-            for rank in server.ranks[1:]:
-                rank.lanes = server.ranks[0].lanes
         self.balance = DataParallelBalance()
 
     def pick(self) -> Instance:
