@@ -157,9 +157,15 @@ per-operation costs read off code rather than timed, on host CPUs that differ by
 percent.
 
 What des leaves out: the client's own time (its HTTP connection and parsing); the kernel
-launches' CPU time of a step that runs eager (above the largest captured CUDA graph: some
-ten launches per layer, a few ms for a 32-layer model) or piecewise (attention launched
-between graph pieces), which overlaps the GPU and exceeds it only for small models; the
+launches' CPU time of a step that runs without a CUDA graph (above the largest captured
+size, or ``enforce_eager``: ~10 launches a layer from Inductor's wrapper and the attention
+backend at ~8 µs each, ~2.6 ms for 32 layers) or piecewise (a step with prefill up to that
+size under ``FULL_AND_PIECEWISE``: a graph piece replayed and ``unified_attention``
+launched between pieces, ~40 µs a layer, ~1.3 ms for 32 layers). The GPU runs alongside
+the launches, so they bind only where they outlast its work: not for an 8B model's
+prefill on an H100 (8 ms at 100 tokens, 15 ms and more above 512), nor for Qwen2.5-0.5B's
+(1.4 ms at 300 tokens against ~1 ms of launches), but for a small model's decode steps
+under ``enforce_eager``; the
 tokenizer window's timer granularity (uvloop's timers count milliseconds); in a burst,
 the window shared by the prompts that queue within it (each request here waits a whole
 window after its own turn on the loop, and the tokenizer thread's work counts as the
