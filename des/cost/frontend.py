@@ -73,8 +73,8 @@ stage                   seconds                   where in vLLM (``vllm/``)
                         [2 ms], not on the loop   ``AsyncMicrobatchTokenizer._batch_encode_loop``
                                                   waits ``batch_wait_timeout_s`` (0.002) after a
                                                   batch's first prompt for more (up to 32)
-4 tokenizing            ``tokenize_s_per_token·p``  the same class's one-thread executor (HF
-                        [1.25 µs]                 fast tokenizer, Rust BPE)
+4 tokenizing            ``tokenize_s_per_token``  the same class's one-thread executor (HF
+                        ·p [1.25 µs]              fast tokenizer, Rust BPE)
 5 input processing      ``process_s`` [0.3 ms]    ``v1/engine/async_llm.py``:
   and hand-over                                   ``AsyncLLM.add_request``;
                                                   ``v1/engine/input_processor.py``:
@@ -107,12 +107,13 @@ stage                   seconds                   where in vLLM (``vllm/``)
                                                   <des.cost.roofline.Roofline.serial>`); the
                                                   GPU time pads steps up to the largest
                                                   captured CUDA graph, above it runs eager
+                                                  (the launches' CPU time: left out, below)
 8 async scheduling's    0 for a lone request      ``step_with_batch_queue`` schedules and
   lag                                             launches step N+1 before it blocks on step
                                                   N's output; N+1's CPU time (~0.5 ms) hides
                                                   under N's GPU time, which a prefill exceeds
-9 way out               :attr:`~FrontendSpec.egress`  ``core.py``: ``update_from_output``,
-                        [0.4 ms]: ``core_step_s   ``process_output_sockets`` (msgpack, ZMQ);
+9 way out               ``egress`` [0.4 ms]:      ``core.py``: ``update_from_output``,
+                        ``core_step_s             ``process_output_sockets`` (msgpack, ZMQ);
                         + core_seq_s +            ``async_llm.py``: ``output_handler`` →
                         stage_step_s +            ``OutputProcessor.process_outputs``
                         output_seq_s +            (``detokenizer.py``:
