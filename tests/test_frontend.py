@@ -195,6 +195,7 @@ def test_front_ends_carry_their_uncertainty():
         ("serving.frontend=vllm", "error: serving.frontend: must be 'api_server' or 'engine' (got 'vllm')"),
         ("serving.frontends=engine", "error: serving.frontends: unknown key (did you mean 'frontend'?)"),
         ("serving.stream_interval=0", "error: serving.stream_interval: must be > 0 (got 0)"),
+        ("serving.endpoint=chatty", "error: serving.endpoint: must be 'chat' or 'completions' (got 'chatty')"),
     ],
 )
 def test_a_bad_serving_key_is_one_error_line_and_exit_2(tmp_path, override, message):
