@@ -336,11 +336,9 @@ def check_ordering(scn, res) -> None:
         elif not math.isnan(r.scheduled_time):
             assert r.arrival_time <= r.scheduled_time
     # FCFS on every instance: no request is first scheduled before one that reached the
-    # scheduler earlier (at arrival, or behind a serving front-end its ingress time later:
-    # a longer prompt takes longer to tokenize, so it may be overtaken on its way in)
-    fe = scn.frontend
+    # scheduler earlier (at arrival, or behind a serving front-end once through its way in)
     for _, g in req[req["instance"] >= 0].groupby("instance"):
-        reach = g["arrival_time"] if fe is None else g["arrival_time"] + [fe.ingress(p) for p in g["prompt_tokens"]]
+        reach = g["queued_time"]
         order = np.lexsort((g["request_id"].to_numpy(), reach.to_numpy()))
         sched = g["scheduled_time"].to_numpy()[order]
         started = ~np.isnan(sched)
@@ -443,15 +441,16 @@ def check_step_membership(scn, res) -> None:
     starts: dict[int, set] = defaultdict(set)
     ends: dict[int, set] = defaultdict(set)
     spans: dict[int, list] = defaultdict(list)
+    out = scn.frontend.egress if scn.frontend is not None else 0.0  # a token's way to its client
     for i, st0, d in zip(steps["instance"], steps["start"], steps["duration"], strict=True):
         starts[int(i)].add(st0)
-        ends[int(i)].add(st0 + d)
+        ends[int(i)].add(st0 + d + out)
         spans[int(i)].append((st0, st0 + d))
     done = req[req["status"] == COMPLETED]
     for r in done.itertuples():
         assert r.scheduled_time in starts[r.instance], "scheduled_time is not a step start"
-        assert r.first_token_time in ends[r.instance], "first token not at a step end"
-        assert r.finish_time in ends[r.instance], "finish not at a step end"
+        assert r.first_token_time in ends[r.instance], "first token not at a step end (+ the way out)"
+        assert r.finish_time in ends[r.instance], "finish not at a step end (+ the way out)"
     s = scn.scheduler
     if s.kind == "static":
         check_static_batches(scn, done, steps)
@@ -459,9 +458,8 @@ def check_step_membership(scn, res) -> None:
             return
     # an idle instance starts a step as soon as work reaches its scheduler (no max_wait to
     # honour): at arrival, or behind a serving front-end its ingress time later
-    fe = scn.frontend
     for i, g in done.groupby("instance"):
-        reach = g["arrival_time"] if fe is None else g["arrival_time"] + [fe.ingress(p) for p in g["prompt_tokens"]]
+        reach = g["queued_time"]
         counts = reach.value_counts()
         for r, t in zip(g.itertuples(), reach, strict=True):
             if counts[t] > 1:
@@ -476,12 +474,12 @@ def check_step_membership(scn, res) -> None:
     cost = scn.cost_model
     if cost.async_scheduling and s.kind != "static":
         for i, g in done.groupby("instance"):
-            reach = g["arrival_time"] if fe is None else g["arrival_time"] + [fe.ingress(p) for p in g["prompt_tokens"]]
+            reach = g["queued_time"]
             on = req[(req["instance"] == i) & (req["preemptions"] == 0)]
             for r, t in zip(g.itertuples(), reach, strict=True):
                 for a, b in spans[int(i)]:
                     if a < t <= b and r.scheduled_time == b:
-                        through = (on["scheduled_time"] <= a) & ~(on["finish_time"] <= b)
+                        through = (on["scheduled_time"] <= a) & ~(on["finish_time"] <= b + out)
                         assert not through.any(), f"request {r.request_id} joined a batch formed before it came"
 
 
@@ -499,7 +497,7 @@ def check_static_batches(scn, done, steps) -> None:
             assert len(m) == width
             assert len(b) == m["output_tokens"].max(), "static batch runs until its longest member"
             assert b["prefill_tokens"].iloc[0] == width * m["prompt_tokens"].max()
-            ends = (b["start"] + b["duration"]).to_numpy()
+            ends = (b["start"] + b["duration"]).to_numpy() + (scn.frontend.egress if scn.frontend else 0.0)
             assert (m["first_token_time"] == ends[0]).all()
             active = [(m["output_tokens"] > j).sum() for j in range(len(b))]
             assert list(b["batch_size"]) == active

@@ -13,6 +13,7 @@ import re
 import pytest
 
 from des.cost.base import BatchShape, CostContext
+from des.cost.roofline import Roofline
 from des.tools import validation as v
 from tests.helpers import ROOT
 
@@ -96,8 +97,12 @@ def test_a_prediction_is_a_des_run_of_the_one_request():
     sc = v.one_request_scenario(m)
     assert sc.horizon.num_requests == 1 and sc.layout.pools[0].tp == 1
     cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.layout.pools[0].tp, sc.frontend))
-    # behind a serving front-end the request reaches the scheduler its ingress time late
-    ingress = sc.frontend.ingress(100) if sc.frontend is not None else 0.0
+    assert isinstance(cost, Roofline)
+    # behind a serving front-end the request reaches the scheduler its ingress time late, and
+    # its tokens reach the client the front-end's egress after their steps
+    fe = sc.frontend
+    assert fe is not None
+    ingress, egress = fe.ingress(100), fe.egress
     prefill = BatchShape()
     prefill.add_chunk(0, 100, True)
     steps = [prefill]
@@ -105,7 +110,10 @@ def test_a_prediction_is_a_des_run_of_the_one_request():
         decode = BatchShape()
         decode.add_decode(100 + i - 1)
         steps.append(decode)
-    e2e = ingress + sum(cost.step_time(s) for s in steps)
+    # the prefill is formed on an idle engine: its CPU time adds to its GPU time
+    first = cost.serial().step_time(prefill)
+    assert first > cost.step_time(prefill)
+    e2e = ingress + first + sum(cost.step_time(s) for s in steps[1:]) + egress
     assert v.predict(m) == pytest.approx(50 / e2e, rel=1e-12)
     assert v.predict(m.model_copy(update={"metric": "total_rate"})) == pytest.approx(150 / e2e, rel=1e-12)
     decode_time = sum(cost.step_time(s) for s in steps[1:]) / 49
@@ -113,22 +121,27 @@ def test_a_prediction_is_a_des_run_of_the_one_request():
     assert v.predict(m.model_copy(update={"metric": "tpot"})) == pytest.approx(1e3 * decode_time, rel=1e-12)
     assert v.predict(m.model_copy(update={"metric": "e2e"})) == pytest.approx(1e3 * e2e, rel=1e-12)
     one = m.model_copy(update={"metric": "ttft", "output_tokens": 1})
-    assert v.predict(one) == pytest.approx(1e3 * (ingress + cost.step_time(prefill)), rel=1e-12)
+    assert v.predict(one) == pytest.approx(1e3 * (ingress + first + egress), rel=1e-12)
 
 
 def test_a_batch_is_submitted_at_once_and_timed_to_its_last_token():
-    """``batch`` equal requests arrive together: one prefill step of all their prompts, then
+    """``batch`` equal requests arrive together: one ``LLM.generate`` call adds them one after
+    another, then one prefill step of all their prompts (formed on an idle engine), then
     one decode step of all of them per further token (a static batch, as benchmark_latency runs)."""
     m = v.Measurement(
-        gpu="rtx4090", model="qwen2.5-7b", engine="e", frontend="api_server", batch=4, prompt_tokens=32,
+        gpu="rtx4090", model="qwen2.5-7b", engine="e", frontend="engine", batch=4, prompt_tokens=32,
         output_tokens=20, metric="e2e", value=1.0, source="s", url="https://example.org", where="w",
     )  # fmt: skip
     sc = v.one_request_scenario(m)
     cost = sc.cost_model.build(CostContext(sc.gpu, sc.model, sc.precision, sc.layout.pools[0].tp, sc.frontend))
+    assert isinstance(cost, Roofline)
     prefill = BatchShape()
     for _ in range(4):
         prefill.add_chunk(0, 32, True)
-    total = (sc.frontend.ingress(32) if sc.frontend is not None else 0.0) + cost.step_time(prefill)
+    fe = sc.frontend
+    assert fe is not None and fe.caller_steps and fe.egress == 0
+    added = 3 * fe.ingress_busy(32) + fe.ingress(32)  # the last added after the three before it
+    total = added + cost.serial().step_time(prefill)
     for i in range(1, 20):
         total += cost.step_time(BatchShape.decodes(4, 4 * (32 + i - 1)))
     assert v.predict(m) == pytest.approx(1e3 * total, rel=1e-12)

@@ -358,6 +358,13 @@ class Roofline:
         changes = {name: getattr(self, name) * m for group, m in multipliers.items() for name in GROUP_FIELDS[group]}
         return replace(self, **changes) if changes else self
 
+    def serial(self) -> Roofline:
+        """This roofline as a step formed on an idle engine runs it: under async scheduling
+        the engine core's CPU time (scheduling, input preparation) hides under the GPU's
+        previous step, and an idle engine has none, so the two add up as without it
+        (the first-token path, :mod:`des.cost.frontend`)."""
+        return replace(self, overlap_cpu=False) if self.overlap_cpu else self
+
     def stage(self, first: bool, last: bool) -> Roofline:
         """This roofline (built for one pipeline stage's layers) as that stage runs it: the
         LM head, sampler, logits' all-gather and front-end stage on the last stage only, the

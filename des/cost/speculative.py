@@ -67,6 +67,10 @@ class Verification:
             return first
         return first + (self.k - 1) * draft.step_time(BatchShape.decodes(e, s.decode_context - s.decode_tokens))
 
+    def serial(self) -> Verification:
+        """These step times as a step formed on an idle engine runs them (:meth:`Roofline.serial`)."""
+        return replace(self, target=self.target.serial())
+
     def step_time(self, shape: BatchShape) -> float:
         """The target's verification step (:meth:`Roofline.step_time` counts a shape's
         proposed rows) with the proposer's passes as more GPU work."""

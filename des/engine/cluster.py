@@ -9,9 +9,13 @@ stage (a KV link to the decode pool), or none, and then the request is completed
 its KV blocks freed on the instance it left. Whatever is neither completed nor
 rejected when the simulation stops stays ``unfinished``. Behind a serving front-end a
 request is routed to an instance of the first pool when it arrives (a load balancer in
-front of the servers) and reaches that instance's scheduler the front-end's ingress time
-later (HTTP, tokenizing: :meth:`~des.cost.frontend.FrontendSpec.ingress`), which its
-TTFT includes.
+front of the servers) and reaches that instance's scheduler once through its API server
+process (first come, first served: :class:`~des.engine.instance.Lanes`; HTTP, tokenizing:
+:meth:`~des.cost.frontend.FrontendSpec.ingress_busy` and
+:meth:`~des.cost.frontend.FrontendSpec.ingress_after`), which its TTFT includes; each of
+its tokens reaches the client the front-end's
+:attr:`~des.cost.frontend.FrontendSpec.egress` after the step that emits it: the ledger
+dates its tokens so, and a closed-loop user's next request waits for the last.
 
 The cluster also knows when it is *drained*: once :meth:`close` says no more
 requests will arrive, the :attr:`drained` event fires as soon as no admitted request
@@ -33,6 +37,7 @@ from des.catalog.specs import ModelSpec
 from des.cost.base import CostKind
 from des.cost.frontend import FrontendSpec
 from des.cost.uncertainty import ModelDraws
+from des.engine.events import ExactlyAt
 from des.engine.instance import BuildContext, Instance
 from des.engine.layout import Deployment
 from des.engine.ledger import RequestLog
@@ -82,7 +87,8 @@ class Cluster:
             speculative,
         )
         self.topology = build_topology(ctx, deployment, routers)
-        self.ledger = RequestLog()
+        self.egress = frontend.egress if frontend is not None else 0.0  # seconds from a token's step to its client
+        self.ledger = RequestLog(self.egress)
         self.in_system = 0  # admitted requests not yet completed
         self.closed = False  # no more arrivals
         self.drained = env.event()  # fires once closed and nothing is left in the system
@@ -115,8 +121,7 @@ class Cluster:
         if notify:
             req.done = env.event()
         self.in_system += 1
-        fe = self.frontend
-        self.topology.entry.admit(req, fe.ingress(req.prompt_tokens) if fe is not None else 0.0)
+        self.topology.entry.admit(req, ingress=self.frontend is not None)
         return req.done
 
     def leave(self, req: Request, inst: Instance) -> None:
@@ -129,8 +134,12 @@ class Cluster:
         req.status = COMPLETED
         self.ledger.write(req)
         self.in_system -= 1
-        if req.done is not None:
-            req.done.succeed(req)
+        done = req.done
+        if done is not None:
+            if self.egress:  # the client has its last token once it is through the front-end
+                ExactlyAt(self.env, self.env.now + self.egress).callbacks.append(lambda _: done.succeed(req))
+            else:
+                done.succeed(req)
         if self.in_system == 0:
             self._check_drained()
 

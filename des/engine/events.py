@@ -5,6 +5,7 @@ SimPy orders the events due at one instant by priority (``URGENT`` 0, then ``NOR
 
 - :class:`Barrier`: fires now, after every URGENT and NORMAL event already due now, so
   that the requests arriving at ``t`` join the batch formed at ``t``;
+- :class:`LateAt`: a :class:`Barrier` at time ``at`` (now or later);
 - :class:`ExactlyAt`: fires at exactly time ``at``, which ``env.timeout(at - now)``
   need not reach (``now + (at - now)`` may differ from ``at`` in floating point);
 - :class:`StopAt`: fires at ``at`` before the regular events due then, as the stop
@@ -54,6 +55,15 @@ class ExactlyAt(Event):
         super().__init__(env)
         _triggered(self)
         _schedule_exactly(env, self, at, NORMAL)
+
+
+class LateAt(Event):
+    """Succeeds at ``at`` (seconds, now or later), after every URGENT and NORMAL event due then."""
+
+    def __init__(self, env: simpy.Environment, at: float):
+        super().__init__(env)
+        _triggered(self)
+        _schedule_exactly(env, self, at, LATE)
 
 
 class StopAt(Event):

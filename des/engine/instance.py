@@ -10,7 +10,9 @@ time ``t`` can join the batch formed at ``t``. Under async scheduling (the cost 
 ``async_scheduling``: vLLM V1's engine forms the next batch while a step runs) the
 batch of a step that follows another back to back was formed when that one started,
 and the scheduler is told so (``schedule(now, seen)``): a request that reached it
-during the step waits a step more; after idling, the batch is formed at once.
+during the step waits a step more; after idling, the batch is formed at once, and with
+no step to hide under, its CPU time (scheduling, input preparation) adds to its GPU time
+(the cost model's ``serial()`` step times, as without async scheduling).
 
 Fast-forward: a step that ends strictly before the next event anywhere in the
 simulation cannot be touched by anything else, nor can the steps after it that also
@@ -33,7 +35,7 @@ event.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,7 +48,7 @@ from des.cost.base import CostKind, CostModel
 from des.cost.frontend import FrontendSpec
 from des.cost.uncertainty import ModelDraws
 from des.cost.work import StepWork
-from des.engine.events import Barrier, ExactlyAt
+from des.engine.events import Barrier, ExactlyAt, LateAt
 from des.engine.kvcache import BlockManager
 from des.engine.policy import Role, Scheduler
 from des.engine.request import Request
@@ -55,6 +57,36 @@ from des.engine.transferlog import TransferLog
 
 #: The exit of every instance: ``leave(request, instance)`` for each request leaving it.
 Leave = Callable[[Request, "Instance"], None]
+
+
+class Lanes:
+    """The API server processes in front of one engine (``serving.api_server_count``; each
+    data-parallel rank has its own, as des gives every engine its own front-end: vLLM's
+    ``api_server_count × dp`` processes, :mod:`des.plan.launch`), each one asyncio event
+    loop that takes the requests sent to it first come, first served.
+
+    vLLM's processes share one listening port (``SO_REUSEPORT``): the kernel hands each new
+    connection to one of them by a hash of its addresses and ports, which spreads
+    connections evenly but not in turn. des hands the requests to the processes in turn
+    (round robin), a deterministic stand-in with the kernel's equal shares. Each process is
+    a "free at" time (seconds): a request's way through it starts when it arrives or when
+    the request before it there is through, whichever is later. O(1) per request."""
+
+    __slots__ = ("free_at", "turn")
+
+    def __init__(self, count: int = 1):
+        self.free_at = [0.0] * count
+        self.turn = 0
+
+    def enter(self, ready: float, busy: float) -> float:
+        """When a request ready at ``ready`` (seconds) that keeps its process ``busy``
+        seconds starts at the next process in turn (which is then busy until that plus ``busy``)."""
+        i = self.turn
+        free = self.free_at
+        self.turn = i + 1 if i + 1 < len(free) else 0
+        start = ready if ready > free[i] else free[i]
+        free[i] = start + busy
+        return start
 
 
 @dataclass(frozen=True)
@@ -78,6 +110,16 @@ class BuildContext:
     frontend: FrontendSpec | None = None
     draws: ModelDraws | None = None
     speculative: np.random.Generator | None = None
+
+
+@dataclass(slots=True)
+class _Call:
+    """One ``generate()`` call of the ``LLM`` class: its requests (and KV blocks held), ready
+    at ``ready``, all added by ``end`` (seconds)."""
+
+    ready: float
+    end: float = 0.0
+    members: list[tuple[Request, int]] = field(default_factory=list)
 
 
 class Instance:
@@ -111,8 +153,16 @@ class Instance:
         self.work = work
         self.record = ctx.log.recorder(index, role, work)
         self.leave = ctx.leave
+        self.frontend = ctx.frontend
+        #: The API server processes requests reach it through.
+        self.lanes = Lanes(ctx.frontend.api_servers if ctx.frontend is not None else 1)
+        self.intake_free = 0.0  # when the engine core's input thread is through the requests sent to it
+        self._call: _Call | None = None  # the LLM class's generate() call still being added
         self.fast_forward = ctx.fast_forward
         self.forms_ahead = ctx.cost.async_scheduling  # the next batch is formed while a step runs
+        serial = getattr(cost, "serial", None) if self.forms_ahead else None
+        #: Step times of a batch formed on an idle engine: no GPU step to hide its CPU time under.
+        self.cold: CostModel = serial() if serial is not None else cost
         self.outstanding = 0  # requests routed here and not yet left
         self.step_span = (0.0, 0.0)  # start and duration (seconds) of the step that released the last requests
         self.arriving = 0  # requests routed here and still in the front-end (not yet queued)
@@ -165,11 +215,19 @@ class Instance:
         if self.on_empty is not None:
             self.on_empty(self)
 
-    def submit(self, req: Request, blocks: int = 0, delay: float = 0.0, routed: bool = False) -> None:
+    def submit(
+        self, req: Request, blocks: int = 0, delay: float = 0.0, routed: bool = False, ingress: bool = False
+    ) -> None:
         """Route a request (holding ``blocks`` KV blocks here) to this instance now and hand it
-        to the scheduler ``delay`` seconds later (its front-end's ingress time: parsing,
-        tokenizing), waking the instance if idle. ``routed``: it was already counted here
-        when its blocks were reserved."""
+        to the scheduler ``delay`` seconds later, waking the instance if idle. ``ingress``: the
+        request comes from a client through the serving front-end, which it enters ``delay``
+        seconds from now (once the instance serves): it waits its turn at its API server
+        process (:class:`Lanes`), keeps it busy for its
+        :meth:`~des.cost.frontend.FrontendSpec.ingress_busy`, waits out the tokenizer's window
+        and then takes the engine core's input thread (one per engine, first come, first
+        served) for its intake: alone, it reaches the scheduler its
+        :meth:`~des.cost.frontend.FrontendSpec.ingress` after it enters. ``routed``: it was
+        already counted here when its blocks were reserved."""
         req.instance = self.index
         if self.role == "prefill":
             req.prefill_instance = self.index
@@ -177,11 +235,47 @@ class Instance:
             req.decode_instance = self.index
         if not routed:
             self.outstanding += 1
-        if delay > 0:
+        fe = self.frontend
+        if ingress and fe is not None:
+            p = req.prompt_tokens
+            ready = self.env.now + delay
+            start = self.lanes.enter(ready, fe.ingress_busy(p))
+            # then the engine core's input thread, first come, first served too
+            if self.intake_free <= start + fe.ingress_busy(p) + fe.tokenize_wait_s:
+                at = start + fe.ingress(p)
+            else:
+                at = self.intake_free + fe.intake_s + fe.hash_s_per_token * p
+            self.intake_free = at
+            self.arriving += 1
+            if fe.caller_steps:
+                self._join_call(req, blocks, ready, at)
+            else:
+                ExactlyAt(self.env, at).callbacks.append(lambda _: self._arrive(req, blocks))
+        elif delay > 0:
             self.arriving += 1
             self.env.timeout(delay).callbacks.append(lambda _: self._arrive(req, blocks))
         else:
             self._enqueue(req, blocks)
+
+    def _join_call(self, req: Request, blocks: int, ready: float, at: float) -> None:
+        """``req`` (ready at ``ready``, added by ``at``) joins the ``generate()`` call of the
+        requests ready at that instant: the call's requests reach the scheduler together, in
+        order, once its last is added (the ``LLM`` class adds them all before it steps)."""
+        call = self._call
+        if call is None or call.ready != ready:
+            call = self._call = _Call(ready)
+            LateAt(self.env, ready).callbacks.append(lambda _: self._close_call(call))
+        call.members.append((req, blocks))
+        call.end = at
+
+    def _close_call(self, call: _Call) -> None:
+        if self._call is call:
+            self._call = None
+        ExactlyAt(self.env, call.end).callbacks.append(lambda _: self._arrive_all(call.members))
+
+    def _arrive_all(self, members: list[tuple[Request, int]]) -> None:
+        for req, blocks in members:
+            self._arrive(req, blocks)
 
     def _arrive(self, req: Request, blocks: int) -> None:
         self.arriving -= 1
@@ -220,7 +314,7 @@ class Instance:
                 leave(req, self)
 
     def _run(self) -> Generator[Event, Any, None]:
-        env, sched, cost, record, kv = self.env, self.scheduler, self.cost, self.record, self.kv
+        env, sched, cost, cold, record, kv = self.env, self.scheduler, self.cost, self.cold, self.record, self.kv
         fast, ahead = self.fast_forward, self.forms_ahead
         seen: float | None = None  # when the next batch was formed (None: when it starts)
         while True:
@@ -233,8 +327,10 @@ class Instance:
                 continue
             t = env.now
             limit = env.peek() if fast else t  # steps ending before it run back to back
+            costed = cold if seen is None else cost  # formed on an idle engine: its CPU time shows
             while True:
-                duration = cost.step_time(step.shape)
+                duration = costed.step_time(step.shape)
+                costed = cost
                 kv_used, waiting = kv.used, sched.num_waiting()
                 end = t + duration
                 self.busy += duration  # account(t, duration), inlined: a call per step costs

@@ -47,6 +47,7 @@ LEDGER_COLUMNS = {
     "turn": "q",
     "prefix_group": "q",
     "generated": "q",
+    "queued_time": "d",
 }
 DTYPES = {"d": np.float64, "q": np.int64, "b": np.int8}
 _PLAIN = tuple(name for name in LEDGER_COLUMNS if name not in ("status", "reason"))
@@ -56,10 +57,17 @@ _PLAIN = tuple(name for name in LEDGER_COLUMNS if name not in ("status", "reason
 CHUNK = 4096
 
 
-class RequestLog:
-    """Rows of requests by id (ids are row numbers, in order of arrival)."""
+#: The columns that date a token: the client has it the front-end's egress after the step.
+TOKEN_TIMES = ("first_token_time", "second_token_time", "finish_time")
 
-    def __init__(self) -> None:
+
+class RequestLog:
+    """Rows of requests by id (ids are row numbers, in order of arrival). ``egress``: seconds
+    from the end of the step that emits a token to its client (the serving front-end's way
+    out, :attr:`~des.cost.frontend.FrontendSpec.egress`), added to every token time written."""
+
+    def __init__(self, egress: float = 0.0) -> None:
+        self.egress = egress
         self.columns: dict[str, array[Any]] = {name: array(code) for name, code in LEDGER_COLUMNS.items()}
         self.live: dict[int, Request] = {}  # arrived and not yet written
         self.rows = 0
@@ -88,6 +96,9 @@ class RequestLog:
         for col, name in self._plain:
             col[i] = getattr(req, name)
         c = self.columns
+        if self.egress:
+            for name in TOKEN_TIMES:
+                c[name][i] += self.egress  # NaN (no such token yet) stays NaN
         c["status"][i] = _STATUS_CODE[req.status]
         c["reason"][i] = _REASON_CODE[req.reason]
 

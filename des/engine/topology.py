@@ -119,17 +119,18 @@ class Pool:
         server = servers[self.router.pick(servers)] if len(servers) > 1 else servers[0]
         return server.ranks[self.balance.pick(server.ranks)]
 
-    def admit(self, req: Request, delay: float = 0.0) -> None:
-        """Route ``req`` to an instance now; its scheduler sees it ``delay`` seconds later
-        (and, with no instance serving, once the first starting one serves)."""
+    def admit(self, req: Request, ingress: bool = False) -> None:
+        """Route ``req`` to an instance now; its scheduler sees it then, or with ``ingress``
+        once through the serving front-end (:meth:`Instance.submit`), which it enters now
+        (with no instance serving, once the first starting one serves)."""
         if not self.active and self.fleet is not None:
             entrance = self.fleet.entrance()
             if entrance is not None:
                 self.fleet.routed += 1
                 inst, wait = entrance
-                inst.submit(req, delay=wait + delay)
+                inst.submit(req, delay=wait, ingress=ingress)
                 return
-        self.pick().submit(req, delay=delay)
+        self.pick().submit(req, ingress=ingress)
 
     def rejection(self, req: Request) -> str | None:
         """Why ``req`` can never be served by this pool (its instances are identical)."""

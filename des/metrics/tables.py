@@ -38,6 +38,7 @@ REQUEST_COLUMNS = (
     "turn",
     "prefix_group",
     "second_token_time",
+    "queued_time",
 )
 
 
@@ -46,7 +47,9 @@ def requests_table(ledger: RequestLog) -> pd.DataFrame:
 
     ``ttft = first_token - arrival``, ``e2e = finish - arrival``,
     ``queue_delay = scheduled - arrival``, ``tpot = (finish - first_token) / (output - 1)``
-    (NaN for one-token outputs). The columns view the ledger's arrays (no copy).
+    (NaN for one-token outputs); ``queued_time``: when it last reached a scheduler (behind
+    a serving front-end, once through its way in: vLLM's ``queued_ts``). The columns view
+    the ledger's arrays (no copy).
     """
     c = ledger.arrays()
     arrival, scheduled, first, finish = c["arrival_time"], c["scheduled_time"], c["first_token_time"], c["finish_time"]
