@@ -194,7 +194,8 @@ def test_transfer_is_the_geometric_mean_of_the_profiled_gpus_of_a_memory_type(fi
     assert all(v < arch.spreads(fits, by_memory=False)[k] for k, v in arch.spreads(fits).items())
     # a transferred group is less certain than the fits it comes from
     assert b200.uncertainty["gemm"] > max(a100.uncertainty["gemm"], h100.uncertainty["gemm"])
-    assert b200.uncertainty["attention"] > catalog.gpu("h100-80gb").efficiency.uncertainty["attention"]
+    # B200's attention is Ada's carried over and transferred: less certain than Ada's fit
+    assert b200.uncertainty["attention"] > catalog.gpu("rtx4090").efficiency.uncertainty["attention"]
 
 
 # -- clocks ---------------------------------------------------------------------------------

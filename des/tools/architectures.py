@@ -14,6 +14,13 @@ attention, LM head or sampler. A catalog GPU gets its factors by one of three ru
   a GEMM streaming weights does on that memory system, FlashAttention the share of the
   tensor peak cuBLAS does); the fixed and per-sequence times and the sampler are Ada's
   as they are;
+- **attention fitted** (GPUs of :data:`ATTENTION_PROFILED`: the H100 for Hopper, the A100
+  for Ampere, from attention kernel times NVIDIA's aiconfigurator measured inside vLLM's
+  FlashAttention backend, :mod:`des.tools.attention_profile`): the prefill and decode
+  attention factors are that fit's; the mixed-batch ones, which no profile holds, are
+  Ada's scaled by the fitted decode factor they pair with over Ada's
+  (:data:`MIXED_BY_DECODE`, :func:`with_attention`); LM head and sampler are carried over.
+  The A40 has no attention profile and keeps the carry-over rule;
 - **transferred** (architectures with no profile: Blackwell, CDNA3, :func:`transfer`):
   each factor every profile fits (GEMM and element-wise) is the geometric mean over the
   profiled GPUs with the same memory type: GDDR (RTX 4090 of Ada, A40 of Ampere) or HBM
@@ -29,19 +36,25 @@ Uncertainty (sd of ln(true time / predicted time) per group of work): a fitted g
 is the fit's residual (:func:`des.tools.calibrate.residual_sd`); a carried-over or
 transferred group adds the rule's spread in quadrature: the sd of ln(factor) of the
 factors the rule moves among the profiled GPUs of a memory type (:func:`spreads`), once
-per rule applied (attention of a transferred GPU: twice, carried over and transferred).
+per rule applied (attention of a transferred GPU: twice, carried over and transferred;
+attention of an attention-fitted GPU: the attention fit's residual and the rule's spread
+once, for the mixed-batch factors).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from des import catalog
 from des.catalog.efficiency import Efficiency, UncertaintyGroup
+from des.tools.attention_profile import FITTED as ATTENTION_FITTED
+from des.tools.attention_profile import AttentionFit, fit_attention, read_attention_profile
 from des.tools.calibrate import Fit, fit_folder, round_sig
 
 #: Ada's factors a Vidur-profiled architecture takes over, scaled by its weight-streaming
@@ -183,16 +196,84 @@ def transfer(fits: dict[str, Fit], memory: str) -> Efficiency:
     return out.model_copy(update={"provenance": "transferred", "basis": basis, "uncertainty": uncertainty})
 
 
-def catalog_efficiencies(fits: dict[str, Fit]) -> dict[str, Efficiency]:
+# -- attention measured inside vLLM (issue #31): Hopper and Ampere ---------------------------
+
+
+@dataclass(frozen=True)
+class AttentionProfiled:
+    """An attention kernel profile (aiconfigurator's tables, :mod:`des.tools.attention_profile`)
+    behind catalog GPU ``gpu``'s prefill and decode attention factors: ``folder`` under the data folder."""
+
+    architecture: str
+    gpu: str
+    folder: str
+
+
+ATTENTION_PROFILED = (
+    AttentionProfiled("hopper", "h100-80gb", "aiconfigurator-attention-profiles/h100_sxm/vllm-0.19.0"),
+    AttentionProfiled("ampere", "a100-80gb", "aiconfigurator-attention-profiles/a100_sxm/vllm-0.14.0"),
+)
+#: Ada's mixed-batch factors a GPU with an attention profile takes (no profile holds mixed
+#: batches), each moved by its decode counterpart's ratio, this GPU's fitted over Ada's: a
+#: mixed batch's decodes reach the share of the decode kernel's rate they reach on Ada.
+MIXED_BY_DECODE = {"mixed_kv_bandwidth": "kv_bandwidth", "mixed_per_seq": "attention_per_seq"}
+#: The repository's data folder (the profiles of :data:`PROFILED` and :data:`ATTENTION_PROFILED`).
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def fit_attention_all(data: Path, fits: dict[str, Fit]) -> dict[str, AttentionFit]:
+    """Every profile of :data:`ATTENTION_PROFILED` fitted (catalog GPU name → fit), each from
+    its GPU's factors by the carry-over rule (what the fit does not touch stays that)."""
+    ada = fits["rtx4090"].efficiency
+    spread = spreads(fits)["gemm"]
+    out = {}
+    for p in ATTENTION_PROFILED:
+        base = carry_over(fits[p.gpu].efficiency, ada, spread)
+        profile = read_attention_profile(data / p.folder)
+        out[p.gpu] = fit_attention(profile, catalog.gpu(p.gpu), base, lambda f: mixed_by_decode(f, ada))
+    return out
+
+
+def mixed_by_decode(fitted: Mapping[str, Any], ada: Efficiency) -> dict[str, float]:
+    """The mixed-batch factors of :data:`MIXED_BY_DECODE` from the decode factors ``fitted``:
+    Ada's, each times its decode counterpart's fitted value over Ada's."""
+    return {m: round_sig(getattr(ada, m) * float(fitted[d]) / getattr(ada, d)) for m, d in MIXED_BY_DECODE.items()}
+
+
+def with_attention(own: Efficiency, fit: AttentionFit, ada: Efficiency, spread: float) -> Efficiency:
+    """``own`` (a Vidur fit: GEMM and element-wise factors) with the prefill and decode
+    attention factors of ``fit``, the mixed-batch ones by :data:`MIXED_BY_DECODE` and the LM
+    head and sampler carried over from Ada (:func:`carry_over`); its attention uncertainty is
+    the attention fit's residual sd with ``spread`` (the carry-over rule's) added in quadrature."""
+    carried = carry_over(own, ada, spread)
+    att = fit.efficiency
+    update: dict[str, object] = {k: getattr(att, k) for k in (*ATTENTION_FITTED, *MIXED_BY_DECODE)}
+    uncertainty = {**carried.uncertainty, "attention": _quadrature(att.uncertainty["attention"], spread)}
+    basis = (
+        f"{own.basis}; prefill and decode attention fitted to the {fit.profile.label}; mixed-batch attention "
+        "scaled from ada (rtx4090) by the decode fit, LM head and sampler carried over from ada"
+    )
+    return carried.model_copy(update={**update, "uncertainty": uncertainty, "basis": basis})
+
+
+def catalog_efficiencies(
+    fits: dict[str, Fit], attention: Mapping[str, AttentionFit] | None = None
+) -> dict[str, Efficiency]:
     """The factors each catalog GPU should carry, by the rules of this module, without
-    ``source`` (the catalog's own words): catalog GPU name → Efficiency."""
+    ``source`` (the catalog's own words): catalog GPU name → Efficiency. ``attention``: the
+    attention fits of :data:`ATTENTION_PROFILED` (:func:`fit_attention_all`; None: fitted here
+    from the repository's data folder)."""
     by_arch: dict[str, Efficiency] = {}
     own: dict[str, Efficiency] = {}
     ada = fits["rtx4090"].efficiency
     spread = spreads(fits)
+    if attention is None:
+        attention = fit_attention_all(DATA, fits)
     for p in PROFILED:
         eff = fits[p.gpu].efficiency
-        if p.architecture != "ada":
+        if p.gpu in attention:
+            eff = with_attention(eff, attention[p.gpu], ada, spread["gemm"])
+        elif p.architecture != "ada":
             eff = carry_over(eff, ada, spread["gemm"])
         own[p.gpu] = eff
         by_arch.setdefault(p.architecture, eff)  # the first profiled GPU speaks for its architecture
