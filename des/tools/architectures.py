@@ -250,7 +250,7 @@ def with_attention(own: Efficiency, fit: AttentionFit, ada: Efficiency, spread: 
     update: dict[str, object] = {k: getattr(att, k) for k in (*ATTENTION_FITTED, *MIXED_BY_DECODE)}
     uncertainty = {**carried.uncertainty, "attention": _quadrature(att.uncertainty["attention"], spread)}
     basis = (
-        f"{own.basis}; prefill and decode attention fitted to the {fit.profile.label}; mixed-batch attention "
+        f"{own.basis}; prefill and decode attention likewise from the {fit.profile.label}; mixed-batch attention "
         "scaled from ada (rtx4090) by the decode fit, LM head and sampler carried over from ada"
     )
     return carried.model_copy(update={**update, "uncertainty": uncertainty, "basis": basis})
