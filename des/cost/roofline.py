@@ -11,7 +11,8 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   FLOPs ``C = 2 · L · P_lin · T' / (F · e_c)``; time ``max(W, C) + k · min(W, C)``: the
   shorter roof hides under the longer but for a share ``k = gemm_knee``, so the time
   rises with slope ``k`` below the ridge point instead of staying flat (``k = 0`` is the
-  sharp roofline ``max(W, C)``);
+  sharp roofline ``max(W, C)``); plus ``gemm_fixed`` seconds per GEMM kernel,
+  :data:`GEMMS_PER_LAYER` per layer (``gemm_fixed_s``, 0 unless fitted);
   with a mixture of experts (:class:`~des.catalog.specs.ModelSpec`), ``C`` counts the
   active weights (``k`` routed experts per token) and ``W`` the weights every step reads
   (attention, dense layers' MLPs, routers, shared experts) plus the distinct experts the
@@ -21,7 +22,8 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   efficiency is assumed to be the dense GEMMs';
   a skewed ``model.routing`` (:mod:`des.catalog.routing`) reads the expected count from a
   table built once (``moe_distinct``);
-- **LM head** for the ``E`` rows that emit, the same softened roofline on its weights;
+- **LM head** for the ``E`` rows that emit, the same softened roofline on its weights
+  plus one GEMM kernel's ``gemm_fixed`` (``head_fixed_s``);
 - **attention**, per layer: in decode-only steps ``a_d + n · s_d + D · kv / (B · e_kv)``;
   in steps with prefill, ``a_p + max(4 · q_dim · (P + α · T_p) / (F · e_a),
   X / chunks · kv / (B · e_s), X · kv / (B · e_m))`` for the chunks plus, for the decodes
@@ -100,6 +102,10 @@ ACT_BYTES = 2
 #: (embedding lookup, final RMSNorm).
 KERNELS_PER_LAYER = 4
 KERNELS_PER_STEP = 2
+#: GEMM kernels per layer that ``gemm_fixed`` counts: the fused QKV, output, fused gate-up
+#: and down projections of a dense layer as vLLM runs them (a mixture-of-experts or MLA
+#: layer is counted alike).
+GEMMS_PER_LAYER = 4
 
 
 def activation_bytes(model: ModelSpec, tp: int = 1) -> tuple[float, float]:
@@ -219,6 +225,9 @@ class Roofline:
     moe_group: int = 1  # ranks whose tokens meet in every MoE layer (1: the engine steps alone)
     moe_exchange_s_per_token: float = 0.0  # dispatch + combine, all sparse layers, per padded rank token
     moe_exchange_fixed_s: float = 0.0  # their latencies, per step
+    # fixed time of the GEMM kernels (Efficiency.gemm_fixed): all layers', and the LM head's
+    gemm_fixed_s: float = 0.0
+    head_fixed_s: float = 0.0
 
     def distinct_experts(self, tokens: int) -> float:
         """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0 for a dense model)."""
@@ -259,11 +268,11 @@ class Roofline:
         emitting = s.num_emitting
         rows = emitting + s.spec_tokens  # through the LM head and sampler
         out: dict[str, float] = {}
-        out["gemm"] = self._roof(
+        out["gemm"] = self.gemm_fixed_s + self._roof(
             self.gemm_weight_s + self.moe_expert_weight_s * self.distinct_experts(tg * self.moe_group),
             self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt),
         )
-        out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
+        out["lm_head"] = self.head_fixed_s + self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
         attn_pre = attn_dec = 0.0
         d, x, pairs = self.contexts(s)
         if pt:
@@ -326,8 +335,8 @@ class Roofline:
         changes: dict[str, Any] = {}
         if not last:
             changes |= dict.fromkeys(
-                ("head_weight_s", "head_s_per_row", "samp_fixed_s", "samp_s_per_row", "samp_spill_s_per_byte",
-                 "stage_step_s", "stage_seq_s"), 0.0,
+                ("head_weight_s", "head_s_per_row", "head_fixed_s", "samp_fixed_s", "samp_s_per_row",
+                 "samp_spill_s_per_byte", "stage_step_s", "stage_seq_s"), 0.0,
             )  # fmt: skip
         if not first:
             changes |= dict.fromkeys(("cpu_step_s", "cpu_seq_s", "cpu_emit_s"), 0.0)
@@ -383,6 +392,7 @@ class Roofline:
                 w += self.moe_expert_weight_s * table[tg if tg < len(table) else -1]
         c = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
         gpu = w + k * c if w > c else c + k * w
+        gpu += self.gemm_fixed_s  # the GEMM kernels' fixed time
         # LM head and sampler, for the emitting rows (and every proposed row a step verifies)
         emitting = s.num_emitting
         rows = emitting + v
@@ -390,6 +400,7 @@ class Roofline:
             w = self.head_weight_s
             c = self.head_s_per_row * rows
             gpu += w + k * c if w > c else c + k * w
+            gpu += self.head_fixed_s
             over = rows * self.samp_row_bytes - self.samp_threshold
             gpu += self.samp_fixed_s + self.samp_s_per_row * rows
             if over > 0.0:
@@ -450,7 +461,7 @@ class Roofline:
 GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
     "gemm": (
         "gemm_weight_s", "moe_expert_weight_s", "gemm_s_per_prefill_token", "gemm_s_per_decode_token",
-        "head_weight_s", "head_s_per_row",
+        "head_weight_s", "head_s_per_row", "gemm_fixed_s", "head_fixed_s",
     ),
     "attention": (
         "dec_fixed_s", "dec_s_per_seq", "dec_s_per_context", "pre_fixed_s", "pre_s_per_pair",
@@ -614,6 +625,8 @@ def build_roofline(
         moe_group=group,
         moe_exchange_s_per_token=ex_per_token,
         moe_exchange_fixed_s=ex_fixed,
+        gemm_fixed_s=GEMMS_PER_LAYER * L * e.gemm_fixed,
+        head_fixed_s=e.gemm_fixed,
     )
     return roofline.scaled(multipliers) if multipliers else roofline
 
