@@ -7,6 +7,12 @@ attention, LM head or sampler. A catalog GPU gets its factors by one of three ru
 
 - **fitted**: the GPU, or another GPU of its architecture, was profiled: its factors are
   that fit's (:func:`des.tools.calibrate.fit_profile` / :func:`~des.tools.calibrate.fit_vidur`);
+- **GEMMs fitted inside vLLM** (GPUs of :data:`GEMM_PROFILED`: the A100 for Ampere, the H100
+  for Hopper): the GEMM factors (``weight_bandwidth``, ``gemm_compute``, ``gemm_knee``,
+  ``gemm_fixed``) are fitted to the bf16 GEMM kernel times NVIDIA's aiconfigurator measured
+  inside vLLM (:mod:`des.tools.gemm_profile`), not to Vidur's 2024 fp16 PyTorch timings; the
+  element-wise factors stay Vidur's. The A40 has no such table and keeps Vidur's GEMM fit
+  (with no fixed GEMM time: Vidur's per-operator timing cannot separate one);
 - **carried over** (the groups a Vidur profile lacks, :func:`carry_over`): Ada's fitted
   attention, LM-head and sampler factors, each bandwidth fraction scaled by the
   architecture's fitted ``weight_bandwidth`` over Ada's and each compute fraction by its
@@ -29,8 +35,12 @@ attention, LM head or sampler. A catalog GPU gets its factors by one of three ru
   applied to the transferred factors. The split by memory is what the data support: the
   element-wise kernels reach 2.7-3.1 × the DRAM bandwidth on both GDDR cards (their
   activations stay in L2, which is fast next to slow DRAM) and 0.85 × on both HBM parts,
-  and the spread of the GEMM and element-wise factors within a memory type is smaller
-  than across all profiled GPUs (:func:`spreads` with ``by_memory=False``).
+  and the spread of the element-wise factors within a memory type is a fraction of that
+  across all profiled GPUs (0.22 against 0.54, :func:`spreads` with ``by_memory=False``).
+  The GEMM factors do not tell the classes apart (0.088 within against 0.078 across, since
+  the A100's and H100's come from vLLM's GEMM kernels): they are averaged by class all the
+  same, one rule for every group. ``gemm_fixed`` is transferred only where both members of
+  the class have one (the HBM class: A100 and H100; the GDDR class keeps 0).
 
 Uncertainty (sd of ln(true time / predicted time) per group of work): a fitted group's
 is the fit's residual (:func:`des.tools.calibrate.residual_sd`); a carried-over or
@@ -56,6 +66,8 @@ from des.catalog.efficiency import Efficiency, UncertaintyGroup
 from des.tools.attention_profile import FITTED as ATTENTION_FITTED
 from des.tools.attention_profile import AttentionFit, fit_attention, read_attention_profile
 from des.tools.calibrate import Fit, fit_folder, round_sig
+from des.tools.gemm_profile import FITTED as GEMM_FITTED
+from des.tools.gemm_profile import GemmFit, fit_gemm, read_gemm_profile
 
 #: Ada's factors a Vidur-profiled architecture takes over, scaled by its weight-streaming
 #: fraction (bandwidths) or its GEMM compute fraction (compute), or as they are (times, tile, sampler).
@@ -67,7 +79,7 @@ AS_IS = (
 )  # fmt: skip
 #: Factors every profile fits, which the transfer rule averages, by uncertainty group.
 FITTED_BY_ALL: dict[UncertaintyGroup, tuple[str, ...]] = {
-    "gemm": ("weight_bandwidth", "gemm_compute", "gemm_knee"),
+    "gemm": ("weight_bandwidth", "gemm_compute", "gemm_knee", "gemm_fixed"),
     "elementwise": ("elementwise_kernel", "elementwise_bandwidth", "elementwise_spill", "elementwise_l2"),
 }
 #: The factors whose spread across architectures sets each rule's uncertainty (the ones a
@@ -100,13 +112,52 @@ PROFILED = (
 TRANSFERRED = ("blackwell", "cdna3")
 
 
+@dataclass(frozen=True)
+class GemmProfiled:
+    """A GEMM kernel table (aiconfigurator's, :mod:`des.tools.gemm_profile`) behind catalog GPU
+    ``gpu``'s GEMM factors: ``folder`` under the data folder."""
+
+    architecture: str
+    gpu: str
+    folder: str
+
+
+GEMM_PROFILED = (
+    GemmProfiled("hopper", "h100-80gb", "aiconfigurator-gemm-profiles/h100_sxm/vllm-0.19.0"),
+    GemmProfiled("ampere", "a100-80gb", "aiconfigurator-gemm-profiles/a100_sxm/vllm-0.14.0"),
+)
+
+
 def fit_all(data: Path) -> dict[str, Fit]:
-    """Every profile of :data:`PROFILED` fitted (catalog GPU name → fit); ``data``: the data folder."""
+    """Every profile of :data:`PROFILED` fitted (catalog GPU name → fit), the GEMMs of the GPUs
+    of :data:`GEMM_PROFILED` refitted to their GEMM tables (:func:`with_gemm`); ``data``: the data folder."""
     fits = {}
     for p in PROFILED:
         model = catalog.model(p.model) if p.model else None
         fits[p.gpu] = fit_folder(data / p.folder, catalog.gpu(p.gpu), model)
+    for g in GEMM_PROFILED:
+        fit = fits[g.gpu]
+        fits[g.gpu] = with_gemm(fit, fit_gemm(read_gemm_profile(data / g.folder), fit.gpu, fit.efficiency))
     return fits
+
+
+def with_gemm(fit: Fit, gemm: GemmFit) -> Fit:
+    """A Vidur ``fit`` with its GEMM factors, ``gemm`` group and GEMM uncertainty those of
+    ``gemm`` (the fit to vLLM's GEMM kernels); its element-wise group stays."""
+    uncertainty = {**fit.efficiency.uncertainty, "gemm": gemm.efficiency.uncertainty["gemm"]}
+    basis = f"{gemm.profile.label} for the GEMMs, element-wise kernels likewise from the {fit.efficiency.basis}"
+    update: dict[str, object] = {k: getattr(gemm.efficiency, k) for k in GEMM_FITTED}
+    eff = fit.efficiency.model_copy(update={**update, "uncertainty": uncertainty, "basis": basis})
+    groups = {"gemm": gemm.group, **{k: v for k, v in fit.groups.items() if k != "gemm"}}
+    return Fit(fit.gpu, fit.model, fit.profile, eff, groups)
+
+
+def _geometric_mean(values: list[float]) -> float:
+    """The geometric mean of ``values``, 4 significant digits; 0 if one is 0 (a fixed time
+    only some members of a class have, such as ``gemm_fixed``, is not transferred)."""
+    if min(values) <= 0:
+        return 0.0
+    return round_sig(float(np.exp(np.mean(np.log(values)))))
 
 
 def _quadrature(*terms: float) -> float:
@@ -177,7 +228,7 @@ def transfer(fits: dict[str, Fit], memory: str) -> Efficiency:
     members = classes(fits)[memory]
     factors = fitted_factors(fits)
     ada = fits["rtx4090"].efficiency
-    mean = {k: round_sig(float(np.exp(np.mean(np.log([factors[g][k] for g in members]))))) for k in factors[members[0]]}
+    mean = {k: _geometric_mean([factors[g][k] for g in members]) for k in factors[members[0]]}
     spread = spreads(fits)
     fitted_sd = {
         g: float(np.sqrt(np.mean([fits[m].efficiency.uncertainty[g] ** 2 for m in members]))) for g in FITTED_BY_ALL

@@ -151,6 +151,7 @@ def served(profile: GemmProfile, tps: tuple[int, ...] = TPS) -> pd.DataFrame:
     out.insert(0, "op", [f[2] for f in picked])
     out.insert(0, "tp", np.array([f[1] for f in picked], dtype=np.int64))
     out.insert(0, "model", [f[0] for f in picked])
+    out.insert(3, "tokens", out["m"])  # the GEMM's rows: tokens per step, as a Vidur fit's points name them
     return out.rename(columns={"time": "measured"})
 
 
@@ -191,7 +192,8 @@ class _Rows:
 class GemmFit:
     """The fitted factors (``efficiency``: ``base`` with :data:`FITTED` replaced) and how well
     they reproduce the table's rows (``group``: the ``gemm`` group's points, one GEMM kernel
-    each: ``model``, ``tp``, ``op``, ``m``, ``n``, ``k``, ``measured``, ``predicted`` in seconds)."""
+    each: ``model``, ``tp``, ``op``, ``tokens`` (= ``m``), ``m``, ``n``, ``k``, ``measured``,
+    ``predicted`` in seconds)."""
 
     gpu: GPUSpec
     profile: GemmProfile
