@@ -36,8 +36,13 @@ def test_compute_factor_is_what_the_compute_bound_rows_alone_give(fits, gpu):
     fit = fits[gpu]
     alone = compute_bound_factor(fit, min_ratio=10.0)
     assert alone == pytest.approx(fit.efficiency.gemm_compute, rel=0.02), (gpu, alone, fit.efficiency.gemm_compute)
-    # and the catalog ships that fit's factor
-    assert catalog.gpu(gpu).efficiency.gemm_compute == pytest.approx(fit.efficiency.gemm_compute, rel=1e-3)
+    # the catalog ships that fit's factor where Vidur is the GEMM source (the A40); the A100's
+    # and H100's are fitted to vLLM's own GEMM kernels (tests/test_gemm_profile.py), higher
+    shipped = catalog.gpu(gpu).efficiency.gemm_compute
+    if gpu == "a40":
+        assert shipped == pytest.approx(fit.efficiency.gemm_compute, rel=1e-3)
+    else:
+        assert shipped > 1.05 * fit.efficiency.gemm_compute and fit.efficiency.gemm_fixed == 0.0
 
 
 @pytest.mark.parametrize("gpu", sorted(GPUS))
