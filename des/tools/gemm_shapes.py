@@ -14,6 +14,11 @@ the large, compute-bound GEMMs reach. This module tells that apart:
 - :func:`compute_bound_factor`: the compute factor fitted to the compute-bound rows alone
   (x >= ``min_ratio``), the weight-bandwidth factor and knee held at the fit's. If the
   small rows pulled the compute factor down, this one would be higher.
+
+They did not: the gap was the data source. vLLM's own bf16 GEMM kernels run faster than
+Vidur's 2024 fp16 PyTorch ones, so the A100's and H100's GEMM factors are now fitted to
+those (:mod:`des.tools.gemm_profile`); this module still reads the Vidur fits (the A40's
+GEMM factors come from one).
 """
 
 from __future__ import annotations
