@@ -149,7 +149,7 @@ def with_gemm(fit: Fit, gemm: GemmFit) -> Fit:
     update: dict[str, object] = {k: getattr(gemm.efficiency, k) for k in GEMM_FITTED}
     eff = fit.efficiency.model_copy(update={**update, "uncertainty": uncertainty, "basis": basis})
     groups = {"gemm": gemm.group, **{k: v for k, v in fit.groups.items() if k != "gemm"}}
-    return Fit(fit.gpu, fit.model, fit.profile, eff, groups)
+    return Fit(fit.gpu, fit.model, fit.profile, eff, groups, {**fit.labels, "gemm": gemm.profile.label})
 
 
 def _geometric_mean(values: list[float]) -> float:

@@ -360,6 +360,9 @@ class Fit:
     profile: Profile | VidurProfile
     efficiency: Efficiency
     groups: dict[str, GroupResult]
+    #: The data a group was fitted to when not ``profile`` (group → label; the A100's and
+    #: H100's GEMMs: vLLM's GEMM tables, des.tools.architectures.with_gemm).
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def models(self) -> str:
