@@ -39,7 +39,7 @@ from des.catalog.quantization import unsupported
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml, plausible_latency
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
-from des.cost.frontend import FrontendSpec, Serving
+from des.cost.frontend import DEFAULT_FRONTEND, FrontendSpec, Serving
 from des.cost.uncertainty import RunHardware, factor_sources, no_uncertainty_note
 from des.dotted import deep_copy, set_dotted
 from des.engine.deployment import ClusterConfig, PoolSpec, in_words_written, normalise, written_as
@@ -409,7 +409,10 @@ class Scenario(Strict):
     def _layout(self) -> Layout:
         cost = self.cost_model
         graphs = cost.graphs if isinstance(cost, RooflineConfig) else GraphCapture()
-        return self.cluster.layout(self.scheduler, self.speculative, self.gpu, graphs)
+        frontend = self.serving.frontend if self.serving is not None else DEFAULT_FRONTEND
+        return self.cluster.layout(
+            self.scheduler, self.speculative, self.gpu, graphs, frontend, self.model.max_model_len
+        )
 
     @property
     def deployment(self) -> Deployment:

@@ -349,7 +349,7 @@ def plan_memory(
     model: ModelSpec,
     *,
     precision: Precision | None = None,
-    gpu_memory_utilization: float = 0.92,
+    gpu_memory_utilization: float = 0.9,
     block_size: int = 16,
     max_num_batched_tokens: int = 2048,
     max_num_seqs: int = 128,
