@@ -21,7 +21,11 @@ entry point and GPU. A value the scenario sets is never replaced.
 
 :data:`VLLM_DEFAULTS` holds these tables by vLLM release (one entry per release read; add
 another to follow a later one) and :data:`VLLM_RELEASE` names the one des applies. The
-launch commands name vLLM 0.19.1's options too (:mod:`des.plan.vllm_args`).
+launch commands name vLLM 0.19.1's options too (:mod:`des.plan.vllm_args`). The rule has
+moved before (read from the PyPI wheels' ``arg_utils.py``): 0.8.0 gave every GPU 1024
+sequences and only a GPU *named* H100 or H200 the 8192/16384-token budgets; 0.9.0 brought the
+70 GiB test, the A100 exception and 256 sequences below it; 0.19.1 keeps that rule, adds the
+caps above and lets ``max_num_seqs`` differ by usage context (it does not yet).
 """
 
 from __future__ import annotations
