@@ -264,7 +264,11 @@ def test_api_servers_per_data_parallel_engine() -> None:
         ),
         (["model={base: qwen2.5-7b, num_layers: 20}"], "model", "num_layers differs"),
         (["model={base: qwen2.5-7b, num_layers: 20}", "precision.weights=int4-awq"], "model", "its variants"),
-        (["model=llama-3.1-8b", "precision.weights=int4-awq"], "precision.weights", "only to fp8"),
+        (
+            ["model=llama-3.1-8b", "scheduler.max_model_len=32768", "precision.weights=int4-awq"],
+            "precision.weights",
+            "only to fp8",
+        ),
         (
             ["scheduler.kind=disaggregated", "scheduler.kv_transfer={mode: push}"],
             "scheduler.kv_transfer.mode",
