@@ -411,8 +411,8 @@ class Scenario(Strict):
         )
         return self._setting(i, "max_model_len"), (
             f"{context} tokens (the context{where}) do not fit the KV cache left on {pool.tp} x {pool.gpu.name} "
-            f"({memory.fitting_blocks * memory.block_size:,} tokens): vLLM refuses to start ({quoted} Based on the "
-            f"available memory, {estimate}, or raise gpu_memory_utilization)"
+            f"({memory.fitting_blocks * memory.block_size:,} tokens in all): vLLM refuses to start ({quoted} Based "
+            f"on the available memory, {estimate}, or raise gpu_memory_utilization)"
         )
 
     def _draft_too_big(self, pool: PoolLayout, proposer: Proposer, message: str) -> tuple[str, str]:
