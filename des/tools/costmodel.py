@@ -17,7 +17,7 @@ from des.catalog.precision import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.base import BatchShape
 from des.cost.roofline import ACT_BYTES, Engine, Roofline, build_roofline, graph_size
-from des.engine.schedulers.settings import ContinuousSettings
+from des.engine.defaults import engine_defaults
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: TP degrees, decode step and prefill of the communication table.
@@ -26,8 +26,6 @@ COMM_DECODE = (32, 2048)  # sequences, context tokens each
 COMM_PREFILL = 2048  # prompt tokens
 CONTEXTS = (512, 2048, 8192)
 PROMPTS = (128, 512, 1024, 2048, 4096, 8192)
-#: The engine settings the KV capacity is planned with: des's continuous-batching defaults.
-DEFAULTS = ContinuousSettings()
 
 
 def decode_shape(batch: int, context: int, window: int = 0) -> BatchShape:
@@ -105,24 +103,31 @@ class CostReport:
             rows.append({"prompt": p, "ms": t * 1e3, "tok/s": p / t})
         return rows
 
+    def batching(self) -> tuple[int, int]:
+        """``(max_num_batched_tokens, max_num_seqs)`` that ``vllm serve`` runs on this GPU
+        (:func:`des.engine.defaults.engine_defaults`, contexts of the model's ``max_model_len``)."""
+        filled = engine_defaults({}, self.gpu, "api_server", self.model.max_model_len).values
+        return int(filled["max_num_batched_tokens"]), int(filled["max_num_seqs"])
+
     def memory_plan(self, utilization: float, block_size: int = 16) -> MemoryPlan:
-        """The memory of one instance under des's default engine settings
+        """The memory of one instance under ``vllm serve``'s batching defaults for this GPU
         (:meth:`memory_settings`) and this report's CUDA graphs."""
+        tokens, seqs = self.batching()
         return plan_memory(
             self.gpu,
             self.model,
             precision=self.precision,
             gpu_memory_utilization=utilization,
             block_size=block_size,
-            max_num_batched_tokens=DEFAULTS.max_num_batched_tokens,
-            max_num_seqs=DEFAULTS.max_num_seqs,
+            max_num_batched_tokens=tokens,
+            max_num_seqs=seqs,
             tp=self.tp,
             graphs=GraphCapture(self.roofline.graph_max),
         )
 
-    @staticmethod
-    def memory_settings() -> str:
-        return f"max_num_batched_tokens {DEFAULTS.max_num_batched_tokens:,}, max_num_seqs {DEFAULTS.max_num_seqs}"
+    def memory_settings(self) -> str:
+        tokens, seqs = self.batching()
+        return f"max_num_batched_tokens {tokens:,}, max_num_seqs {seqs}: vllm serve's defaults on this GPU"
 
     def kv_capacity(self, utilization: float, block_size: int = 16) -> int:
         return self.memory_plan(utilization, block_size).kv_capacity_tokens

@@ -40,9 +40,7 @@ _LENGTHS = {
 TEMPLATES: dict[str, dict[str, Any]] = {
     "scheduler": {
         "continuous": {
-            "kind": "continuous",
-            "max_num_seqs": 128,
-            "max_num_batched_tokens": 2048,
+            "kind": "continuous",  # max_num_seqs, max_num_batched_tokens: vLLM's defaults for the GPU
             "enable_chunked_prefill": True,
             "enable_prefix_caching": True,
         },
