@@ -487,6 +487,7 @@ def blackwell_facts(fits: dict[str, Fit]) -> dict[str, Any]:
     checked_err = checked["predicted"] / checked["measured"] - 1.0
     by_tp = {int(tp): 100 * float(e.median()) for tp, e in checked_err.groupby(checked["tp"])}
     moe_models = sorted(checked["model"].unique())
+    moe_model = catalog.model(moe_models[0])
     measured, predicted = _heads_ratio(fit)
     big, small = _prefill_split(fit)
     server = fit.gpu
@@ -507,6 +508,9 @@ def blackwell_facts(fits: dict[str, Fit]) -> dict[str, Any]:
         "bw_part_rule": "|---" * (len(TREE_COLS) + 4) + "|",
         "bw_part_table": "\n".join(parts),
         "bw_moe_models": ", ".join(moe_models),
+        "bw_moe_attention_mb": 2 * moe_model.attention_linear_params / 1e6,
+        "bw_moe_layers": moe_model.num_layers,
+        "bw_l2_mib": server.l2_bytes / 2**20,
         "bw_checked": ", ".join(f"{v:+.0f} % at tp {tp}" for tp, v in sorted(by_tp.items())),
         "bw_heads_measured": measured,
         "bw_heads_predicted": predicted,
