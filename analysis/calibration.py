@@ -779,12 +779,9 @@ def provenance_facts() -> dict[str, Any]:
         f"- **{prov}**: {', '.join(f'{n} ({catalog.gpu(n).architecture})' for n in names)}: {basis}."
         for (prov, basis), names in sorted(by_basis.items(), key=lambda kv: (order.get(kv[0][0], 2), kv[1][0]))
     ]
-    carried = [
-        n
-        for n in catalog.gpu_names()
-        if catalog.gpu(n).efficiency.provenance == "fitted"
-        and "carried over from ada" in catalog.gpu(n).efficiency.basis
-    ]
+    effs = {n: catalog.gpu(n).efficiency for n in catalog.gpu_names()}
+    # a fitted GPU whose attention is the RTX 4090's by the carry-over rule (its basis says so)
+    carried = [n for n, e in effs.items() if e.provenance == "fitted" and "attention, LM head and sampler" in e.basis]
     moved = [n for n in catalog.gpu_names() if catalog.gpu(n).efficiency.provenance == "transferred"]
     return {
         "provenance_bullets": "\n".join(bullets),
