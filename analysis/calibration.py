@@ -347,7 +347,8 @@ def architecture_facts(fits: dict[str, Fit]) -> dict[str, Any]:
         fit = fits[gpu]
         for row in fit_table(fit):
             fit_rows.append(
-                f"| {gpu} ({fit.gpu.architecture}) | {fit.profile.label} | {row['group']} | {row['points']:,} | "  # type: ignore[union-attr]
+                f"| {gpu} ({fit.gpu.architecture}) | {fit.labels.get(row['group'], fit.profile.label)} | "  # type: ignore[union-attr]
+                f"{row['group']} | {row['points']:,} | "
                 f"{row['median_abs_pct']:.1f} % | {row['max_abs_pct']:.0f} % | {row['factors']} |"
             )
     per_model: dict[str, dict[tuple[str, str], float]] = {}

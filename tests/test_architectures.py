@@ -33,12 +33,16 @@ VIDUR = DATA / "vidur-kernel-profiles" / "compute"
 PROVENANCE = {"source", "provenance", "basis", "uncertainty"}
 
 #: The errors reports/calibration.md states per GPU and group: median and max absolute
-#: error of predicted against measured kernel time (fractions).
+#: error of predicted against measured kernel time (fractions). The A100's and H100's GEMMs
+#: are fitted to vLLM's GEMM kernels (aiconfigurator, des/tools/gemm_profile.py: one kernel
+#: per point, 7.6 % / 37 % and 5.6 % / 51 % when written), their element-wise kernels to Vidur's.
 STATED = {
-    "a100-80gb": {"gemm": (0.04, 0.55), "elementwise": (0.04, 0.65)},
+    "a100-80gb": {"gemm": (0.085, 0.42), "elementwise": (0.04, 0.65)},
     "a40": {"gemm": (0.045, 0.40), "elementwise": (0.03, 0.60)},
-    "h100-80gb": {"gemm": (0.07, 0.70), "elementwise": (0.045, 0.65)},
+    "h100-80gb": {"gemm": (0.065, 0.56), "elementwise": (0.045, 0.65)},
 }
+#: The GPUs whose GEMM group is vLLM's GEMM table, not their Vidur profile.
+GEMM_TABLE = {g.gpu for g in arch.GEMM_PROFILED}
 
 
 @pytest.fixture(scope="module")
@@ -105,19 +109,24 @@ def test_vidur_fit_reproduces_the_profile_within_the_stated_errors(fits, gpu):
         assert g.max_abs_error < worst, (gpu, group, g.max_abs_error)
     # every model is fitted, none much worse than the rest
     rows = pd.DataFrame(model_table(fit))
-    assert set(rows.loc[rows.group == "gemm", "model"]) == set(fit.profile.models)
+    gemm_models = set(rows.loc[rows.group == "gemm", "model"])
+    if gpu in GEMM_TABLE:  # vLLM's GEMM table: the shapes of catalog models
+        assert len(gemm_models) >= 5 and gemm_models <= set(catalog.model_names())
+    else:
+        assert gemm_models == set(fit.profile.models)
     assert rows["median_abs_pct"].max() < 10
 
 
 def test_what_a_vidur_fit_predicts_is_what_the_simulator_computes(fits):
-    """A GEMM point of model m at tp t is the roofline's GEMM term of one layer on one of t GPUs."""
-    fit = fits["h100-80gb"]
-    points = fit.groups["gemm"].points
-    for _, row in points.iloc[::97].iterrows():
-        model = fit.profile.models[row.model].model_copy(update={"num_layers": 1})
-        r = build_roofline(fit.gpu, model, tp=int(row.tp), efficiency=fit.efficiency, engine=Engine(True))
+    """A GEMM point of model m at tp t is the roofline's GEMM term of one layer on one of t GPUs
+    (the A40's: the H100's GEMMs are fitted to vLLM's table, tests/test_gemm_profile.py)."""
+    a40 = fits["a40"]
+    for _, row in a40.groups["gemm"].points.iloc[::97].iterrows():
+        model = a40.profile.models[row.model].model_copy(update={"num_layers": 1})
+        r = build_roofline(a40.gpu, model, tp=int(row.tp), efficiency=a40.efficiency, engine=Engine(True))
         got = r.breakdown(BatchShape(num_seqs=1, prefill_tokens=int(row.tokens), num_emitting=0))["gemm"]
         assert got == pytest.approx(row.predicted, rel=1e-12)
+    fit = fits["h100-80gb"]
     el = fit.groups["elementwise"].points
     for _, row in el.iloc[::89].iterrows():
         model = fit.profile.models[row.model].model_copy(update={"num_layers": 1})
@@ -180,7 +189,7 @@ def test_transfer_is_the_geometric_mean_of_the_profiled_gpus_of_a_memory_type(fi
     b200, pro = catalog.gpu("b200").efficiency, arch.transfer(fits, "gddr")
     a100, h100 = fits["a100-80gb"].efficiency, fits["h100-80gb"].efficiency
     ada, a40 = fits["rtx4090"].efficiency, fits["a40"].efficiency
-    for factor in ("weight_bandwidth", "gemm_compute", "gemm_knee", "elementwise_bandwidth"):
+    for factor in ("weight_bandwidth", "gemm_compute", "gemm_knee", "gemm_fixed", "elementwise_bandwidth"):
         hbm = math.sqrt(getattr(a100, factor) * getattr(h100, factor))
         gddr = math.sqrt(getattr(ada, factor) * getattr(a40, factor))
         assert getattr(b200, factor) == pytest.approx(hbm, rel=1e-3), factor
@@ -194,11 +203,15 @@ def test_transfer_is_the_geometric_mean_of_the_profiled_gpus_of_a_memory_type(fi
 
     var = [(pair_var(ada, a40, f) + pair_var(a100, h100, f)) / 2 for f in ("weight_bandwidth", "gemm_compute")]
     assert arch.spreads(fits)["gemm"] == pytest.approx(math.sqrt(sum(var) / 2), rel=1e-3)
-    # the split by memory type is what the data support: smaller spread than one class
-    assert all(v < arch.spreads(fits, by_memory=False)[k] for k, v in arch.spreads(fits).items())
+    # the split by memory type is what the element-wise data support: under half the spread of
+    # one class; the GEMM factors (the HBM pair's from vLLM's kernels) do not separate the classes
+    within, across = arch.spreads(fits), arch.spreads(fits, by_memory=False)
+    assert within["elementwise"] < 0.5 * across["elementwise"]
+    assert within["gemm"] == pytest.approx(across["gemm"], rel=0.2)
     # a transferred group is less certain than the fits it comes from
     assert b200.uncertainty["gemm"] > max(a100.uncertainty["gemm"], h100.uncertainty["gemm"])
-    assert b200.uncertainty["attention"] > catalog.gpu("h100-80gb").efficiency.uncertainty["attention"]
+    # B200's attention is Ada's carried over and transferred: less certain than Ada's fit
+    assert b200.uncertainty["attention"] > catalog.gpu("rtx4090").efficiency.uncertainty["attention"]
 
 
 # -- clocks ---------------------------------------------------------------------------------

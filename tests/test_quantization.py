@@ -80,9 +80,12 @@ def gemm(gpu: str, weights: str, shape) -> float:
 @pytest.mark.parametrize("weights", ["int4-awq", "int4-gptq"])
 def test_int4_gemms_gain_the_weight_bytes_ratio_at_batch_1_and_lose_it_at_large_batch(gpu, weights):
     """Within 2 %: the roofline's soft knee blends in the padded batch's FLOPs at batch 1 and
-    the weight read at 32768 tokens."""
+    the weight read at 32768 tokens. The GEMM kernels' fixed time (gemm_fixed, the same
+    kernels' launch and tail whatever the weights' format) is left out of the batch-1 ratio."""
     ratio = Precision(weights=weights).weight_bytes_per_param / 2.0
-    small = gemm(gpu, weights, decode_shape(1, 512)) / gemm(gpu, "bf16", decode_shape(1, 512))
+    fixed = build_roofline(catalog.gpu(gpu), catalog.model("llama-3.1-8b")).gemm_fixed_s
+    assert fixed > 0  # fitted to vLLM's GEMM kernels on these GPUs
+    small = (gemm(gpu, weights, decode_shape(1, 512)) - fixed) / (gemm(gpu, "bf16", decode_shape(1, 512)) - fixed)
     assert small == pytest.approx(ratio, rel=0.02)
     big = prefill_shape(32768)  # compute-bound: Marlin runs bf16 tensor cores at part of their rate
     assert gemm(gpu, weights, big) / gemm(gpu, "bf16", big) == pytest.approx(1 / WEIGHT_ONLY_COMPUTE, rel=0.02)

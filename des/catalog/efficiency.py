@@ -52,7 +52,7 @@ PROVENANCE_ORDER: tuple[Provenance, ...] = ("fitted", "transferred", "spec")
 
 #: Groups of work whose step-time factors carry one uncertainty each (``uncertainty``):
 #: ``gemm`` (GEMMs and LM head: weight_bandwidth, gemm_compute, decode_compute,
-#: lm_head_bandwidth, gemm_knee), ``attention`` (attention_* and kv_* factors),
+#: lm_head_bandwidth, gemm_knee, gemm_fixed), ``attention`` (attention_* and kv_* factors),
 #: ``elementwise`` (element-wise kernels and sampler), ``communication`` (tensor-parallel
 #: all-reduces) and ``cpu`` (the serving stack's CPU time per step and per sequence).
 UncertaintyGroup = Literal["gemm", "attention", "elementwise", "communication", "cpu"]
@@ -74,6 +74,10 @@ class Efficiency(Strict):
     roofline ``max(W, C)``), so the share of the compute roof reached rises continuously
     with the tokens per step, ``C / time = T / (T* + k T)`` below the ridge ``T* = W / c``
     and ``T / (T + k T*)`` above it, where the sharp roofline stays flat up to the ridge.
+    ``gemm_fixed``: seconds per GEMM kernel on top of that (its launch and tail inside a
+    CUDA graph: a tiny GEMM takes longer than its bytes over the bandwidth), for
+    :data:`~des.cost.roofline.GEMMS_PER_LAYER` kernels per layer and one for the LM head
+    (default 0: the roofline alone).
     ``decode_compute`` is the compute factor of decode rows, decode attention and the LM
     head when it differs (default: ``gemm_compute`` for the GEMM rows and the LM head,
     ``attention_compute`` for attention); ``lm_head_bandwidth`` (default
@@ -130,6 +134,7 @@ class Efficiency(Strict):
     weight_bandwidth: float = Field(gt=0, le=DRAM)
     gemm_compute: float = Field(gt=0, le=DRAM)
     gemm_knee: float = Field(0.0, ge=0, le=1)
+    gemm_fixed: float = Field(0.0, ge=0, le=1)
     decode_compute: float | None = Field(None, gt=0, le=DRAM)
     lm_head_bandwidth: float | None = Field(None, gt=0, le=DRAM)
 

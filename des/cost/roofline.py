@@ -11,7 +11,8 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   FLOPs ``C = 2 · L · P_lin · T' / (F · e_c)``; time ``max(W, C) + k · min(W, C)``: the
   shorter roof hides under the longer but for a share ``k = gemm_knee``, so the time
   rises with slope ``k`` below the ridge point instead of staying flat (``k = 0`` is the
-  sharp roofline ``max(W, C)``);
+  sharp roofline ``max(W, C)``); plus ``gemm_fixed`` seconds per GEMM kernel,
+  :data:`GEMMS_PER_LAYER` per layer (``gemm_fixed_s``, 0 unless fitted);
   with a mixture of experts (:class:`~des.catalog.specs.ModelSpec`), ``C`` counts the
   active weights (``k`` routed experts per token) and ``W`` the weights every step reads
   (attention, dense layers' MLPs, routers, shared experts) plus the distinct experts the
@@ -24,7 +25,8 @@ query-key pairs and ``X`` tokens of context, and ``E`` sequences that emit a tok
   routed rows' FLOPs at ``moe_compute`` and ``a_moe`` the block's fixed time per layer;
   a skewed ``model.routing`` (:mod:`des.catalog.routing`) reads the expected count from a
   table built once (``moe_distinct``);
-- **LM head** for the ``E`` rows that emit, the same softened roofline on its weights;
+- **LM head** for the ``E`` rows that emit, the same softened roofline on its weights
+  plus one GEMM kernel's ``gemm_fixed`` (``head_fixed_s``);
 - **attention**, per layer: in decode-only steps ``a_d + n · s_d + D · kv / (B · e_kv)``;
   in steps with prefill, ``a_p + max(4 · q_dim · (P + α · T_p) / (F · e_a),
   X / chunks · kv / (B · e_s), X · kv / (B · e_m))`` for the chunks plus, for the decodes
@@ -111,6 +113,10 @@ DP_SYNC_BYTES = 16
 #: (embedding lookup, final RMSNorm).
 KERNELS_PER_LAYER = 4
 KERNELS_PER_STEP = 2
+#: GEMM kernels per layer that ``gemm_fixed`` counts: the fused QKV, output, fused gate-up
+#: and down projections of a dense layer as vLLM runs them (a mixture-of-experts or MLA
+#: layer is counted alike).
+GEMMS_PER_LAYER = 4
 
 
 def activation_bytes(model: ModelSpec, tp: int = 1) -> tuple[float, float]:
@@ -240,6 +246,9 @@ class Roofline:
     moe_fixed_s: float = 0.0  # the fused-MoE block's fixed time, all sparse layers, per step
     moe_knee: float = 0.0  # share of the shorter roof that shows in the experts' roofline
     moe_inline_s_per_token: float = 0.0  # without moe_split: the routed FLOPs inside gemm_s_per_prefill_token
+    # fixed time of the GEMM kernels (Efficiency.gemm_fixed): all layers', and the LM head's
+    gemm_fixed_s: float = 0.0
+    head_fixed_s: float = 0.0
 
     def distinct_experts(self, tokens: int) -> float:
         """Expected distinct experts ``tokens`` tokens touch in one sparse layer (0 for a dense model)."""
@@ -293,14 +302,14 @@ class Roofline:
         experts = self.moe_expert_weight_s * self.distinct_experts(gathered)
         dense = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
         if self.moe_split:
-            out["gemm"] = self._roof(self.gemm_weight_s, dense)
+            out["gemm"] = self.gemm_fixed_s + self._roof(self.gemm_weight_s, dense)
             w, c = experts, self.moe_s_per_token * share
             roof = w + self.moe_knee * c if w > c else c + self.moe_knee * w
             out["moe"] = self.moe_fixed_s + roof if gathered else 0.0
         else:  # the routed rows' FLOPs are in the GEMM coefficients, for the rank's own tokens
             dense += self.moe_inline_s_per_token * (share - tg)  # 0 unless an unpadded group step
-            out["gemm"] = self._roof(self.gemm_weight_s + experts, dense)
-        out["lm_head"] = self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
+            out["gemm"] = self.gemm_fixed_s + self._roof(self.gemm_weight_s + experts, dense)
+        out["lm_head"] = self.head_fixed_s + self._roof(self.head_weight_s, self.head_s_per_row * rows) if rows else 0.0
         attn_pre = attn_dec = 0.0
         d, x, pairs = self.contexts(s)
         if pt:
@@ -373,8 +382,8 @@ class Roofline:
         changes: dict[str, Any] = {}
         if not last:
             changes |= dict.fromkeys(
-                ("head_weight_s", "head_s_per_row", "samp_fixed_s", "samp_s_per_row", "samp_spill_s_per_byte",
-                 "stage_step_s", "stage_seq_s", "gather_fixed_s", "gather_s_per_row"), 0.0,
+                ("head_weight_s", "head_s_per_row", "head_fixed_s", "samp_fixed_s", "samp_s_per_row",
+                 "samp_spill_s_per_byte", "stage_step_s", "stage_seq_s", "gather_fixed_s", "gather_s_per_row"), 0.0,
             )  # fmt: skip
         if not first:
             changes |= dict.fromkeys(("cpu_step_s", "cpu_seq_s", "cpu_emit_s"), 0.0)
@@ -450,6 +459,7 @@ class Roofline:
                 w += we
         c = self.gemm_s_per_prefill_token * pt + self.gemm_s_per_decode_token * (tg - pt)
         gpu = (w + k * c if w > c else c + k * w) + moe
+        gpu += self.gemm_fixed_s  # the GEMM kernels' fixed time
         # LM head and sampler, for the emitting rows (and every proposed row a step verifies)
         emitting = s.num_emitting
         rows = emitting + v
@@ -457,6 +467,7 @@ class Roofline:
             w = self.head_weight_s
             c = self.head_s_per_row * rows
             gpu += w + k * c if w > c else c + k * w
+            gpu += self.head_fixed_s
             over = rows * self.samp_row_bytes - self.samp_threshold
             gpu += self.samp_fixed_s + self.samp_s_per_row * rows
             if over > 0.0:
@@ -519,7 +530,8 @@ class Roofline:
 GROUP_FIELDS: dict[UncertaintyGroup, tuple[str, ...]] = {
     "gemm": (
         "gemm_weight_s", "moe_expert_weight_s", "gemm_s_per_prefill_token", "gemm_s_per_decode_token",
-        "head_weight_s", "head_s_per_row", "moe_s_per_token", "moe_fixed_s", "moe_inline_s_per_token",
+        "head_weight_s", "head_s_per_row", "gemm_fixed_s", "head_fixed_s", "moe_s_per_token", "moe_fixed_s",
+        "moe_inline_s_per_token",
     ),
     "attention": (
         "dec_fixed_s", "dec_s_per_seq", "dec_s_per_context", "pre_fixed_s", "pre_s_per_pair",
@@ -714,6 +726,8 @@ def build_roofline(
         moe_s_per_token=moe_per_token,
         moe_fixed_s=model.num_moe_layers * e.moe_fixed if split else 0.0,
         moe_knee=(e.gemm_knee if e.moe_knee is None else e.moe_knee) if split else 0.0,
+        gemm_fixed_s=GEMMS_PER_LAYER * L * e.gemm_fixed,
+        head_fixed_s=e.gemm_fixed,
     )
     return roofline.scaled(multipliers) if multipliers else roofline
 

@@ -400,6 +400,9 @@ class Fit:
     profile: Profile | VidurProfile | TreeProfile
     efficiency: Efficiency
     groups: dict[str, GroupResult]
+    #: The data a group was fitted to when not ``profile`` (group → label; the A100's and
+    #: H100's GEMMs: vLLM's GEMM tables, des.tools.architectures.with_gemm).
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def models(self) -> str:
@@ -465,10 +468,10 @@ class _Predictor:
 
     def gemm(self, r: Roofline, tokens: np.ndarray) -> np.ndarray:
         """The layer's GEMMs at ``tokens`` tokens."""
-        return self.roof(r, r.gemm_weight_s, r.gemm_s_per_prefill_token * tokens)
+        return r.gemm_fixed_s + self.roof(r, r.gemm_weight_s, r.gemm_s_per_prefill_token * tokens)
 
     def lm_head(self, r: Roofline, rows: np.ndarray) -> np.ndarray:
-        return self.roof(r, r.head_weight_s, r.head_s_per_row * rows)
+        return r.head_fixed_s + self.roof(r, r.head_weight_s, r.head_s_per_row * rows)
 
     def elementwise(self, r: Roofline, tokens: np.ndarray, per_layer: np.ndarray) -> np.ndarray:
         """Per-layer kernels (``per_layer`` true) or per-step ones, at ``tokens`` tokens."""
@@ -703,7 +706,9 @@ def fit_vidur(profile: VidurProfile, gpu: GPUSpec, base: Efficiency) -> Fit:
     """
     rows = profile.rows
     keep = {"source", "provenance", "basis", "uncertainty"}
-    fitter = _Fitter(base.model_dump(exclude=keep))
+    # Vidur times each operator on its own in PyTorch (no CUDA graph): its per-op overhead is not
+    # the kernel's fixed time inside vLLM's graphs, so no fixed GEMM time is fitted or kept here
+    fitter = _Fitter({**base.model_dump(exclude=keep), "gemm_fixed": 0.0})
     segments = [
         (_Predictor(gpu, profile.models[str(m)], int(tp)), part.index.to_numpy())
         for (m, tp), part in rows.groupby(["model", "tp"], sort=True)
