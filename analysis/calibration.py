@@ -44,6 +44,7 @@ from des.cost.roofline import DEFAULT_CAPTURE, Engine, build_roofline
 from des.figures.tools import GROUP_TITLES, plot_fit, plot_roofline
 from des.tools import architectures as arch
 from des.tools import moe_fit, network, validation
+from des.tools.attention_profile import AttentionFit
 from des.tools.calibrate import (
     ENGINE_CPU,
     Fit,
@@ -234,7 +235,12 @@ def draw_vidur(fits: dict[str, Fit], path: Path) -> None:
             ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.2, lw=0)
             ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured (µs)")
             ax.set_ylabel("predicted (µs)")
-            what = "GEMMs (qkv + o + up + down)" if name == "gemm" else "element-wise (2 norms, rope, act, add)"
+            if name != "gemm":
+                what = "element-wise (2 norms, rope, act, add; Vidur)"
+            elif name in fit.labels:  # vLLM's GEMM table: one kernel a point
+                what = "GEMM kernels, one a point (vLLM's, aiconfigurator)"
+            else:
+                what = "GEMMs (qkv + o + up + down; Vidur)"
             ax.set_title(
                 f"{gpu} ({fit.gpu.architecture}): {what}\nmedian |err| {100 * g.median_abs_error:.1f} %, "
                 f"max {100 * g.max_abs_error:.0f} %, {len(pts):,} points",
@@ -243,7 +249,7 @@ def draw_vidur(fits: dict[str, Fit], path: Path) -> None:
             cb = fig.colorbar(sc, ax=ax, pad=0.01, ticks=[0, 1, 2, 3])
             cb.ax.set_yticklabels(["1", "2", "4", "8"])
             cb.set_label("tensor-parallel degree", fontsize=9)
-    fig.suptitle("Vidur's profiles: predicted against measured kernel time of one layer (grey band ±10 %)")
+    fig.suptitle("Ampere and Hopper: predicted against measured kernel time (grey band ±10 %)")
     plain_log_axes(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -404,7 +410,6 @@ def architecture_facts(fits: dict[str, Fit]) -> dict[str, Any]:
         "h100_gemm": _pct(fits["h100-80gb"].groups["gemm"].median_abs_error),
         "a40_gemm": _pct(fits["a40"].groups["gemm"].median_abs_error),
         "w_range": f"{min(w):.2f}-{max(w):.2f}",
-        "h100_knee": ea["h100-80gb"].gemm_knee,
         "gemm_within": ", ".join(
             f"{100 * float(np.mean(np.abs(fits[g].groups['gemm'].errors) <= 0.1)):.0f} % ({g})" for g in vidur
         ),
@@ -768,6 +773,40 @@ def draw_network(fits: dict[str, dict[str, network.DegreeFit]], data: Path, path
     plt.close(fig)
 
 
+def vllm_tables_facts(fits: dict[str, Fit], attention: dict[str, AttentionFit] | None = None) -> dict[str, Any]:
+    """The GPUs whose GEMMs or attention are fitted to kernel tables measured inside vLLM
+    (aiconfigurator's): the tables, the attention fits per GPU and group, the GEMM fixed times,
+    knees and the GEMM points beyond ±20 %; ``attention``: :func:`des.tools.architectures.fit_attention_all`
+    (None: fitted here)."""
+    attention = arch.fit_attention_all(DATA, fits) if attention is None else attention
+    rows = []
+    for gpu, att in attention.items():
+        for name, g in att.groups.items():
+            factors = ", ".join(f"{f}={format_factor(f, getattr(att.efficiency, f))}" for f in g.factors)
+            rows.append(
+                f"| {gpu} ({att.gpu.architecture}) | {att.profile.label} | {name} | {len(g.points):,} | "
+                f"{100 * g.median_abs_error:.1f} % | {100 * g.max_abs_error:.0f} % | {factors} |"
+            )
+    gemm = {gpu: fit for gpu, fit in fits.items() if "gemm" in fit.labels}
+    beyond = []
+    for gpu, fit in gemm.items():
+        pts = fit.groups["gemm"].points
+        far = np.abs(pts["predicted"] / pts["measured"] - 1) > 0.2
+        beyond.append(f"{int(far.sum())} of {len(pts):,} ({gpu})")
+    tables = sorted({f.labels["gemm"] for f in gemm.values()} | {a.profile.label for a in attention.values()})
+    vidur = [g for g, f in fits.items() if str(getattr(f.profile, "label", "")).startswith("Vidur") and g not in gemm]
+    return {
+        "vllm_tables": "; ".join(tables),
+        "vllm_gemm_gpus": ", ".join(gemm),
+        "vllm_attention_gpus": ", ".join(attention),
+        "attention_table": "\n".join(rows),
+        "gemm_fixed": ", ".join(f"{fits[g].efficiency.gemm_fixed * 1e6:.2f} µs ({g})" for g in gemm),
+        "gemm_beyond": ", ".join(beyond),
+        "knees": ", ".join(f"{fit.efficiency.gemm_knee:.2f} ({g})" for g, fit in fits.items()),
+        "vidur_gemm_gpus": ", ".join(vidur),
+    }
+
+
 def provenance_facts() -> dict[str, Any]:
     """Which catalog GPUs are fitted, carried over or transferred, and from what: one bullet
     per basis the catalog states (its GPUs listed), as the catalog has it."""
@@ -791,7 +830,11 @@ def provenance_facts() -> dict[str, Any]:
             f"{n} ({catalog.gpu(n).architecture}, {(catalog.gpu(n).memory_type or '').upper()})" for n in moved
         )
         or "none",
-        "profiled_list": "; ".join(f"{p.architecture}: {p.gpu} ({p.folder.split('/')[0]})" for p in arch.PROFILED),
+        "profiled_list": "; ".join(
+            [f"{p.architecture}: {p.gpu} ({p.folder.split('/')[0]})" for p in arch.PROFILED]
+            + [f"{p.architecture}'s GEMMs: {p.gpu} ({p.folder.split('/')[0]})" for p in arch.GEMM_PROFILED]
+            + [f"{p.architecture}'s attention: {p.gpu} ({p.folder.split('/')[0]})" for p in arch.ATTENTION_PROFILED]
+        ),
         "h20_basis": catalog.gpu("h20").efficiency.basis,
     }
 
@@ -850,6 +893,7 @@ def facts(
         fit_facts(fit)
         | composition_facts(fit)
         | architecture_facts(fits)
+        | vllm_tables_facts(fits)
         | blackwell_facts(fits)
         | moe_facts(moe_fit_of(DATA) if moe is None else moe)
         | network_facts(collectives_of(DATA) if nets is None else nets)
