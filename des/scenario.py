@@ -32,14 +32,14 @@ from pydantic import (
 )
 
 from des import catalog
-from des.catalog.memory import GraphCapture, MemoryPlan, with_native
+from des.catalog.memory import GraphCapture, MemoryPlan, longest_sequence, with_native
 from des.catalog.precision import Precision
 from des.catalog.prices import PriceBook
 from des.catalog.quantization import unsupported
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.config import MAX_TIME, DuplicateKey, Flag, Seconds, Strict, load_yaml, plausible_latency
 from des.cost import COST_MODELS, CostConfig, RooflineConfig
-from des.cost.frontend import FrontendSpec, Serving
+from des.cost.frontend import DEFAULT_FRONTEND, FrontendSpec, Serving
 from des.cost.uncertainty import RunHardware, factor_sources, no_uncertainty_note
 from des.dotted import deep_copy, set_dotted
 from des.engine.deployment import ClusterConfig, PoolSpec, in_words_written, normalise, written_as
@@ -317,6 +317,9 @@ class Scenario(Strict):
                     f"({memory.fitting_blocks} blocks) left on {pool.tp} x {pool.gpu.name} "
                     "(vLLM would run out of memory allocating them)"
                 )))  # fmt: skip
+            short = self._context_problem(i, pool, memory)
+            if short is not None:
+                found.append(short)
             resolved.append(ResolvedPool(pool, memory, proposer))
         if found:
             raise ScenarioError(list(dict.fromkeys(found)))
@@ -376,6 +379,42 @@ class Scenario(Strict):
                 )))  # fmt: skip
         return found
 
+    def _context_problem(self, i: int, pool: PoolLayout, memory: MemoryPlan) -> tuple[str, str] | None:
+        """vLLM's refusal to start when the KV cache cannot hold one sequence of
+        ``max_model_len`` tokens (``_check_enough_kv_cache_memory`` in
+        ``vllm/v1/core/kv_cache_utils.py``), in its words and with its estimate of the
+        longest length that fits (:func:`des.catalog.memory.longest_sequence`), or None.
+        (Continuous batching only: a static batch is no vLLM engine.)"""
+        model, policy = self.model, pool.policy
+        if not isinstance(policy, ContinuousSettings):
+            return None
+        context = min(policy.max_model_len or model.max_model_len, model.max_model_len)
+        step = policy.token_budget or policy.profile_tokens
+        fits = longest_sequence(memory, model, self.precision, step, context)
+        if fits >= context:
+            return None
+        where = "" if len(self.cluster.pools) == 1 else f" of the {pool.role} pool"
+        gib, per = 1 << 30, memory.tp
+        if memory.pp == 1:
+            need = memory.block_size * memory.kv_bytes_per_token * -(-context // memory.block_size)
+            quoted = (
+                f"'To serve at least one request with the models's max seq len ({context}), ({need / per / gib:.2f} "
+                f"GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({(memory.budget - memory.non_kv) / per / gib:.2f} GiB).'"
+            )
+        else:
+            quoted = f"'To serve at least one request with the models's max seq len ({context}), ...'"
+        estimate = (
+            f"the estimated maximum model length is {fits}: set max_model_len to {fits} or less"
+            if fits > 0
+            else "no length fits"
+        )
+        return self._setting(i, "max_model_len"), (
+            f"{context} tokens (the context{where}) do not fit the KV cache left on {pool.tp} x {pool.gpu.name} "
+            f"({memory.fitting_blocks * memory.block_size:,} tokens in all): vLLM refuses to start ({quoted} Based "
+            f"on the available memory, {estimate}, or raise gpu_memory_utilization)"
+        )
+
     def _draft_too_big(self, pool: PoolLayout, proposer: Proposer, message: str) -> tuple[str, str]:
         """The problem of a model that fits alone but not with its speculative ``proposer``
         (the memory plan's ``message`` about both): at the proposer's key, as the draft's."""
@@ -409,7 +448,10 @@ class Scenario(Strict):
     def _layout(self) -> Layout:
         cost = self.cost_model
         graphs = cost.graphs if isinstance(cost, RooflineConfig) else GraphCapture()
-        return self.cluster.layout(self.scheduler, self.speculative, self.gpu, graphs)
+        frontend = self.serving.frontend if self.serving is not None else DEFAULT_FRONTEND
+        return self.cluster.layout(
+            self.scheduler, self.speculative, self.gpu, graphs, frontend, self.model.max_model_len
+        )
 
     @property
     def deployment(self) -> Deployment:

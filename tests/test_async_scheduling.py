@@ -103,7 +103,8 @@ def test_the_prefill_pool_of_a_split_admits_as_the_engine_does(tmp_path):
     """A 3000-token prompt takes two chunks of a 2048-token budget on the prefill
     instance; a request reaching it during the first chunk shares the second chunk's
     step without async scheduling, and with it waits for the step after."""
-    sched = {"kind": "disaggregated", "kv_transfer": {"bandwidth": 1e10}}
+    # the budget stated: the LLM class's default on a 4090 is 8192 (the prompt would take one step)
+    sched = {"kind": "disaggregated", "kv_transfer": {"bandwidth": 1e10}, "max_num_batched_tokens": 2048}
     for async_scheduling in (True, False):
         lone = trace(tmp_path, [(0.0, 3000, 4)], async_scheduling, sched)
         start, end = steps_of(lone, instance=0)

@@ -313,9 +313,15 @@ def test_the_comparison_reports_preemptions_and_kv_capacity_beside_the_latencies
     )
 
 
+#: The logs are of a Llama-3.1-8B server on an RTX 4090 started with --max-model-len 32768 (server.log):
+#: its 131,072-token context does not fit there, and vLLM (so des) would not start with it.
+LEN = ["scheduler.max_model_len=32768"]
+LEN_CLI = ["--set", LEN[0]]
+
+
 def test_without_a_scenario_the_replay_runs_on_the_gpu_and_model_the_log_names(tmp_path):
     measured = read_measured(FIXTURES / "bench-serve-concurrency.json")
-    cmp = compare(measured)
+    cmp = compare(measured, None, LEN)
     assert (cmp.scenario.gpu.name, cmp.scenario.model.name) == ("rtx4090", "llama-3.1-8b")
     assert cmp.scenario.workload.arrival.max_concurrency == 2
     sim = des.simulate(cmp.scenario).requests.sort_values("arrival_time")
@@ -345,7 +351,7 @@ def test_catalog_model_of_a_hugging_face_id(model_id, name):
 
 def test_the_written_scenario_reruns_the_closed_loop_replay(tmp_path):
     out = tmp_path / "cmp"
-    done = des_cli("compare", str(FIXTURES / "bench-serve-concurrency.json"), "--out", str(out), cwd=tmp_path)
+    done = des_cli("compare", str(FIXTURES / "bench-serve-concurrency.json"), *LEN_CLI, "--out", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"scenario  {out / 'scenario.yaml'}" in done.stdout
     written = yaml.safe_load((out / "scenario.yaml").read_text())
@@ -364,7 +370,7 @@ def test_des_compare_in_a_terminal(tmp_path):
     out = tmp_path / "tty"
     status, text = in_pty(
         ["compare", str(FIXTURES / "bench-serve-concurrency.json"), "--server-log", str(FIXTURES / "metrics.txt"),
-         "--out", str(out)],
+         *LEN_CLI, "--out", str(out)],
         cwd=tmp_path,
     )  # fmt: skip
     plain = ANSI.sub("", text)
@@ -377,7 +383,7 @@ def test_des_compare_in_a_terminal(tmp_path):
     piped = tmp_path / "pipe"
     done = des_cli(
         "compare", str(FIXTURES / "bench-serve-concurrency.json"), "--server-log", str(FIXTURES / "metrics.txt"),
-        "--out", str(piped), cwd=tmp_path,
+        *LEN_CLI, "--out", str(piped), cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     for name in ("comparison.json", "trace.csv", "scenario.yaml"):
@@ -403,9 +409,9 @@ def test_a_model_the_catalog_lacks_is_not_replayed_as_another_unasked(tmp_path):
     assert message.startswith(f"{str(path)!r}: its model_id 'nonexistent/Model-1T' is no catalog model"), message
     assert "--set model=NAME" in message and "qwen2.5-7b" in message and "a SCENARIO" in message
     # --set model gives the one to replay on: no note
-    assert compare(measured, None, ["gpu=rtx4090", "model=llama-3.1-8b"]).notes == []
+    assert compare(measured, None, ["gpu=rtx4090", "model=llama-3.1-8b", *LEN]).notes == []
     # a SCENARIO naming a model: replayed on it, with a note saying so
-    own = _write(tmp_path / "s.yaml", yaml.safe_dump({"model": "llama-3.1-8b"}))
+    own = _write(tmp_path / "s.yaml", yaml.safe_dump({"model": "llama-3.1-8b", "scheduler": {"max_model_len": 32768}}))
     cmp = compare(measured, own)
     assert cmp.scenario.model.name == "llama-3.1-8b"
     assert cmp.notes == [
@@ -435,11 +441,11 @@ def test_a_log_naming_no_gpu_or_model_warns_that_the_default_is_compared(tmp_pat
     ]
     # a log naming its model (bench-serve.json: Llama-3.1-8B-Instruct) but no GPU
     named = read_measured(FIXTURES / "bench-serve.json")
-    assert compare(named).notes == [
+    assert compare(named, None, LEN).notes == [
         "the log names no GPU; comparing against the default scenario's rtx4090: "
         "give what it ran on with --set gpu=NAME, or a SCENARIO"
     ]
-    assert compare(named, None, ["gpu=h100-80gb"]).notes == []
+    assert compare(named, None, ["gpu=h100-80gb", *LEN]).notes == []
     own = _write(tmp_path / "s.yaml", yaml.safe_dump({"gpu": "h100-80gb", "model": "qwen2.5-7b"}))
     assert compare(measured, own).notes == []
     done = des_cli("compare", str(FIXTURES / "request-records.jsonl"), "--json", "--out", str(tmp_path / "o"))

@@ -92,7 +92,8 @@ def fast_gpu_scenario(frontend: str, extra: tuple[str, ...] = ()) -> des.Scenari
                 "prompt_tokens": {"dist": "fixed", "value": 64},
                 "output_tokens": {"dist": "fixed", "value": 100},
             },
-            "scheduler": {"kind": "continuous", "max_num_seqs": 256},
+            # stated: vLLM's defaults differ by front-end (the LLM class's token budget is twice vllm serve's)
+            "scheduler": {"kind": "continuous", "max_num_seqs": 256, "max_num_batched_tokens": 2048},
             "serving": {"frontend": frontend},
         },
         list(extra),

@@ -29,10 +29,11 @@ from des.plan.vllm_args import (
     VLLM_SERVE_FLAGS,
 )
 
-#: The engine settings every command states (des's defaults, as the default scenario sets them).
+#: The engine settings every command states (the default scenario leaves the batching settings and the
+#: memory share to `vllm serve`'s defaults on an RTX 4090: des.engine.defaults).
 ENGINE = [
     "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--data-parallel-size", "1",
-    "--max-num-seqs", "128", "--max-num-batched-tokens", "2048", "--gpu-memory-utilization", "0.92",
+    "--max-num-seqs", "256", "--max-num-batched-tokens", "2048", "--gpu-memory-utilization", "0.9",
     "--block-size", "16", "--max-model-len", "32768", "--enable-chunked-prefill", "--enable-prefix-caching",
     "--max-cudagraph-capture-size", "512",
 ]  # fmt: skip
@@ -42,7 +43,7 @@ MOE_H100 = ["gpu=h100-80gb", "model=qwen3-30b-a3b"]
 DISAGGREGATED = [
     "scheduler.kind=disaggregated",
     "scheduler.decode.instances=2",
-    "scheduler.decode.max_num_seqs=256",
+    "scheduler.decode.max_num_seqs=512",
     "scheduler.prefill.enable_prefix_caching=false",
 ]
 
@@ -124,7 +125,7 @@ def test_disaggregated_commands() -> None:
     assert (decode.role, decode.instances, decode.gpu) == ("decode", 2, "rtx4090")
     no_caching = [a if a != "--enable-prefix-caching" else "--no-enable-prefix-caching" for a in ENGINE]
     assert prefill.argv == ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", *no_caching, *NIXL]
-    more_seqs = [a if a != "128" else "256" for a in ENGINE]
+    more_seqs = [a if a != "256" else "512" for a in ENGINE]
     assert decode.argv == ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", *more_seqs, *NIXL]
     for cmd in (prefill, decode):
         assert "toy_proxy_server.py" in cmd.note and "first_token_from" in cmd.note
@@ -263,7 +264,11 @@ def test_api_servers_per_data_parallel_engine() -> None:
         ),
         (["model={base: qwen2.5-7b, num_layers: 20}"], "model", "num_layers differs"),
         (["model={base: qwen2.5-7b, num_layers: 20}", "precision.weights=int4-awq"], "model", "its variants"),
-        (["model=llama-3.1-8b", "precision.weights=int4-awq"], "precision.weights", "only to fp8"),
+        (
+            ["model=llama-3.1-8b", "scheduler.max_model_len=32768", "precision.weights=int4-awq"],
+            "precision.weights",
+            "only to fp8",
+        ),
         (
             ["scheduler.kind=disaggregated", "scheduler.kv_transfer={mode: push}"],
             "scheduler.kv_transfer.mode",

@@ -22,10 +22,12 @@ from des.catalog.memory import (
     capture_sizes,
     forward_activation_bytes,
     graph_pool_bytes,
+    one_sequence_bytes,
     plan_memory,
     sampler_bytes,
 )
 from des.catalog.specs import GPUSpec, ModelSpec
+from des.errors import ScenarioError
 from des.render.run import memory_line
 from tests.helpers import des_cli
 
@@ -85,6 +87,42 @@ def test_llama_8b_on_a_4090_plans_the_kv_cache_vllm_0_19_reported(llama):
     assert abs(plan.kv_capacity_tokens / VLLM_019_TOKENS - 1) <= 0.01  # +0.73 % (was +4.5 %)
 
 
+def test_llama_8b_on_an_h100_at_vllm_serves_1024_sequences_plans_each_term_as_vllm_code_does():
+    """`vllm serve` on a GPU of 70 GiB or more runs 1024 sequences and 8192 tokens a step at
+    utilization 0.9 (vLLM 0.19.1's EngineArgs.get_batch_defaults); each term of the plan is
+    vLLM's formula (vllm/v1/worker/gpu_worker.py determine_available_memory,
+    vllm/utils/mem_utils.py memory_profiling, gpu_model_runner.py profile_run and
+    _dummy_sampler_run, vllm/v1/sample/)."""
+    sc = des.load_scenario(None, ["gpu=h100-80gb", "model=llama-3.1-8b", "scheduler.max_model_len=32768"])
+    policy = sc.layout.pools[0].policy
+    assert (policy.max_batch, policy.profile_tokens, policy.gpu_memory_utilization) == (1024, 8192, 0.9)
+    plan = sc.memory_plan()
+    total, vocab, h, inter, sms = 85_520_809_984, 128_256, 4096, 14_336, 132
+    # requested memory, ceil(total x 0.9) (vllm/v1/worker/utils.py request_memory)
+    assert plan.budget == math.ceil(total * 0.9)
+    # weights as loading them grew torch's allocation (model_memory_usage), the rotary cache with them
+    assert plan.weights == 2 * 8_030_261_248 and plan.rope_cache == 131_072 * 128 * 2
+    # the dummy forward over max_num_batched_tokens tokens: the MLP's widest point, bf16
+    assert plan.forward_peak == 8192 * 2 * (2 * h + 3 * inter)
+    # the sampler on min(8192, 1024) rows (_dummy_run's num_reqs): bf16 logits of the LM head,
+    # their fp32 copy (Sampler.forward), the softmax probabilities and the exponential noise
+    # (forward_native, random_sample), the Triton top-k/top-p buffer of min(next_pow2(min(132,
+    # 1024)), 132) rows; still held: the forward's 8192 hidden states, the 1024 gathered ones
+    # and their torch.rand_like stand-in
+    rows = 1024
+    logits = rows * vocab * 2 + 3 * rows * vocab * 4 + sms * vocab * 4
+    held = (8192 + 2 * rows) * h * 2
+    assert plan.sampler_peak == logits + held == 1_990_283_264  # 1.85 GiB
+    # the torch peak increase is the larger: the forward's intermediates are freed before sampling
+    assert plan.activations == plan.sampler_peak > plan.forward_peak
+    # non-torch growth after the post-NCCL baseline: the catalog's 1 GiB (no longer 2 GiB on an H100)
+    assert plan.runtime_reserve == GIB
+    assert not plan.graph_pool_charged  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS off in 0.19
+    left = plan.budget - plan.weights - plan.rope_cache - plan.sampler_peak - GIB
+    assert plan.num_blocks == left // (131_072 * 16) == 27_566  # get_num_blocks: available // page size
+    assert plan.kv_capacity_tokens == 441_056  # 53.8 GiB of KV
+
+
 def test_a_larger_token_budget_raises_the_forward_peak_past_the_sampler(llama):
     g, m = llama
     base = serve(g, m)
@@ -140,6 +178,7 @@ def test_cuda_graphs_are_estimated_as_vllm_profiles_them(llama):
 
 def test_scenario_engine_settings_reach_the_memory_plan():
     sets = ["model=llama-3.1-8b", "scheduler.max_num_seqs=256", "scheduler.gpu_memory_utilization=0.9"]
+    sets += ["scheduler.max_model_len=32768"]  # as the reported server ran: 131,072 tokens do not fit
     plan = des.load_scenario(None, sets).memory_plan()
     assert plan.kv_capacity_tokens == 41_712
     eager = des.load_scenario(None, [*sets, "cost_model.enforce_eager=true"]).memory_plan()
@@ -148,6 +187,8 @@ def test_scenario_engine_settings_reach_the_memory_plan():
     assert charged.graph_pool_charged and charged.num_blocks < plan.num_blocks
     bigger = des.load_scenario(None, [*sets, "scheduler.max_num_batched_tokens=8192"]).memory_plan()
     assert bigger.num_blocks < plan.num_blocks
+    # left out, the settings are `vllm serve`'s on a card under 70 GiB: the same plan
+    assert des.load_scenario(None, ["model=llama-3.1-8b", "scheduler.max_model_len=32768"]).memory_plan() == plan
 
 
 def test_tensor_parallel_gpus_each_hold_the_whole_sampler_and_a_share_of_the_mlp(llama):
@@ -180,7 +221,11 @@ def test_des_run_prints_the_memory_plan_and_refuses_a_bad_graph_setting(tmp_path
     assert res.returncode == 0, res.stderr
     row = next(line for line in res.stdout.splitlines() if line.startswith("memory"))
     assert "weights 14.19" in row and "activation peak" in row and "runtime reserve 1.00" in row
-    assert "(122,352 tokens)" in row and "CUDA graphs" in row
+    assert "(108,576 tokens)" in row and "CUDA graphs" in row
+    # the default scenario leaves the engine settings to what `vllm serve` runs on a 4090, and says so
+    defaults = next(line for line in res.stdout.splitlines() if line.startswith("defaults"))
+    assert "gpu_memory_utilization 0.9, max_num_batched_tokens 2048, max_num_seqs 256" in defaults
+    assert "vLLM 0.19.1's defaults for vllm serve" in defaults and "rtx4090" in defaults
     bad = des_cli("run", "--out", str(tmp_path / "bad"), "--set", "cost_model.estimate_cudagraph_memory=maybe")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "cost_model.estimate_cudagraph_memory" in bad.stderr and "Traceback" not in bad.stderr
@@ -191,3 +236,43 @@ def test_kv_heads_are_replicated_when_gpus_outnumber_them():
     per_token = [plan_memory(g, m, tp=tp).kv_bytes_per_token for tp in (1, 2, 8, 16)]
     assert per_token == [m.kv_bytes_per_token()] * 3 + [2 * m.kv_bytes_per_token()]
     assert plan_memory(g, m, tp=16).num_blocks < 2 * plan_memory(g, m, tp=8).num_blocks
+
+
+def test_a_context_the_kv_cache_cannot_hold_once_is_refused_as_vllm_refuses_it(tmp_path):
+    """vLLM will not start when one max_model_len sequence's KV exceeds what is left
+    (kv_cache_utils._check_enough_kv_cache_memory); it names the longest length that fits
+    (estimate_max_model_len). Llama-3.1-8B's 131,072 tokens need 16 GiB; a 4090 leaves 5.09."""
+    with pytest.raises(ScenarioError) as info:
+        des.load_scenario(None, ["model=llama-3.1-8b"])
+    ((where, message),) = info.value.problems
+    assert where == "scheduler.max_model_len"
+    assert "max seq len (131072), (16.00 GiB KV cache is needed" in message
+    assert "available KV cache memory (5.09 GiB)" in message
+    assert "the estimated maximum model length is 41712" in message  # 2,607 blocks of 16
+    # the estimate is the longest that starts: 41,712 tokens fit, one more does not
+    assert des.load_scenario(None, ["model=llama-3.1-8b", "scheduler.max_model_len=41712"]).memory_plan()
+    with pytest.raises(ScenarioError, match="41713 tokens"):
+        des.load_scenario(None, ["model=llama-3.1-8b", "scheduler.max_model_len=41713"])
+    # a pool's own limit is named where it is written
+    pools = ["model=llama-3.1-8b", "cluster.pools.0.scheduler.max_model_len=65536"]
+    with pytest.raises(ScenarioError) as info:
+        des.load_scenario(None, pools)
+    assert info.value.problems[0][0] == "cluster.pools.0.scheduler.max_model_len"
+    # the command line: one line naming the field, exit status 2, no traceback
+    res = des_cli("run", "--out", str(tmp_path / "run"), "--set", "model=llama-3.1-8b")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert "scheduler.max_model_len" in res.stderr and "41712" in res.stderr
+
+
+def test_one_sequence_needs_what_vllm_counts_per_layer_kind():
+    """max_memory_usage_bytes of vllm/v1/kv_cache_interface.py: full attention holds the whole
+    length; a sliding window (window - 1 + step) tokens plus one block; chunked local
+    attention (chunk + step) tokens; never more than the length."""
+    full, win = 1000, 10
+    assert one_sequence_bytes(100, 16, full, 0, None, False, 2048) == 7 * 16 * full
+    # sliding window of 128 with steps of 2048: ceil(2175 / 16) + 1 = 137 blocks
+    assert one_sequence_bytes(32768, 16, full, win, 128, False, 2048) == 2048 * 16 * full + 137 * 16 * win
+    # chunked local attention of 8192: ceil(10240 / 16) = 640 blocks
+    assert one_sequence_bytes(32768, 16, full, win, 8192, True, 2048) == 2048 * 16 * full + 640 * 16 * win
+    # a short sequence holds its length on the windowed layers too (plus the sliding block)
+    assert one_sequence_bytes(100, 16, full, win, 128, False, 2048) == 7 * 16 * full + 8 * 16 * win

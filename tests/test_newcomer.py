@@ -187,7 +187,8 @@ def test_a_colocated_scenario_switches_to_a_split_by_unsetting_its_cluster():
 def test_null_unsets_only_keys_that_take_no_null():
     sc = des.load_scenario(None, ["horizon.duration=null", "horizon.num_requests=50", "scheduler.max_model_len=null"])
     assert sc.horizon.duration is None and sc.scheduler.max_model_len is None  # null is their own value
-    assert des.load_scenario(None, ["scheduler.max_num_seqs=null"]).scheduler.max_batch == 128  # unset: default
+    unset = des.load_scenario(None, ["scheduler.max_num_seqs=null"])  # unset: vllm serve's default on a 4090
+    assert unset.resolved()["scheduler"]["max_num_seqs"] is None and unset.layout.pools[0].policy.max_batch == 256
     with pytest.raises(des.ScenarioError):
         des.load_scenario(None, ["workload.arrival.rate=null"])  # required: nothing to fall back to
 

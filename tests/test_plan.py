@@ -125,6 +125,8 @@ def test_the_cli_writes_the_plan_and_says_why_cheaper_ones_failed(tmp_path):
     proc = des_cli(
         "plan", "--rate", "20", "--slo", "ttft_p99<=2", "--gpus", "rtx4090,l40s", "--max-gpus", "2",
         "--no-splits", "--set", "horizon.duration=120", "--set", "warmup=20", "--out", str(out), "--json",
+        # stated: at vllm serve's 256 sequences one L40S already carries 20 req/s
+        "--set", "scheduler.max_num_seqs=128", "--set", "scheduler.gpu_memory_utilization=0.92",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     body = json.loads(proc.stdout)

@@ -90,6 +90,9 @@ SPLIT = [
     "workload.output_tokens={dist: geometric, mean: 128}",
     "horizon={duration: 200, drain: false}",
     "warmup=25",
+    # the engine the numbers below were measured with (the default scenario leaves it to vLLM's defaults)
+    "scheduler.max_num_seqs=128",
+    "scheduler.gpu_memory_utilization=0.92",
 ]
 
 

@@ -428,7 +428,10 @@ def test_a_variant_naming_another_model_runs_it_in_its_own_format(tmp_path):
     # the base's precision is its model's own (bf16): a variant switching to gpt-oss-20b
     # gets gpt-oss's MXFP4; one that names a precision keeps it; a base that pins a
     # precision of its own passes it on
-    base = {**md1(), "cost_model": {"kind": "roofline"}, "scheduler": {"kind": "continuous"}}
+    # gpt-oss-20b with every weight in fp8 (20.6 GiB) fits a 4090 at 0.92 and 128 sequences, not
+    # at vllm serve's 0.9 and 256 (a larger sampler peak), and its KV cache holds one sequence of 992 tokens
+    engine = {"kind": "continuous", "gpu_memory_utilization": 0.92, "max_num_seqs": 128, "max_model_len": 512}
+    base = {**md1(), "cost_model": {"kind": "roofline"}, "scheduler": engine}
     study = {"name": "s", "base": base, "variants": {"own": {}, "oss": {"model": "gpt-oss-20b"},
              "fp8": {"model": "qwen3-8b", "precision": {"weights": "fp8"}}}}  # fmt: skip
     runs = {r.variant: r.scenario for r in load_study(study, tmp_path).runs}

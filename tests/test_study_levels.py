@@ -15,7 +15,15 @@ from tests.helpers import SCENARIOS, des_cli
 BASE: dict[str, Any] = {
     "name": "levels",
     "base": str(SCENARIOS / "qwen7b-4090-poisson.yaml"),
-    "set": {"horizon.duration": 40, "warmup": 5, "horizon.drain": False},
+    "set": {
+        "horizon.duration": 40,
+        "warmup": 5,
+        "horizon.drain": False,
+        # the engine these tests count probes and settings by (the default scenario leaves it to vLLM's defaults)
+        "scheduler.max_num_seqs": 128,
+        "scheduler.max_num_batched_tokens": 2048,
+        "scheduler.gpu_memory_utilization": 0.92,
+    },
 }
 SPLITS = {
     "continuous-x4": {"cluster.replicas": 4, "cluster.router": "least_outstanding"},

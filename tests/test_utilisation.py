@@ -74,7 +74,9 @@ def test_static_batches_have_no_token_budget():
 
 def test_utilisation_grows_with_load_where_gpu_busy_saturates_early():
     def at(rate: float) -> dict:
-        sc = des.load_scenario(None, ["horizon.duration=120", "warmup=20", f"workload.arrival.rate={rate}"])
+        # 128 sequences: at 12 req/s they fill more than half their slots (vllm serve's 256 would not)
+        sets = ["horizon.duration=120", "warmup=20", f"workload.arrival.rate={rate}", "scheduler.max_num_seqs=128"]
+        sc = des.load_scenario(None, sets)
         return des.simulate(sc).summary
 
     low, mid, high = at(1), at(6), at(12)

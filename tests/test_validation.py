@@ -155,7 +155,10 @@ def test_a_measurement_carries_the_engine_settings_it_names():
     sc = v.one_request_scenario(eager)
     assert sc.cost_model.model_dump()["enforce_eager"] is True and sc.scheduler.gpu_memory_utilization == 1.0
     plain = v.one_request_scenario(eager.model_copy(update={"set": {}}))
-    assert plain.cost_model.model_dump()["enforce_eager"] is False and plain.scheduler.gpu_memory_utilization < 1
+    assert (
+        plain.cost_model.model_dump()["enforce_eager"] is False
+        and plain.layout.pools[0].policy.gpu_memory_utilization < 1
+    )
 
 
 def test_write_replaces_only_the_table(tmp_path):

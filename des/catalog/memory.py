@@ -16,14 +16,22 @@ subtracts
   requests, then ``_dummy_sampler_run`` on the ``R`` last hidden states: the LM head's
   bf16 logits, their fp32 copy, the softmax probabilities and the exponential noise of
   ``random_sample`` (``R × vocab`` each), and the Triton top-k/top-p kernel's per-program
-  buffer (``min(R, SMs) × vocab`` fp32, ``sample/ops/topk_topp_triton.py``). The
+  buffer (``min(R, SMs) × vocab`` fp32, ``sample/ops/topk_topp_triton.py``), all held at
+  once (``Sampler.forward``, ``TopKTopPSampler.forward_native``: the dummy run asks for
+  top-k and top-p, so every row goes through them). Below 8 rows PyTorch sorts instead (fp32
+  values and int64 indices); FlashInfer's sampler (opt-in, ``VLLM_USE_FLASHINFER_SAMPLER=1``)
+  would skip the probabilities and the noise, and is not modelled. At ``max_num_seqs`` 1024
+  (``vllm serve`` on a GPU of 70 GiB or more) this is vLLM's largest activation term. The
   forward's own peak is the gated MLP's: residual and normed input (``2 h``), the
   gate/up product (``2 I``) and its SiLU-and-mul (``I``) per token. The larger of the
   two is the peak;
 - the **runtime reserve**: memory that grew outside PyTorch's allocator while the engine
   started (vLLM's "non-torch memory": kernel images loaded on first use, library handles).
-  It depends on the driver and libraries, not on the model's shapes, so it is a per-GPU
-  constant of the catalog (``runtime_reserve_bytes``, whose entry says where it comes from);
+  Its baseline snapshot is taken after the CUDA context exists and the NCCL communicators
+  are built and warmed up (``Worker.init_device``), so neither is in it, and cuBLAS's
+  workspaces come from PyTorch's allocator. What is left is the process's software, not a
+  share of the GPU's memory nor a function of the model's shapes: a catalog constant
+  (``runtime_reserve_bytes``, 1 GiB on every GPU, whose rtx4090 entry says where it comes from);
 - the **CUDA graph pool**, only when vLLM is told to (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``,
   off in 0.19, the default from 0.21): ``profile_cudagraph_memory`` captures the largest
   size first (its pool holds that step's activations) and charges every further graph at
@@ -349,7 +357,7 @@ def plan_memory(
     model: ModelSpec,
     *,
     precision: Precision | None = None,
-    gpu_memory_utilization: float = 0.92,
+    gpu_memory_utilization: float = 0.9,
     block_size: int = 16,
     max_num_batched_tokens: int = 2048,
     max_num_seqs: int = 128,
@@ -422,6 +430,50 @@ def plan_memory(
         tp, budget, weights, rope, forward * tp, sampler * tp, reserve, pool, graphs.charged,
         kv_per_token, block_size, int(blocks), fitting, window_bytes,
     )  # fmt: skip
+
+
+def one_sequence_bytes(
+    length: int, block_size: int, full_bytes: int, window_bytes: int, window: int | None, chunked: bool, step: int
+) -> int:
+    """Bytes of KV one sequence of ``length`` tokens may hold at once, as vLLM counts them
+    when it checks that one sequence of ``max_model_len`` fits (``max_memory_usage_bytes`` of
+    each layer's spec, ``vllm/v1/kv_cache_interface.py``): full-attention layers
+    (``full_bytes`` a token) ``ceil(length / block_size)`` blocks; sliding-window layers
+    (``window_bytes`` a token) ``ceil(min(window - 1 + step, length) / block_size) + 1`` blocks
+    (the window plus a step of ``step`` tokens, ``max_num_batched_tokens``, not aligned to a
+    block); chunked local attention ``ceil(min(window + step, length) / block_size)``."""
+    blocks = -(-length // block_size)
+    total = blocks * block_size * full_bytes
+    if window_bytes and window is not None:
+        held = min(window + step if chunked else window - 1 + step, length)
+        total += (-(-held // block_size) + (0 if chunked else 1)) * block_size * window_bytes
+    return total
+
+
+def longest_sequence(plan: MemoryPlan, model: ModelSpec, precision: Precision, step: int, limit: int) -> int:
+    """The longest ``max_model_len`` (tokens, at most ``limit``) one sequence of which the
+    memory ``plan`` leaves for KV holds: vLLM's ``estimate_max_model_len`` (a binary search
+    over :func:`one_sequence_bytes`, ``vllm/v1/core/kv_cache_utils.py``), which it names when
+    it refuses to start because one ``max_model_len`` sequence does not fit (``step``: the
+    engine's ``max_num_batched_tokens``). Over pipeline stages, the tightest stage's blocks."""
+    bs = plan.block_size
+    if plan.pp > 1 or model.window is None:
+        return min(limit, plan.fitting_blocks * bs)  # every layer full: blocks of the tightest worker
+    available = plan.budget - plan.non_kv
+    window_bytes = kv_layer_bytes(model, precision, plan.tp) * model.window_layers
+    full_bytes = plan.kv_bytes_per_token if plan.window_kv_bytes else plan.kv_bytes_per_token - window_bytes
+    chunked = model.attention_chunk_size is not None
+
+    def fits(length: int) -> bool:
+        return one_sequence_bytes(length, bs, full_bytes, window_bytes, model.window, chunked, step) <= available
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
 
 
 def _plan_stages(
@@ -509,4 +561,6 @@ __all__ = [
     "profile_peak_bytes",
     "graph_pool_bytes",
     "capture_sizes",
+    "one_sequence_bytes",
+    "longest_sequence",
 ]

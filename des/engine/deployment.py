@@ -89,6 +89,8 @@ from des.catalog.kv_link import default_link, transfer_bandwidth
 from des.catalog.memory import GraphCapture
 from des.catalog.specs import GPUSpec, KVPath
 from des.config import Strict
+from des.cost.frontend import DEFAULT_FRONTEND
+from des.engine.defaults import engine_defaults
 from des.engine.layout import MAX_INSTANCES, All2AllBackend, Layout, LinkLayout, Parallelism, PoolLayout
 from des.engine.policy import Role
 from des.engine.router import RouterName
@@ -256,29 +258,46 @@ class ClusterConfig(Strict):
         return self.kv_transfer if self.kv_transfer is not None else KVTransferConfig()
 
     def layout(
-        self, policy: PolicyKind, speculative: SpeculativeConfig | None, gpu: GPUSpec, graphs: GraphCapture
+        self,
+        policy: PolicyKind,
+        speculative: SpeculativeConfig | None,
+        gpu: GPUSpec,
+        graphs: GraphCapture,
+        frontend: str = DEFAULT_FRONTEND,
+        max_model_len: int | None = None,
     ) -> Layout:
         """The engine's layout: each pool with its policy (``policy`` with the pool's settings
-        over it, and ``speculative``), on its GPUs (``gpu`` where it names none)."""
-        pools = tuple(
-            PoolLayout(
-                ENGINE_ROLE[p.role],
-                p.instances,
-                policy.policy(p.overrides, speculative),
-                p.gpu or gpu,
-                p.tp,
-                cast(str, p.router),
-                graphs,
-                p.parallel,
-                p.autoscaler,
-                cast(str, p.name),
-            )  # fmt: skip
-            for p in self.pools
-        )
+        over it, and ``speculative``), on its GPUs (``gpu`` where it names none). Continuous
+        batching's settings that neither gives take the defaults of the vLLM entry point
+        ``frontend`` stands for on the pool's GPU (:mod:`des.engine.defaults`; contexts of
+        the pool's ``max_model_len``, else of ``max_model_len``, the model's), resolved here
+        once and recorded on the pool (:attr:`PoolLayout.defaults`)."""
+        pools = []
+        for p in self.pools:
+            on = p.gpu or gpu
+            applied = None
+            if policy.kind == "continuous" and max_model_len is not None:
+                given = policy.given(p.overrides)
+                applied = engine_defaults(given, on, frontend, given.get("max_model_len") or max_model_len)
+            pools.append(
+                PoolLayout(
+                    ENGINE_ROLE[p.role],
+                    p.instances,
+                    policy.policy(p.overrides, speculative, applied.values if applied else None),
+                    on,
+                    p.tp,
+                    cast(str, p.router),
+                    graphs,
+                    p.parallel,
+                    p.autoscaler,
+                    cast(str, p.name),
+                    applied,
+                )  # fmt: skip
+            )
         if not self.split:
-            return Layout(pools)
+            return Layout(tuple(pools))
         t = self.transfer
-        return Layout(pools, t.link(pools[0], pools[1]), t.first_token_from)
+        return Layout(tuple(pools), t.link(pools[0], pools[1]), t.first_token_from)
 
 
 # -- the old shapes --------------------------------------------------------------------

@@ -44,13 +44,14 @@ if TYPE_CHECKING:
 class CacheConfig(Strict):
     """KV-cache sizing of an instance, as vLLM's engine arguments (sizes in tokens).
 
-    ``gpu_memory_utilization``: share of each GPU's memory the engine may use;
+    ``gpu_memory_utilization``: share of each GPU's memory the engine may use (vLLM's
+    ``CacheConfig`` default, 0.9);
     ``num_gpu_blocks_override``: fix the block count (once the model fits);
     ``max_model_len``: context limit (default: the model's).
     """
 
     block_size: int = Field(16, ge=1)
-    gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     max_model_len: int | None = Field(None, ge=1)
     num_gpu_blocks_override: int | None = Field(None, ge=1)
 

@@ -20,6 +20,7 @@ from des.catalog.memory import GraphCapture, MemoryPlan, plan_memory
 from des.catalog.precision import Precision
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.uncertainty import FactorSource
+from des.engine.defaults import AppliedDefaults
 from des.engine.policy import PolicyConfig, Role
 from des.engine.scaling import MAX_INSTANCES as AUTOSCALED_MAX
 from des.engine.scaling import AutoscalerConfig
@@ -62,7 +63,9 @@ class PoolLayout:
     ``gpu`` each, playing ``role`` with batching ``policy``, capturing the CUDA graphs
     ``graphs``; ``router`` picks a server, vLLM's data-parallel balancing a rank within it.
     With an ``autoscaler``, ``instances`` serve at t = 0 and the autoscaler sets how many
-    serve after (:mod:`des.engine.autoscaler`). ``name``: the scenario's name of the pool."""
+    serve after (:mod:`des.engine.autoscaler`). ``name``: the scenario's name of the pool;
+    ``defaults``: which of ``policy``'s settings the scenario left out and vLLM's defaults
+    filled (:mod:`des.engine.defaults`)."""
 
     role: Role
     instances: int
@@ -74,6 +77,7 @@ class PoolLayout:
     parallel: Parallelism = Parallelism()
     autoscaler: AutoscalerConfig | None = None
     name: str = ""
+    defaults: AppliedDefaults | None = None  # the engine settings vLLM's defaults filled (None: none looked up)
 
     @property
     def dp(self) -> int:
@@ -174,6 +178,17 @@ class Deployment:
     def memory_plans(self) -> list[MemoryPlan]:
         """One instance's KV cache of each pool, in pool order."""
         return [p.memory for p in self.pools]
+
+    @property
+    def engine_defaults(self) -> str:
+        """Which engine settings vLLM's defaults filled, and why, pool by pool (one line;
+        "none" when every setting was given or the policy is not vLLM's)."""
+        lines = [
+            (f"{p.layout.name}: " if len(self.pools) > 1 else "") + p.layout.defaults.describe()
+            for p in self.pools
+            if p.layout.defaults is not None and p.layout.defaults.values
+        ]
+        return "; ".join(lines) or "none"
 
     @property
     def finishing(self) -> ResolvedPool:

@@ -58,7 +58,9 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     disaggregated serving); utilisation measures every step against its own instance.
     The last keys qualify the stability verdict (:mod:`des.metrics.verdict`);
     ``factor_provenance`` is the least-fitted provenance of the run's GPUs' step-time
-    factors (:func:`des.cost.uncertainty.run_provenance`).
+    factors (:func:`des.cost.uncertainty.run_provenance`); ``engine_defaults`` says which
+    engine settings the scenario left to vLLM's defaults, their values and why
+    (:mod:`des.engine.defaults`).
     """
     from des.cost.uncertainty import run_provenance
 
@@ -88,6 +90,7 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
     summary.update(itl_metrics(gap_logs(cluster), scenario.warmup, end))
     summary.update(second_token_metrics(requests.loc[measured_mask(requests, scenario.warmup, end)]))
     summary["factor_provenance"] = run_provenance(scenario.deployment.factors)
+    summary["engine_defaults"] = scenario.deployment.engine_defaults
     prices = scenario.price_book()
     slo = scenario.slo
     windows = windows_table(

@@ -25,8 +25,9 @@ catalog has no such checkpoint of) cannot be launched and is a :class:`ScenarioE
 **The engine settings, always stated.** The command states every setting des simulates
 with whose vLLM default could differ, so that it reproduces the simulated engine whatever
 vLLM's defaults (which move between releases and with the hardware: ``max_num_seqs`` and
-``max_num_batched_tokens`` default by GPU and entry point, ``gpu_memory_utilization`` to
-0.9 where des's is 0.92): ``--tensor-parallel-size``, ``--pipeline-parallel-size``,
+``max_num_batched_tokens`` default by GPU and entry point; a setting the scenario leaves out
+is the value des resolved from vLLM 0.19.1's defaults, :mod:`des.engine.defaults`):
+``--tensor-parallel-size``, ``--pipeline-parallel-size``,
 ``--data-parallel-size``, ``--max-num-seqs``, ``--max-num-batched-tokens``,
 ``--gpu-memory-utilization``, ``--block-size``, ``--max-model-len`` (the pool's limit, else
 the catalog model's: vLLM would take ``max_position_embeddings`` from the config, which can

@@ -312,6 +312,8 @@ def summary_rows(sc: Scenario, result: Result) -> list[tuple[str, str]]:
     rows.append(engine)
     for pool in pools:
         rows.append(("memory" if len(pools) == 1 else f"{pool.layout.role} memory", memory_line(pool.memory)))
+    if sc.deployment.engine_defaults != "none":
+        rows.append(("defaults", sc.deployment.engine_defaults))
     rows += rest
     if result.windows is not None and s.get("windows_breached"):
         rows.append(("SLO missed", breach_spans(result.windows)))

@@ -245,10 +245,10 @@ def comparison(cmp: Comparison, out_dir: Path) -> None:
         + f"; arrivals from {m.get('arrivals', '?')}",
         highlight=False,
     )
-    s = sc.scheduler
+    s = sc.layout.pools[0].policy  # the settings the engine ran (vLLM's defaults filling those left out)
     console.print(
         f"des       {sc.cluster.pools[0].instances} x {sc.cluster.pools[0].tp} x {sc.gpu.name}, {sc.model.name}, "
-        f"{s.kind} batching "
+        f"{sc.scheduler.kind} batching "
         f"(max {s.max_batch} sequences, {s.profile_tokens:,}-token budget), {sc.cost_model.kind} cost"
         + (f"; {cmp.rejected:,} requests rejected" if cmp.rejected else ""),
         highlight=False,

@@ -31,8 +31,18 @@ class PolicyKind(Protocol):
     @property
     def kind(self) -> str: ...
 
-    def policy(self, overrides: Mapping[str, Any], speculative: SpeculativeConfig | None) -> PolicyConfig:
-        """One pool's settings: ``overrides`` over these, with ``speculative``."""
+    def given(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings a pool states: ``overrides`` over the ones set here."""
+        ...
+
+    def policy(
+        self,
+        overrides: Mapping[str, Any],
+        speculative: SpeculativeConfig | None,
+        defaults: Mapping[str, Any] | None = None,
+    ) -> PolicyConfig:
+        """One pool's settings: ``overrides`` over these, over ``defaults`` (what fills the
+        settings neither gives), with ``speculative``."""
         ...
 
 

@@ -79,7 +79,10 @@ from des.engine.schedulers.decoding import DECODING, LEFT, DecodingSet, Seq
 
 
 class ContinuousBatching(CacheConfig):
-    """vLLM-style engine arguments of continuous batching. Sizes in tokens."""
+    """vLLM-style engine arguments of continuous batching, as an engine runs them. Sizes in
+    tokens. The defaults are vLLM's ``SchedulerConfig`` dataclass's (128 sequences, 2048
+    tokens), which no vLLM entry point runs: a scenario's unset values are filled by
+    :mod:`des.engine.defaults` (``vllm serve``'s or the ``LLM`` class's, by GPU)."""
 
     max_num_seqs: int = Field(128, ge=1, le=MAX_BATCH)
     max_num_batched_tokens: int = Field(2048, ge=1)

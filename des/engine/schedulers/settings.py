@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from des.engine.kvcache import BlockManager
-from des.engine.policy import Role
+from des.engine.policy import MAX_BATCH, Role
 from des.engine.schedulers.continuous import ContinuousBatching, ContinuousScheduler
 from des.engine.schedulers.speculating import SpeculativeScheduler
 from des.engine.speculative import SpeculativeConfig
@@ -44,11 +45,28 @@ class ContinuousSettings(ContinuousBatching):
 
 
 class ContinuousConfig(ContinuousBatching):
-    """Continuous batching (the scenario's ``scheduler``: every pool's policy)."""
+    """Continuous batching (the scenario's ``scheduler``: every pool's policy). As vLLM's
+    ``EngineArgs``, ``max_num_seqs``, ``max_num_batched_tokens`` and
+    ``gpu_memory_utilization`` left out (None) take the entry point's and GPU's defaults
+    when a pool is resolved (:func:`des.engine.defaults.engine_defaults`)."""
 
     kind: Literal["continuous"] = "continuous"
+    max_num_seqs: int | None = Field(None, ge=1, le=MAX_BATCH)  # type: ignore[assignment]
+    max_num_batched_tokens: int | None = Field(None, ge=1)  # type: ignore[assignment]
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # type: ignore[assignment]
 
-    def policy(self, overrides: Mapping[str, Any], speculative: SpeculativeConfig | None) -> ContinuousSettings:
-        """A pool's settings: ``overrides`` over these, with ``speculative`` (validated as one)."""
-        own = self.model_dump(exclude={"kind"})
-        return ContinuousSettings.model_validate({**own, **overrides, "speculative": speculative})
+    def given(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings a pool states: ``overrides`` (the pool's own) over the ones set here."""
+        return {**self.model_dump(exclude={"kind"}, exclude_none=True), **overrides}
+
+    def policy(
+        self,
+        overrides: Mapping[str, Any],
+        speculative: SpeculativeConfig | None,
+        defaults: Mapping[str, Any] | None = None,
+    ) -> ContinuousSettings:
+        """A pool's settings: ``overrides`` over these, over ``defaults`` (what fills the
+        settings neither gives), with ``speculative`` (validated as one)."""
+        return ContinuousSettings.model_validate(
+            {**(defaults or {}), **self.given(overrides), "speculative": speculative}
+        )

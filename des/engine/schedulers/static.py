@@ -62,9 +62,17 @@ class StaticConfig(CacheConfig):
         """None: a padded batch runs its rows in lockstep, and does not speculate."""
         return None
 
-    def policy(self, overrides: Mapping[str, Any], speculative: object = None) -> StaticConfig:
+    def given(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings a pool states: ``overrides`` (the pool's own) over every one here."""
+        return {**self.model_dump(exclude={"kind"}), **overrides}
+
+    def policy(
+        self, overrides: Mapping[str, Any], speculative: object = None, defaults: Mapping[str, Any] | None = None
+    ) -> StaticConfig:
         """A pool's settings: ``overrides`` over these (validated as one). (``speculative``:
-        refused for static batching by the scenario, :mod:`des.engine.features`.)"""
+        refused for static batching by the scenario, :mod:`des.engine.features`;
+        ``defaults``: unused, a static batch is no vLLM entry point's and its own defaults
+        apply.)"""
         return self.model_validate({**self.model_dump(), **overrides}) if overrides else self
 
     def build(
