@@ -337,7 +337,7 @@ def catalog_facts(model: ModelSpec) -> dict[str, Any]:
             f"| {name} | {origin} | {f['decode_batch1_tok_s']:.1f} | {f['prefill_2048_s'] * 1e3:.0f} | "
             f"{f['decode_64x1024_s'] * 1e3:.1f} | {rep.kv_capacity(utilization):,} | none found |"
         )
-    return {"gpu_table": "\n".join(table), "utilization": utilization}
+    return {"gpu_table": "\n".join(table), "utilization": utilization, "memory_settings": CostReport.memory_settings()}
 
 
 def _pct(x: float) -> str:
