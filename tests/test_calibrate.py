@@ -188,7 +188,7 @@ def test_the_report_is_current_and_fails_when_the_catalog_drifts(tmp_path, monke
 
     out = report.main(["--out", str(tmp_path)])
     assert out.read_text() == (ROOT / "reports" / "calibration.md").read_text(), "run python -m analysis.calibration"
-    figures = ("fit", "residuals", "vidur", "roofline", "gpus")
+    figures = ("fit", "residuals", "vidur", "roofline", "gpus", "blackwell", "moe", "pcie")
     for png in (f"calibration_{f}.png" for f in figures):
         assert (tmp_path / png).stat().st_size > 30_000, png
     real_gpu = catalog.gpu
@@ -211,6 +211,20 @@ def test_the_report_is_current_and_fails_when_the_catalog_drifts(tmp_path, monke
 
 
 # --- the report's facts (analysis/calibration.py) -----------------------------------------
+
+
+def test_the_report_checks_the_fitted_link_costs_against_the_catalog():
+    """The PCIe fit the catalog carries is the fit of nccl_2gpu.csv; a cost 1 % off is named."""
+    import dataclasses
+
+    from analysis.calibration import DATA, collectives_of, network_drift
+
+    nets = collectives_of(DATA)
+    assert network_drift(nets) == {}
+    ((gpu, fits),) = nets.items()
+    d = fits["all_gather"]
+    moved = dataclasses.replace(d, cost=d.cost.model_copy(update={"latency": d.cost.latency * 1.01}))
+    assert set(network_drift({gpu: {**fits, "all_gather": moved}})[gpu]) == {"all_gather"}
 
 
 def test_public_facts_set_des_against_each_measurement():
