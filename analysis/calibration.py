@@ -41,6 +41,7 @@ from analysis.markdown import render
 from des import catalog
 from des.catalog.specs import ModelSpec
 from des.cost.roofline import DEFAULT_CAPTURE, Engine, build_roofline
+from des.engine.defaults import VLLM_DEFAULTS, VLLM_RELEASE
 from des.figures.tools import GROUP_TITLES, plot_fit, plot_roofline
 from des.tools import architectures as arch
 from des.tools import moe_fit, network, validation
@@ -55,7 +56,7 @@ from des.tools.calibrate import (
     model_tp_table,
     unfitted_gemm,
 )
-from des.tools.costmodel import DEFAULTS, CostReport, decode_shape, prefill_shape
+from des.tools.costmodel import CostReport, decode_shape, prefill_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
@@ -328,7 +329,8 @@ def catalog_facts(model: ModelSpec) -> dict[str, Any]:
     """The model on every catalog GPU, a table row each; its KV tokens at the engine's default
     ``gpu_memory_utilization`` (des's, as vLLM's)."""
     table = []
-    utilization = DEFAULTS.gpu_memory_utilization
+    vllm = VLLM_DEFAULTS[VLLM_RELEASE]
+    utilization = vllm.gpu_memory_utilization
     for name in catalog.gpu_names():
         rep = CostReport.build(catalog.gpu(name), model)
         f = rep.facts()
@@ -337,7 +339,15 @@ def catalog_facts(model: ModelSpec) -> dict[str, Any]:
             f"| {name} | {origin} | {f['decode_batch1_tok_s']:.1f} | {f['prefill_2048_s'] * 1e3:.0f} | "
             f"{f['decode_64x1024_s'] * 1e3:.1f} | {rep.kv_capacity(utilization):,} | none found |"
         )
-    return {"gpu_table": "\n".join(table), "utilization": utilization, "memory_settings": CostReport.memory_settings()}
+    large, small = vllm.large, vllm.small
+    settings = (
+        f"`vllm serve`'s batching defaults of vLLM {vllm.release} for each GPU: max_num_seqs "
+        f"{large.max_num_seqs['api_server']:,} and max_num_batched_tokens "
+        f"{large.max_num_batched_tokens['api_server']:,} "
+        f"on GPUs of {vllm.large_memory / 2**30:g} GiB or more (but {', '.join(n.upper() for n in vllm.small_names)}), "
+        f"{small.max_num_seqs['api_server']:,} and {small.max_num_batched_tokens['api_server']:,} on the others"
+    )
+    return {"gpu_table": "\n".join(table), "utilization": utilization, "memory_settings": settings}
 
 
 def _pct(x: float) -> str:
