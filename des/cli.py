@@ -692,7 +692,10 @@ def calibrate(
 @click.option(
     "--server-log",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="The vLLM server's log or a saved /metrics scrape: its KV cache size and preemptions.",
+    help=(
+        "The vLLM server's log or a saved /metrics scrape: its KV cache size and preemptions, and the "
+        "engine settings it ran (max_model_len, ...: the replay's where SCENARIO and --set give none)."
+    ),
 )
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override an engine field (repeatable).")
 @click.option("--seed", type=int, default=None, help="Seed (routing; arrivals drawn when RESULT has no send times).")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -524,3 +525,162 @@ def test_files_and_pipes_are_read_up_to_the_bound(tmp_path, monkeypatch):
             assert files.read_bytes(fifo) == expected
         writer.join()
         fifo.unlink()
+
+
+# -- the engine settings the server's log states ---------------------------------------------------
+
+#: A vLLM 0.11 server's start-up, as it logs it: the API server's options given on the command line
+#: (``log_non_default_args``: a Python dict), then the engine core's config line (``VllmConfig.__str__``,
+#: vllm/config/vllm.py; ``max_seq_len`` is the resolved max_model_len).
+NON_DEFAULT = (
+    "(APIServer pid=4121) INFO 11-30 10:14:05 [utils.py:233] non-default args: {'model_tag': "
+    "'meta-llama/Llama-3.1-8B-Instruct', 'model': 'meta-llama/Llama-3.1-8B-Instruct', 'max_model_len': 32768, "
+    "'gpu_memory_utilization': 0.85, 'max_num_seqs': 64, 'enable_prefix_caching': False}\n"
+)
+ENGINE_LINE = (
+    "(EngineCore_DP0 pid=4260) INFO 11-30 10:14:12 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: "
+    "model='meta-llama/Llama-3.1-8B-Instruct', speculative_config=None, tokenizer='meta-llama/Llama-3.1-8B-Instruct', "
+    "skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, tokenizer_revision=None, trust_remote_code=False, "
+    "dtype=torch.bfloat16, max_seq_len={len}, download_dir=None, load_format=auto, tensor_parallel_size={tp}, "
+    "pipeline_parallel_size=1, data_parallel_size=1, disable_custom_all_reduce=False, quantization=None, "
+    "enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, structured_outputs_config=StructuredOutputsConfig("
+    "backend='auto', disable_fallback=False, disable_any_whitespace=False, disable_additional_properties=False, "
+    "reasoning_parser=''), observability_config=ObservabilityConfig(show_hidden_metrics_for_version=None, "
+    "otlp_traces_endpoint=None, collect_detailed_traces=None), seed=0, "
+    "served_model_name=meta-llama/Llama-3.1-8B-Instruct, enable_prefix_caching=False, enable_chunked_prefill=True, "
+    'pooler_config=None, compilation_config={{"level":3,"debug_dump_path":"","cache_dir":"","backend":"",'
+    '"custom_ops":[],"splitting_ops":["vllm.unified_attention","vllm.unified_attention_with_output"],'
+    '"use_inductor":true,"compile_sizes":[],"cudagraph_mode":[2,1],"max_capture_size":512}}\n'
+)
+KV_LINE = "(EngineCore_DP0 pid=4260) INFO 11-30 10:14:44 [kv_cache_utils.py:1087] GPU KV cache size: 41,408 tokens\n"
+#: bench-serve-concurrency.json: Llama-3.1-8B-Instruct on an RTX 4090 (--metadata gpu=rtx4090).
+LLAMA_4090 = FIXTURES / "bench-serve-concurrency.json"
+
+
+def _startup(tmp_path: Path, length: int = 32768, tp: int = 1, args: str = NON_DEFAULT) -> Path:
+    return _write(tmp_path / "server.log", args + ENGINE_LINE.format(len=length, tp=tp) + KV_LINE)
+
+
+def test_the_server_log_states_the_engine_settings_it_ran(tmp_path):
+    facts = read_server_log(_startup(tmp_path))
+    assert (facts.max_model_len, facts.tensor_parallel_size, facts.kv_capacity_tokens) == (32768, 1, 41408)
+    assert (facts.enable_prefix_caching, facts.enable_chunked_prefill) == (False, True)
+    assert (facts.max_num_seqs, facts.gpu_memory_utilization) == (64, 0.85)  # from the non-default args only
+    assert facts.max_num_batched_tokens is None and facts.block_size is None  # unsaid
+    assert facts.settings() == {
+        "max_model_len": 32768,
+        "max_num_seqs": 64,
+        "gpu_memory_utilization": 0.85,
+        "enable_prefix_caching": False,
+        "enable_chunked_prefill": True,
+    }
+    # the config line (resolved at start-up) over the options; the options alone; a block size given
+    both = parse_server_log(NON_DEFAULT + ENGINE_LINE.format(len=16384, tp=2))
+    assert (both.max_model_len, both.tensor_parallel_size) == (16384, 2)
+    args = parse_server_log(
+        "INFO non-default args: {'model': 'x', 'max_num_batched_tokens': 4096, 'block_size': 32, "
+        "'enable_chunked_prefill': False, 'tensor_parallel_size': 4, 'max_model_len': 8192}\n"
+    )
+    assert (args.max_num_batched_tokens, args.block_size, args.enable_chunked_prefill) == (4096, 32, False)
+    assert (args.tensor_parallel_size, args.max_model_len, args.kv_capacity_tokens) == (4, 8192, None)
+    # vLLM's -1 ("the longest context memory holds") says nothing of the length
+    assert parse_server_log("INFO non-default args: {'max_model_len': -1, 'max_num_seqs': 8}").max_model_len is None
+    # the fixture server.log: its options and its per-request context line
+    assert read_server_log(FIXTURES / "server.log").settings() == {
+        "max_model_len": 32768,
+        "gpu_memory_utilization": 0.9,
+    }
+
+
+def test_a_llama_8b_4090_comparison_runs_with_the_logs_context_instead_of_being_refused(tmp_path):
+    with pytest.raises(ScenarioError, match="max_model_len"):
+        compare(read_measured(LLAMA_4090))  # the model's 131,072-token context: vLLM would not start
+    measured = read_measured(LLAMA_4090, server_log=_startup(tmp_path))
+    cmp = compare(measured)
+    assert (cmp.scenario.gpu.name, cmp.scenario.model.name) == ("rtx4090", "llama-3.1-8b")
+    policy = cmp.scenario.layout.pools[0].policy
+    assert cmp.scenario.scheduler.max_model_len == 32768 and policy.max_num_seqs == 64
+    assert (policy.gpu_memory_utilization, policy.enable_prefix_caching, policy.enable_chunked_prefill) == (
+        0.85,
+        False,
+        True,
+    )
+    assert cmp.from_log == {
+        "max_model_len": 32768,
+        "max_num_seqs": 64,
+        "gpu_memory_utilization": 0.85,
+        "enable_prefix_caching": False,
+        "enable_chunked_prefill": True,
+    }
+    assert len(cmp.simulated) == len(measured.completed) and cmp.notes == []
+    assert cmp.as_dict()["settings_from_server_log"].startswith("max_model_len 32,768, max_num_seqs 64")
+    # the written scenario reruns with them
+    assert cmp.rerun_scenario()["scheduler"]["max_model_len"] == 32768
+    # the command says which it took, and runs
+    done = des_cli("compare", str(LLAMA_4090), "--server-log", str(_startup(tmp_path)), "--out", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    assert "settings from the server's log (neither SCENARIO nor --set gives them): max_model_len 32,768" in " ".join(
+        done.stdout.split()
+    )
+
+
+def test_a_setting_the_user_gives_wins_over_the_log(tmp_path):
+    log = _startup(tmp_path)
+    measured = read_measured(LLAMA_4090, server_log=log)
+    cmp = compare(measured, None, ["scheduler.max_model_len=16384", "scheduler.enable_prefix_caching=true"])
+    assert cmp.scenario.scheduler.max_model_len == 16384 and cmp.scenario.layout.pools[0].policy.enable_prefix_caching
+    assert "max_model_len" not in cmp.from_log and "enable_prefix_caching" not in cmp.from_log
+    assert cmp.from_log["max_num_seqs"] == 64
+    # a SCENARIO's own, at its top level or in a pool
+    own = _write(
+        tmp_path / "s.yaml",
+        yaml.safe_dump(
+            {
+                "gpu": "rtx4090",
+                "model": "llama-3.1-8b",
+                "scheduler": {"max_model_len": 8192},
+                "cluster": {"pools": [{"name": "main", "scheduler": {"max_num_seqs": 32}}]},
+            }
+        ),
+    )
+    cmp = compare(measured, own)
+    assert cmp.scenario.scheduler.max_model_len == 8192 and cmp.scenario.layout.pools[0].policy.max_num_seqs == 32
+    assert cmp.from_log == {
+        "gpu_memory_utilization": 0.85,
+        "enable_prefix_caching": False,
+        "enable_chunked_prefill": True,
+    }
+    # without a SCENARIO the embedded default's block size (16) is no user's: the log's wins
+    flat = parse_server_log("INFO non-default args: {'block_size': 32, 'max_model_len': 16384}")
+    assert compare(replace(measured, server=flat)).scenario.scheduler.block_size == 32
+
+
+def test_a_log_without_engine_settings_changes_nothing(tmp_path):
+    plain = read_measured(LLAMA_4090)
+    kv_only = read_measured(LLAMA_4090, server_log=_write(tmp_path / "kv.log", KV_LINE))
+    assert kv_only.server is not None
+    assert kv_only.server.settings() == {} and kv_only.server.tensor_parallel_size is None
+    a, b = compare(plain, None, LEN), compare(kv_only, None, LEN)
+    assert b.from_log == {} and b.notes == a.notes
+    assert a.rerun_scenario() == b.rerun_scenario()
+    pd.testing.assert_frame_equal(a.simulated, b.simulated)
+    with pytest.raises(ScenarioError, match="max_model_len"):
+        compare(kv_only)  # still refused: the log does not say what context the server ran
+
+
+def test_a_gpu_count_the_log_states_is_checked_not_changed(tmp_path):
+    measured = read_measured(LLAMA_4090, server_log=_startup(tmp_path, tp=2))
+    cmp = compare(measured)
+    assert [p.tp for p in cmp.scenario.cluster.pools] == [1]
+    assert cmp.notes == [
+        "the server log states tensor_parallel_size 2, the replay runs 1 GPU(s) per instance "
+        "(kept: give the server's with --set cluster.pools.0.tp=2, or a SCENARIO)"
+    ]
+    assert compare(measured, None, ["cluster.pools.0.tp=2"]).notes == []
+    # a context beyond the replay's model (the server ran another): kept the model's, said so
+    qwen = compare(measured, None, ["model=qwen2.5-7b", "gpu=h100-80gb", "cluster.pools.0.tp=2"])
+    assert "max_model_len" in qwen.from_log  # qwen2.5-7b's context is 32,768: the log's fits
+    longer = read_measured(LLAMA_4090, server_log=_startup(tmp_path, length=65536))
+    kept = compare(longer, None, ["model=qwen2.5-7b", "gpu=h100-80gb"])
+    assert "max_model_len" not in kept.from_log
+    assert "the server log's max_model_len 65,536 is longer than qwen2.5-7b's 32,768-token context" in kept.notes[0]

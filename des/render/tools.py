@@ -260,6 +260,11 @@ def comparison(cmp: Comparison, out_dir: Path) -> None:
         )
     if measured.server is not None:
         console.print(f"server    {measured.server.source}: KV cache size and preemptions as it states them")
+    if cmp.from_log:
+        console.print(
+            f"settings  from the server's log (neither SCENARIO nor --set gives them): {cmp.from_log_text()}",
+            highlight=False,
+        )
     console.print("\n".join(f"factors   {line}" for line in factor_lines(sc)), highlight=False)
     table = Table(title="measured against des (error = des / measured - 1)", title_justify="left")
     for col in ("metric", "measured", "des", "error"):

@@ -43,6 +43,17 @@ per instance in tokens and blocks (des's memory plan; the server's ``GPU KV cach
 line, ``cache_config_info`` or ``--metadata``). These are compared, never fitted to:
 nothing in a measured run feeds des's parameters.
 
+What the server was started with is configuration, not a measurement: the engine settings
+its log states (``--server-log``: ``max_model_len``, ``max_num_seqs``,
+``max_num_batched_tokens``, ``gpu_memory_utilization``, ``block_size``,
+``enable_prefix_caching``, ``enable_chunked_prefill``;
+:meth:`~des.workload.formats.vllm_server_log.ServerFacts.settings`) are the replay's where
+neither the SCENARIO nor ``--set`` gives them (:func:`log_settings`), so a server started
+with ``--max-model-len 32768`` is replayed with that context, not refused for the model's
+own; the command says which it took (:attr:`Comparison.from_log`). The log's
+``tensor_parallel_size`` is only checked against the replay's GPUs per instance: a
+mismatch is a warning, the deployment stays the scenario's.
+
 :func:`compare` returns a :class:`Comparison`; :func:`write_comparison` writes its files
 with the figure the command draws (:func:`des.figures.tools.plot_cdfs`), and the command
 shows it (:func:`des.render.tools.comparison`).
@@ -56,7 +67,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -66,7 +77,7 @@ from des.workload.formats.files import NestedTooDeep, data_suffix, json_value, u
 from des.workload.formats.request_log import read_request_log
 from des.workload.formats.vllm_bench import read_vllm_bench
 from des.workload.formats.vllm_records import looks_like_records, looks_like_spans, read_otel_spans, read_vllm_records
-from des.workload.formats.vllm_server_log import ServerFacts, read_server_log
+from des.workload.formats.vllm_server_log import SETTINGS, ServerFacts, read_server_log
 
 ARG = "RESULT"
 FORMATS = ("auto", "vllm-bench", "vllm-records", "otel", "csv", "jsonl")
@@ -286,6 +297,7 @@ class Comparison:
     scenario: Any
     engine: pd.DataFrame = field(default_factory=pd.DataFrame)  # preemptions, KV capacity: same columns
     notes: list[str] = field(default_factory=list)  # what the replay's GPU and model rest on (engine_notes)
+    from_log: dict[str, Any] = field(default_factory=dict)  # engine settings the replay took from --server-log
 
     def errors(self) -> dict[str, float]:
         """The latency and throughput errors by metric (the engine facts: :meth:`engine_facts`)."""
@@ -309,11 +321,16 @@ class Comparison:
             "simulated_completed": len(self.simulated),
             "simulated_rejected": self.rejected,
             **{f"meta_{k}": v for k, v in self.measured.meta.items() if isinstance(v, str | int | float | bool)},
+            **({"settings_from_server_log": self.from_log_text()} if self.from_log else {}),
         }
         rows = [*self.table.itertuples(index=False), *self.engine.itertuples(index=False)]
         table = {f"{r.metric}_{col}": getattr(r, col) for r in rows for col in
                  ("measured", "simulated", "error")}  # fmt: skip
         return {**facts, **table}
+
+    def from_log_text(self) -> str:
+        """The settings taken from the server's log, ``key value`` comma-separated ('' if none)."""
+        return ", ".join(f"{k} {v:,}" if type(v) is int else f"{k} {v}" for k, v in self.from_log.items())
 
     def trace_csv(self) -> str:
         """The replayed requests as a trace (:func:`trace_csv`)."""
@@ -474,16 +491,108 @@ def catalog_model(model_id: object) -> str | None:
     return None
 
 
-def replay_scenario(measured: Measured, scenario: Path | None, overrides: Iterable[str], trace: Path) -> Any:
+def _keys(value: Any) -> set[str]:
+    """Every key of the mappings in ``value``, however deep (lists walked too)."""
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _keys(v)}
+    return set()
+
+
+def _given_settings(measured: Measured, scenario: Path | None, overrides: Iterable[str]) -> tuple[set[str], str, Any]:
+    """What the user decided of the engine: the batching settings the SCENARIO (its
+    ``scheduler`` or any pool's) or ``--set`` (any key ending in one, or a mapping holding it)
+    gives; the scheduler kind; and the model the replay runs (as the scenario names it)."""
+    from des.scenario import default_scenario_path, parse_override, read_yaml
+
+    data = read_yaml(scenario) if scenario is not None else {}
+    given = _keys(data.get("scheduler")) | _keys(data.get("cluster"))
+    base = data if scenario is not None else read_yaml(default_scenario_path())
+    sched = base.get("scheduler")
+    kind = sched.get("kind", "continuous") if isinstance(sched, dict) else "continuous"
+    model = base.get("model") if scenario is not None else dict(named_engine(measured)).get("model", base.get("model"))
+    for text in overrides:
+        key, value = parse_override(text)
+        parts = key.split(".")
+        if parts[0] in ("scheduler", "cluster"):
+            given |= {parts[-1]} | _keys(value)
+        if key == "scheduler.kind" or (key == "scheduler" and isinstance(value, dict) and "kind" in value):
+            kind = value if key == "scheduler.kind" else value["kind"]
+        if key == "model":
+            model = value
+    return given, str(kind), model
+
+
+def log_settings(
+    measured: Measured, scenario: Path | None, overrides: Iterable[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """The engine settings of the server's log (``--server-log``) the replay takes: those the
+    SCENARIO and ``--set`` leave out (a value the user gives wins), of the scheduler kind the
+    replay runs (static batching has no ``max_num_seqs``...); and a note for each the replay
+    cannot take (a context beyond the model's: the server ran another model)."""
+    from des.catalog import resolve
+    from des.engine.schedulers import SCHEDULERS
+
+    stated = measured.server.settings() if measured.server is not None else {}
+    if not stated:
+        return {}, []
+    overrides = list(overrides)
+    given, kind, model = _given_settings(measured, scenario, overrides)
+    try:
+        fields = set(cast(Any, SCHEDULERS.get(kind)).model_fields)
+    except (KeyError, ValueError):
+        return {}, []  # an unknown kind: the scenario's validation says so
+    taken = {k: v for k, v in stated.items() if k not in given and k in fields}
+    notes = []
+    limit = taken.get("max_model_len")
+    if limit is not None and isinstance(model, str):
+        try:
+            context = resolve("models", model).get("max_model_len")
+        except ValueError:
+            context = None  # an unknown model: the scenario's validation says so
+        if isinstance(context, int) and limit > context:
+            del taken["max_model_len"]
+            notes.append(
+                f"the server log's max_model_len {limit:,} is longer than {model}'s {context:,}-token context, "
+                "so the replay keeps its own (did the server run another model?)"
+            )
+    return {k: taken[k] for k in SETTINGS if k in taken}, notes
+
+
+def tp_notes(measured: Measured, sc: Any) -> list[str]:
+    """A warning when the server's log states another GPU count per engine
+    (``tensor_parallel_size``) than the replay's pools run: des keeps the scenario's deployment."""
+    tp = measured.server.tensor_parallel_size if measured.server is not None else None
+    if tp is None:
+        return []
+    ran = sorted({p.tp for p in sc.cluster.pools})
+    if ran == [tp]:
+        return []
+    return [
+        f"the server log states tensor_parallel_size {tp}, the replay runs {' and '.join(map(str, ran))} GPU(s) "
+        f"per instance (kept: give the server's with --set cluster.pools.0.tp={tp}, or a SCENARIO)"
+    ]
+
+
+def replay_scenario(
+    measured: Measured,
+    scenario: Path | None,
+    overrides: Iterable[str],
+    trace: Path,
+    settings: dict[str, Any] | None = None,
+) -> Any:
     """The scenario that replays the measured requests (written to ``trace``) on the given engine:
     ``scenario`` (or, without one, the embedded default on the GPU and model the log names),
-    then ``overrides``."""
+    with ``settings`` (the server log's, :func:`log_settings`) as its ``scheduler``'s, then
+    ``overrides``."""
     from des.scenario import load_scenario, parse_override
 
     check_unnamed(measured, scenario, overrides)
     items: list[str | tuple[str, Any]] = []
     if scenario is None:
         items += [("name", f"replay of {measured.path.name}"), *named_engine(measured)]
+    items += [(f"scheduler.{k}", v) for k, v in (settings or {}).items()]
     for text in overrides:
         key, value = parse_override(text)
         if key.split(".")[0] in FROM_RESULT:
@@ -511,8 +620,10 @@ def compare(
         items = list(overrides)
         if seed is not None:
             items.append(f"seed={seed}")
-        sc = replay_scenario(measured, scenario, items, Path(tmp) / "requests.csv")
-        notes = engine_notes(measured, scenario, items, sc)
+        check_unnamed(measured, scenario, items)
+        taken, notes = log_settings(measured, scenario, items)
+        sc = replay_scenario(measured, scenario, items, Path(tmp) / "requests.csv", taken)
+        notes = engine_notes(measured, scenario, items, sc) + notes + tp_notes(measured, sc)
         result = simulate(sc)
     sim, rejected = simulated_rows(result.requests)
     engine = engine_table(measured, result.summary, sc)
@@ -533,7 +644,7 @@ def compare(
     ]
     table = pd.DataFrame(rows)
     table["error"] = [error(s, m) for s, m in zip(table["simulated"], table["measured"], strict=True)]
-    return Comparison(measured, sim, rejected, table, sc, engine, notes)
+    return Comparison(measured, sim, rejected, table, sc, engine, notes, taken)
 
 
 def engine_table(measured: Measured, summary: dict[str, Any], scenario: Any) -> pd.DataFrame:

@@ -27,7 +27,7 @@ UTF-8 with or without a byte order mark.
   OpenTelemetry spans (OTLP/JSON);
 - :mod:`des.workload.formats.request_log`: a CSV or JSONL of one row per request;
 - :mod:`des.workload.formats.vllm_server_log`: not requests but the server's KV cache
-  size and preemptions, from its log or a ``/metrics`` scrape.
+  size, preemptions and engine settings, from its log or a ``/metrics`` scrape.
 
 Each returns a pandas DataFrame with one row per request (``arrival_time``,
 ``prompt_tokens``, ``output_tokens``, ``ttft``, ``e2e``, ``tpot``, ``itl``, ``success``;
