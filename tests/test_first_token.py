@@ -119,7 +119,7 @@ def hand_ttft(scn: des.Scenario, prompt: int) -> float:
     pool = scn.layout.pools[0]
     cost = scn.cost_model.build(CostContext(pool.gpu, scn.model, scn.precision, pool.tp, fe))
     assert isinstance(cost, Roofline)
-    budget = scn.scheduler.token_budget
+    budget = pool.policy.token_budget  # the pool's, vLLM's default where the scenario gives none
     assert budget is not None
     chunks = []
     for prior in range(0, prompt, budget):  # chunked prefill: one chunk a step

@@ -480,9 +480,12 @@ def test_costmodel_command(tmp_path):
     png = tmp_path / "roof.png"
     out = des_cli("costmodel", "--gpu", "rtx4090", "--model", "qwen2.5-7b", "--plot", str(png))
     assert out.returncode == 0, out.stderr
-    # 122,352 KV tokens at 0.92 (122,448 before the memory plan took the rotary cache and
-    # vLLM's sampler buffers from its code: tests/test_memory.py)
-    assert "ridge" in out.stdout and "122,352" in out.stdout and "decode step" in out.stdout
+    # 108,576 KV tokens at 0.90 with vllm serve's defaults on a 24 GiB card (256 sequences,
+    # 2,048 tokens a step): the default scenario's plan (tests/test_memory.py pins its terms)
+    plan = des.load_scenario(None).memory_plan()
+    assert plan.kv_capacity_tokens == 108_576
+    assert "ridge" in out.stdout and f"{plan.kv_capacity_tokens:,} tokens at gpu_memory_utilization 0.90" in out.stdout
+    assert "max_num_seqs 256: vllm serve's defaults" in out.stdout and "decode step" in out.stdout
     assert "activation peak" in out.stdout and "runtime reserve" in out.stdout
     assert png.stat().st_size > 20_000
     bad = des_cli("costmodel", "--gpu", "v100")
