@@ -39,7 +39,8 @@ DEFAULT_FRACTIONS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1)
 
 def run(doc: Mapping[str, Any], report: Report) -> dict[str, Any]:
     """Simulate the scenario ``doc``: its summary (``summary.json``'s keys), the lines
-    ``des run`` prints above its latency table, the table, and the scenario's warnings."""
+    ``des run`` prints above its latency table, the table, the scenario's warnings, and the
+    engine settings vLLM's defaults filled in each pool (``engine_defaults``, resolved)."""
     sc = load_scenario(doc)
     t0 = time.perf_counter()
 
@@ -56,6 +57,10 @@ def run(doc: Mapping[str, Any], report: Report) -> dict[str, Any]:
             "rows": [[name, *(fmt(s.get(f"{name}_{c}")) for c in LATENCY_COLUMNS)] for name in LATENCY_ROWS],
         },
         "warnings": scenario_warnings(sc),
+        # the engine settings each pool left out and vLLM's defaults filled, resolved (pool order)
+        "engine_defaults": [
+            dict(p.layout.defaults.values) if p.layout.defaults is not None else {} for p in sc.deployment.pools
+        ],
         "wall": time.perf_counter() - t0,
     }
 

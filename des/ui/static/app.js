@@ -395,6 +395,21 @@ function settings(m) {
   return `${kind || ""}: ${words(rest).slice(1, -1)}`;
 }
 
+// A scheduler mapping with the settings vLLM's defaults filled put first, each marked:
+// "max_num_seqs 256 (vLLM default)". Pools filled alike share the marks; pools filled
+// differently get theirs after the scheduler's own settings ("vLLM defaults {prefill {...}}").
+const DEFAULTED = ["max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization"];
+function resolved(scheduler, filled, pools) {
+  const {kind, ...rest} = scheduler;
+  const first = filled[0] || {};
+  if (filled.every((f) => JSON.stringify(f) === JSON.stringify(first))) {
+    const marked = Object.fromEntries(DEFAULTED.concat(Object.keys(first).filter((k) => !DEFAULTED.includes(k)))
+      .filter((k) => k in first && !(k in rest)).map((k) => [k, `${first[k]} (vLLM default)`]));
+    return {kind, ...marked, ...rest};
+  }
+  return {kind, ...rest, "vLLM defaults": Object.fromEntries(filled.map((f, i) => [pools[i]?.role || `pool ${i}`, f]))};
+}
+
 function pinCell(p, key) {
   if (!p) return "";
   const rows = Object.fromEntries(p.result.rows);
@@ -402,7 +417,7 @@ function pinCell(p, key) {
   if (key === "scheduler") {  // the policy, and a split's pools
     const pools = getPath(p.doc, "cluster.pools") || [];
     const split = pools.length > 1 ? "; pools " + pools.map((q) => `${q.role} {instances ${q.instances ?? 1}}`).join(", ") : "";
-    return settings(p.doc.scheduler || {kind: "continuous"}) + split;
+    return settings(resolved(p.doc.scheduler || {kind: "continuous"}, p.result.engine_defaults || [], pools)) + split;
   }
   if (key === "capacity") return p.sweep ? p.sweep.result.capacity : "(no sweep)";
   return fmt(p.result.summary[key]);
