@@ -5,18 +5,22 @@ des records steps and requests, not tokens; a request's token times follow from 
 A step that starts at ``t`` and lasts ``d`` emits, at ``t + d``, one token for every
 sequence in it that decodes (DESIGN.md), and a sequence takes part in at most one step
 at a time, so a decoding request emits at most one token per step of the instance it
-decodes on. Its first token comes at ``first_token_time`` (the end of the step that
-completed its prompt, on the prefill instance when disaggregated); its other
-``output_tokens - 1`` tokens come at ends of steps of its decode instance that start
-at or after
+decodes on. The requests table dates tokens at the client: a token reaches it the
+serving front-end's way out (:attr:`des.cost.frontend.FrontendSpec.egress`, ``egress``
+here: :func:`way_out` reads it off the run's scenario) after the end of the step that
+emitted it, so ``first_token_time`` and ``finish_time`` are step ends plus ``egress``, and
+the token times below are too. Its first token comes at ``first_token_time`` (the end
+of the step that completed its prompt, on the prefill instance when disaggregated, plus
+``egress``); its other ``output_tokens - 1`` tokens come at ends of steps of its decode
+instance (plus ``egress``) that start at or after
 
-- ``first_token_time`` when colocated (the next step of the same instance), or
+- ``first_token_time - egress`` when colocated (the next step of the same instance), or
 - ``transfer_end`` when disaggregated (a transferred request joins the decode batch at
   the next step boundary after its KV has arrived; under async scheduling, when a step
   was running as it arrived, the batch after that step was already formed, and it joins
   the one after: that first step is not its),
 
-and end at or before ``finish_time``. When exactly ``output_tokens - 1`` such steps
+and end at or before ``finish_time - egress``. When exactly ``output_tokens - 1`` such steps
 exist, the request emitted a token at the end of each of them, and those ends are its
 token times. That is what the continuous scheduler does for a request that is never
 preempted (checked against des.engine.schedulers.continuous): running requests are
@@ -51,6 +55,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+import des
 from analysis.common import PALETTE, Sweep, config_style, num_gpus, save, style
 from des.engine.deployment import serving_kind
 
@@ -61,10 +66,18 @@ HEAVY_PREFILL = 1024
 EPS = 1e-9
 
 
-def token_times(request: pd.Series, steps: pd.DataFrame) -> np.ndarray:
-    """The times at which ``request`` emitted its tokens (first token first), from its
-    run's steps table; ValueError when they cannot be told from the tables (see the
-    module docstring): the request was preempted, starved of a step, or not completed."""
+def way_out(scenario: dict) -> float:
+    """Seconds from the end of a token's step to its client in a run of ``scenario`` (a run
+    folder's resolved scenario): its serving front-end's egress, 0 without one."""
+    frontend = des.load_scenario(scenario).frontend
+    return frontend.egress if frontend is not None else 0.0
+
+
+def token_times(request: pd.Series, steps: pd.DataFrame, egress: float = 0.0) -> np.ndarray:
+    """The times at which ``request``'s tokens reached its client (first token first), from
+    its run's steps table and ``egress``, the run's :func:`way_out`; ValueError when they
+    cannot be told from the tables (see the module docstring): the request was preempted,
+    starved of a step, or not completed."""
     rid = int(request["request_id"])
     if request["status"] != "completed":
         raise ValueError(f"request {rid} did not complete ({request['status']})")
@@ -72,8 +85,8 @@ def token_times(request: pd.Series, steps: pd.DataFrame) -> np.ndarray:
         raise ValueError(f"request {rid} was preempted {int(request['preemptions'])} times and recomputed")
     split = int(request.get("decode_instance", -1)) >= 0 and np.isfinite(request.get("transfer_end", np.nan))
     instance = int(request["decode_instance"] if split else request["instance"])
-    start = float(request["transfer_end"] if split else request["first_token_time"])
-    finish = float(request["finish_time"])
+    start = float(request["transfer_end"] if split else request["first_token_time"] - egress)
+    finish = float(request["finish_time"]) - egress
     own = steps[steps["instance"] == instance]
     ends = (own["start"] + own["duration"]).to_numpy(float)
     sel = (own["start"].to_numpy(float) >= start - EPS) & (ends <= finish + EPS)
@@ -92,12 +105,13 @@ def token_times(request: pd.Series, steps: pd.DataFrame) -> np.ndarray:
             f"request {rid}: {later.size} steps of instance {instance} in its decode span for its "
             f"{need} tokens after the first: it sat some out, so its token times are not in the tables"
         )
-    return np.concatenate([[float(request["first_token_time"])], later])
+    return np.concatenate([[float(request["first_token_time"])], later + egress])
 
 
 @dataclass
 class Trace:
-    """One run's view of the followed request: its token times and the long prompts."""
+    """One run's view of the followed request: its token times (at the client, ``egress``
+    after the ends of the steps that emitted them) and the long prompts."""
 
     label: str
     kind: str
@@ -105,6 +119,7 @@ class Trace:
     instance: int
     long_prompts: pd.DataFrame  # arrival_time, instance they were sent to (the first they visited)
     heavy: np.ndarray  # (start, end) of the steps of its instance computing >= HEAVY_PREFILL prompt tokens
+    egress: float = 0.0  # seconds from a step's end to its tokens' client (the run's way_out)
 
     @property
     def gaps(self) -> np.ndarray:
@@ -115,10 +130,13 @@ class Trace:
         return float((self.times[-1] - self.times[0]) / (len(self.times) - 1))
 
 
-def follow(requests: pd.DataFrame, steps: pd.DataFrame, request_id: int, label: str, kind: str) -> Trace:
-    """The followed request's tokens in one run, and where that run sent the long prompts."""
+def follow(
+    requests: pd.DataFrame, steps: pd.DataFrame, request_id: int, label: str, kind: str, egress: float = 0.0
+) -> Trace:
+    """The followed request's tokens in one run (its way out ``egress``), and where that run
+    sent the long prompts."""
     req = requests.set_index("request_id", drop=False).loc[request_id]
-    times = token_times(req, steps)
+    times = token_times(req, steps, egress)
     split = int(req.get("decode_instance", -1)) >= 0
     longs = requests[requests["prompt_tokens"] >= LONG_PROMPT]
     first = longs["prefill_instance"].where(longs["prefill_instance"] >= 0, longs["instance"])
@@ -126,7 +144,7 @@ def follow(requests: pd.DataFrame, steps: pd.DataFrame, request_id: int, label: 
     instance = int(req["decode_instance"] if split else req["instance"])
     own = steps[(steps["instance"] == instance) & (steps["prefill_tokens"] >= HEAVY_PREFILL)]
     heavy = np.column_stack([own["start"], own["start"] + own["duration"]]).astype(float)
-    return Trace(label, kind, times, instance, lp, heavy)
+    return Trace(label, kind, times, instance, lp, heavy, egress)
 
 
 def default_request(requests: pd.DataFrame) -> int:
@@ -200,7 +218,8 @@ def traces_of(sweep: Sweep, request_id: int | None = None) -> tuple[list[Trace],
     loaded.sort(key=lambda x: x[0] == "disaggregated")
     if request_id is None:
         request_id = default_request(loaded[0][2])
-    return [follow(req, st, request_id, _label(kind, sc), kind) for kind, sc, req, st in loaded], request_id
+    traces = [follow(req, st, request_id, _label(kind, sc), kind, way_out(sc)) for kind, sc, req, st in loaded]
+    return traces, request_id
 
 
 def main(argv=None) -> Path:

@@ -159,6 +159,9 @@ def test_token_times_colocated_are_the_ends_of_its_instance_steps():
     table = pd.concat([steps(0, [0, 1, 2, 3, 4]), steps(1, [0.5, 1.5, 2.5])])
     req = request(first_token_time=1.0, finish_time=4.0, output_tokens=4)
     assert pd_interference.token_times(req, table).tolist() == [1.0, 2.0, 3.0, 4.0]
+    # at the client, the way out (0.25 s) after each step: the same steps, dated 0.25 s later
+    late = request(first_token_time=1.25, finish_time=4.25, output_tokens=4)
+    assert pd_interference.token_times(late, table, egress=0.25).tolist() == [1.25, 2.25, 3.25, 4.25]
     # three steps for two tokens: it sat one out, and which one is not in the tables
     with pytest.raises(ValueError, match="sat some out"):
         pd_interference.token_times(request(first_token_time=1.0, finish_time=4.0, output_tokens=3), table)
@@ -283,11 +286,14 @@ def test_every_undisturbed_request_of_the_interference_runs_has_its_token_times(
     sw = Sweep(interference)
     for rid in sw.runs["run_id"]:
         req, st = sw.table(rid, "requests"), sw.table(rid, "steps")
+        egress = pd_interference.way_out(sw.scenario(rid))
+        assert egress > 0  # vllm serve: tokens are dated at the client
         measured = req[(req["status"] == "completed") & (req["preemptions"] == 0) & (req["output_tokens"] > 1)]
         assert len(measured) > 200
         for _, r in measured.iterrows():
-            times = pd_interference.token_times(r, st)
+            times = pd_interference.token_times(r, st, egress)
             assert len(times) == r["output_tokens"] and (np.diff(times) > 0).all()
+            assert times[-1] == pytest.approx(r["finish_time"], abs=1e-9)
             assert (times[-1] - times[0]) / (len(times) - 1) == pytest.approx(r["tpot"], rel=1e-12)
 
 
@@ -297,8 +303,10 @@ def test_interference_figure_and_what_stalls_the_followed_request(interference, 
     assert [t.kind for t in traces] == ["continuous", "disaggregated"]
     assert rid == pd_interference.default_request(sw.table(sw.runs["run_id"].iloc[0], "requests"))
     colocated, split = traces
-    # colocated, every long gap is a step of its instance computing a prefill chunk
-    ends = colocated.times[1:]
+    # colocated, every long gap is a step of its instance computing a prefill chunk (a
+    # token reaches the client the way out after its step's end)
+    assert colocated.egress > 0 and split.egress == colocated.egress
+    ends = colocated.times[1:] - colocated.egress
     for k in np.flatnonzero(colocated.gaps > 0.1):
         assert ((colocated.heavy[:, 1] >= ends[k] - 1e-9) & (colocated.heavy[:, 0] < ends[k])).any()
     # split, the decode instance computes no prompt tokens at all

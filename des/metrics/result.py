@@ -51,7 +51,9 @@ def gap_logs(cluster: Cluster) -> list[ItlLog]:
 
 
 def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Result:
-    """The tables and summary of a run of ``scenario`` on ``cluster`` that stopped at ``end_time``.
+    """The tables and summary of a run of ``scenario`` on ``cluster`` that stopped at ``end_time``
+    (or that ends later, at its last completion: the requests table dates tokens at the
+    client, the serving front-end's egress after the steps that emitted them).
 
     ``kv_capacity_tokens`` and ``slot_utilization`` are those of an instance of the pool
     requests finish in (the only pool of colocated serving, the decode pool of
@@ -66,6 +68,12 @@ def build_result(scenario: Scenario, cluster: Cluster, end_time: float) -> Resul
 
     cluster.settle()
     requests = requests_table(cluster.ledger)
+    # the run lasts until the client has its last token, the front-end's way out after the
+    # step that emitted it (the simulation stops at that step's end once drained): the
+    # windows, GPU-hours and time averages run to the last completion, the makespan
+    finished = requests.loc[requests["status"] == "completed", "finish_time"]
+    if len(finished):
+        end_time = max(end_time, float(finished.max()))
     steps = steps_table(cluster.log)
     transfers = transfers_table(cluster.transfers)
     h = scenario.horizon

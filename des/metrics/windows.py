@@ -3,7 +3,9 @@ what the run paid for (GPU-hours, cost).
 
 A run whose load changes (a rate schedule, an autoscaler) has no single steady state to
 summarise: its answer is how each stretch of it went. Windows ``[k W, (k + 1) W)`` tile
-the run from t = 0 to its end (the last one shorter when the run ends inside it), a row
+the run from t = 0 to its end (the last one shorter when the run ends inside it: a run
+that drains ends at its last completion, the makespan: when its last token reaches the
+client, :func:`~des.metrics.result.build_result`), a row
 each; but a stretch of two or more windows in which nothing happens (no request arrives or
 finishes, no step ends, no instance starts, serves or stops) is one row from the first's
 start to the last's end. Its rates and instance counts are those of each window it stands
@@ -13,8 +15,10 @@ timestamps, or a day replayed a billion times slower, is a few rows, not million
 
 - ``arrived``, ``offered_rps``: requests arriving in the window; ``rejected`` and
   ``unfinished``: those of them rejected, or not done when the run stopped;
-- ``completed``, ``throughput_rps``, ``output_tokens_per_s``: requests finishing in the
-  window and their output tokens, per second of it;
+- ``completed``, ``throughput_rps``: requests finishing in the window (their
+  ``finish_time``: the last token at the client, the front-end's way out after its step),
+  per second of it; ``output_tokens_per_s``: tokens emitted by the steps that end in the
+  window (the engine's time, not the client's), per second of it;
 - latency percentiles (``ttft_p50`` … ``e2e_p99``) and ``slo_attainment`` (the share
   meeting every limit of ``slo``) of the completed requests that *arrived* in the window,
   as the summary's; ``slo_met``: the attainment reaches ``slo.attainment`` (None without SLOs
