@@ -45,7 +45,7 @@ from des.catalog.efficiency import Efficiency
 from des.catalog.specs import GPUSpec, ModelSpec
 from des.cost.roofline import Roofline
 from des.errors import ScenarioError
-from des.tools.calibrate import ENGINE_CPU, GroupResult, _Fitter, _Predictor, residual_sd
+from des.tools.calibrate import ATTENTION_SPECS, ENGINE_CPU, GroupResult, _Fitter, _Predictor, residual_sd
 
 ARG = "PROFILE_DIR"
 TABLES = {"context": "context_attention_perf.parquet", "generation": "generation_attention_perf.parquet"}
@@ -54,14 +54,8 @@ HEAD_DIM = 128
 #: The groups an attention profile fits, with their factors, start, bounds and scale (as
 #: :func:`des.tools.calibrate.fit_profile` fits them).
 SPECS: dict[str, tuple[tuple[str, ...], list[float], list[float], list[float], tuple[float, ...]]] = {
-    "attention_decode": (
-        ("attention_fixed", "attention_per_seq", "kv_bandwidth"),
-        [10.0, 0.3, 0.9],
-        [0.0, 0.0, 0.05],
-        [500.0, 50.0, 2.0],
-        (1e-6, 1e-6, 1.0),
-    ),
-    "attention_prefill": (
+    "attention_decode": ATTENTION_SPECS["attention_decode"],
+    "attention_prefill": (  # the RTX 4090 fit's, started at a lower compute share
         ("prefill_attention_fixed", "attention_compute", "attention_tile", "kv_stream"),
         [8.0, 0.6, 100.0, 0.15],
         [0.0, 0.05, 0.0, 0.01],

@@ -553,6 +553,33 @@ def _least_squares(
     return np.asarray(res.x)
 
 
+#: The attention groups' factors, start values, lower and upper bounds and scales
+#: (:func:`fit_profile`; :mod:`des.tools.attention_profile` fits the same groups).
+ATTENTION_SPECS: dict[str, tuple[tuple[str, ...], list[float], list[float], list[float], tuple[float, ...]]] = {
+    "attention_prefill": (
+        ("prefill_attention_fixed", "attention_compute", "attention_tile", "kv_stream"),
+        [8.0, 0.8, 100.0, 0.15],
+        [0.0, 0.05, 0.0, 0.01],
+        [500.0, 1.0, 1e4, 2.0],
+        (1e-6, 1.0, 1.0, 1.0),
+    ),
+    "attention_decode": (
+        ("attention_fixed", "attention_per_seq", "kv_bandwidth"),
+        [10.0, 0.3, 0.9],
+        [0.0, 0.0, 0.05],
+        [500.0, 50.0, 2.0],
+        (1e-6, 1e-6, 1.0),
+    ),
+    "attention_mixed": (
+        ("mixed_per_seq", "mixed_kv_bandwidth"),
+        [1.0, 0.5],
+        [0.0, 0.02],
+        [50.0, 2.0],
+        (1e-6, 1.0),
+    ),
+}
+
+
 def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
     """Fit every group's factors to ``profile`` (``model``'s shapes, ``gpu``'s spec sheet)."""
     check_gpu(profile, gpu)
@@ -634,29 +661,7 @@ def fit_profile(profile: Profile, gpu: GPUSpec, model: ModelSpec) -> Fit:
         "attention_decode": att[att.prefill_chunk == 0],
         "attention_mixed": att[(att.prefill_chunk > 0) & (att.n_decode > 0)],
     }
-    specs: dict[str, tuple[tuple[str, ...], list[float], list[float], list[float], tuple[float, ...]]] = {
-        "attention_prefill": (
-            ("prefill_attention_fixed", "attention_compute", "attention_tile", "kv_stream"),
-            [8.0, 0.8, 100.0, 0.15],
-            [0.0, 0.05, 0.0, 0.01],
-            [500.0, 1.0, 1e4, 2.0],
-            (1e-6, 1.0, 1.0, 1.0),
-        ),
-        "attention_decode": (
-            ("attention_fixed", "attention_per_seq", "kv_bandwidth"),
-            [10.0, 0.3, 0.9],
-            [0.0, 0.0, 0.05],
-            [500.0, 50.0, 2.0],
-            (1e-6, 1e-6, 1.0),
-        ),
-        "attention_mixed": (
-            ("mixed_per_seq", "mixed_kv_bandwidth"),
-            [1.0, 0.5],
-            [0.0, 0.02],
-            [50.0, 2.0],
-            (1e-6, 1.0),
-        ),
-    }
+    specs = ATTENTION_SPECS
     for name, frame in frames.items():
         rows_frame = frame[cols].assign(measured=frame["time"].to_numpy()).reset_index(drop=True)
         names, x0, lo, hi, sc = specs[name]
